@@ -1,0 +1,1 @@
+"""GraphGate's admin console (mounted at /admin/)."""

@@ -1,0 +1,80 @@
+"""The application factory. Resources are built in the lifespan, never at import time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from . import routes_ollama, routes_openai
+from .chat import ChatPipeline
+from .errors import GraphGateError
+from .middleware import build_middleware
+from .responses import error_response
+from .settings import Settings
+from .upstream import Upstream
+
+log = logging.getLogger("graphgate")
+
+# Ollama's own texts for routing errors, as its clients show them
+_ROUTING_MESSAGES = {404: "404 page not found", 405: "405 method not allowed"}
+
+
+@dataclass
+class Gateway:
+    """What request handlers reach through ``request.app.state.gateway``."""
+
+    settings: Settings
+    upstream: Upstream
+    chat: ChatPipeline
+    tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
+
+
+async def on_graphgate_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GraphGateError)
+    if exc.status >= 500:
+        log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
+    return error_response(request.url.path, exc.status, exc.message)
+
+
+async def on_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    message = _ROUTING_MESSAGES.get(exc.status_code, str(exc.detail))
+    return error_response(request.url.path, exc.status_code, message, headers=exc.headers)
+
+
+async def on_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error in %s %s", request.method, request.url.path)
+    return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}")
+
+
+def create_app(settings: Settings | None = None, *,
+               upstream_transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+    settings = settings or Settings.load()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        upstream = Upstream(settings, transport=upstream_transport)
+        app.state.gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline())
+        try:
+            yield
+        finally:
+            await upstream.aclose()
+
+    return Starlette(
+        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES],
+        middleware=build_middleware(settings),
+        exception_handlers={
+            GraphGateError: on_graphgate_error,
+            HTTPException: on_http_exception,
+            Exception: on_unexpected,
+        },
+        lifespan=lifespan,
+    )

@@ -1,0 +1,78 @@
+"""The ``graphgate`` command line. Every setting is also a flag, which overrides the environment."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import sys
+from collections.abc import Sequence
+
+from .settings import SETTINGS, Settings, SettingsError, settings_markdown
+
+log = logging.getLogger("graphgate")
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (each overrides its environment variable)")
+    for setting in SETTINGS:
+        group.add_argument(setting.flag, dest=setting.name, metavar=setting.env,
+                           help=f"{setting.help} [default: {setting.default or 'unset'}]")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphgate", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway (Ollama API on GRAPHGATE_HOST:GRAPHGATE_PORT)")
+    _add_setting_flags(serve)
+    show = commands.add_parser("settings", help="print the effective settings and where each came from")
+    show.add_argument("--markdown", action="store_true", help="print the reference table for README.md")
+    _add_setting_flags(show)
+    return parser
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not is_loopback(settings.host) and not settings.api_key:
+        log.warning("listening on %s without GRAPHGATE_API_KEY: anyone who can reach this address can "
+                    "use the API", settings.host)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+                timeout_graceful_shutdown=10, server_header=False)
+    return 0
+
+
+def print_settings(settings: Settings, *, markdown: bool) -> int:
+    if markdown:
+        print(settings_markdown(), end="")
+        return 0
+    for setting, shown, source in settings.describe():
+        print(f"{setting.env:<30} {shown}  ({source})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides = {s.name: getattr(args, s.name, None) for s in SETTINGS}
+    try:
+        settings = Settings.load(overrides=overrides)
+    except SettingsError as exc:
+        print(f"graphgate: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        return serve(settings)
+    if args.command == "settings":
+        return print_settings(settings, markdown=args.markdown)
+    return 2

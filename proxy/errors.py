@@ -1,0 +1,104 @@
+"""GraphGate's exception tree. Every error carries the HTTP status it answers with.
+
+    GraphGateError (500)
+    ├── BadRequest (400)
+    │   ├── MissingBody            "missing request body"
+    │   ├── InvalidJSON            the JSON parser's message
+    │   └── MissingField           "model is required", ...
+    ├── Unauthorized (401)
+    ├── Forbidden (403)
+    ├── NotFound (404)
+    ├── MethodNotAllowed (405)
+    ├── Conflict (409)
+    ├── PayloadTooLarge (413)
+    ├── UnsupportedMedia (415)
+    ├── ServiceUnavailable (503)
+    └── UpstreamError (502)        raised only by proxy.upstream, which translates httpx errors
+        ├── UpstreamUnavailable (502)
+        ├── UpstreamProtocolError (502)
+        ├── UpstreamStatusError (the upstream's own status)
+        └── UpstreamTimeout (504)
+
+``proxy.responses.error_response`` renders any of them in the shape the path's clients expect.
+"""
+
+from __future__ import annotations
+
+
+class GraphGateError(Exception):
+    status = 500
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+
+class BadRequest(GraphGateError):
+    status = 400
+
+
+class MissingBody(BadRequest):
+    def __init__(self) -> None:
+        super().__init__("missing request body")
+
+
+class InvalidJSON(BadRequest):
+    pass
+
+
+class MissingField(BadRequest):
+    pass
+
+
+class Unauthorized(GraphGateError):
+    status = 401
+
+
+class Forbidden(GraphGateError):
+    status = 403
+
+
+class NotFound(GraphGateError):
+    status = 404
+
+
+class MethodNotAllowed(GraphGateError):
+    status = 405
+
+
+class Conflict(GraphGateError):
+    status = 409
+
+
+class PayloadTooLarge(GraphGateError):
+    status = 413
+
+
+class UnsupportedMedia(GraphGateError):
+    status = 415
+
+
+class ServiceUnavailable(GraphGateError):
+    status = 503
+
+
+class UpstreamError(GraphGateError):
+    status = 502
+
+
+class UpstreamUnavailable(UpstreamError):
+    pass
+
+
+class UpstreamProtocolError(UpstreamError):
+    pass
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered an internal call (extraction, embedding...) with an error status."""
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504

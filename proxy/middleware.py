@@ -1,0 +1,101 @@
+"""Pure-ASGI middleware on the request path: CORS and the API key.
+
+Both are pure ASGI (not BaseHTTPMiddleware) so that streamed replies pass through untouched.
+``build_middleware`` fixes their order: CORS outermost, because browsers send preflights
+without credentials.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Sequence
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.middleware import Middleware
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .responses import error_response
+from .settings import Settings
+
+PROTECTED_PREFIXES = ("/api/", "/v1/")
+
+
+def _origin_pattern(origins: Sequence[str]) -> re.Pattern[str]:
+    parts = [".*" if o == "*" else ".*".join(re.escape(piece) for piece in o.split("*")) for o in origins]
+    return re.compile("|".join(f"(?:{p})" for p in parts) or "(?!)")
+
+
+class CORSMiddleware:
+    """Answers preflights itself; refuses browser origins that are neither allowed nor same-origin."""
+
+    def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = _origin_pattern(origins)
+
+    def origin_allowed(self, origin: str, headers: Headers) -> bool:
+        host = headers.get("host", "")
+        same_origin = bool(host) and origin.split("://", 1)[-1] == host
+        return same_origin or self.allowed.fullmatch(origin) is not None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin is None:
+            return await self.app(scope, receive, send)
+        if not self.origin_allowed(origin, headers):
+            response = error_response(scope["path"], 403, f"origin {origin} is not allowed "
+                                      "(add it to GRAPHGATE_CORS_ORIGINS)")
+            return await response(scope, receive, send)
+        if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            return await self._preflight(scope, receive, send, origin, headers)
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                out = MutableHeaders(scope=message)
+                out["access-control-allow-origin"] = origin
+                out.add_vary_header("Origin")
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+    async def _preflight(self, scope: Scope, receive: Receive, send: Send, origin: str,
+                         headers: Headers) -> None:
+        requested = headers.get("access-control-request-headers", "")
+        response = Response(status_code=204, headers={
+            "access-control-allow-origin": origin,
+            "access-control-allow-methods": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+            "access-control-allow-headers": requested or "authorization, content-type",
+            "access-control-max-age": "600",
+            "vary": "Origin",
+        })
+        await response(scope, receive, send)
+
+
+class APIKeyMiddleware:
+    """With an API key set, the API surfaces need ``Authorization: Bearer <key>``."""
+
+    def __init__(self, app: ASGIApp, api_key: str, prefixes: Sequence[str] = PROTECTED_PREFIXES) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+        self.prefixes = tuple(prefixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self.prefixes):
+            given = Headers(scope=scope).get("authorization", "").encode()
+            if not hmac.compare_digest(given, self.expected):
+                response = error_response(scope["path"], 401, "unauthorized: a valid API key is required "
+                                          "(Authorization: Bearer <key>)",
+                                          headers={"www-authenticate": "Bearer"})
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def build_middleware(settings: Settings) -> list[Middleware]:
+    stack = [Middleware(CORSMiddleware, origins=settings.cors_origins)]
+    if settings.api_key:
+        stack.append(Middleware(APIKeyMiddleware, api_key=settings.api_key))
+    return stack

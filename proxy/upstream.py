@@ -1,0 +1,124 @@
+"""The one boundary to the upstream Ollama. httpx errors are translated here and nowhere else.
+
+``Upstream.open`` starts a request and returns the response with its body unread, so the
+caller decides whether to relay it as a stream or read it whole. ``Upstream.call_json``
+is for GraphGate's own calls (extraction, embeddings, model info) and raises on any
+error status with the upstream's own message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import anyio
+import httpx
+
+from .errors import (
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from .settings import Settings
+
+Headers = Iterable[tuple[str, str]]
+
+
+class Upstream:
+    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.url = settings.upstream
+        self._timeout = httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
+                                      write=settings.read_timeout, pool=None)
+        self._client = httpx.AsyncClient(
+            base_url=self.url,
+            timeout=self._timeout,
+            transport=transport,
+            # no pool cap: a waiting pool slot would look like a hang to a chatting user
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def translate(self, exc: Exception) -> UpstreamError:
+        """Turn an httpx exception into GraphGate's error with a message a user can act on."""
+        detail = str(exc) or type(exc).__name__
+        if isinstance(exc, httpx.TimeoutException):
+            return UpstreamTimeout(f"upstream Ollama at {self.url} timed out: {detail}")
+        if isinstance(exc, (httpx.ConnectError, httpx.UnsupportedProtocol)):
+            return UpstreamUnavailable(f"upstream Ollama at {self.url} is unreachable: {detail}")
+        if isinstance(exc, httpx.HTTPError):
+            return UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {detail}")
+        return UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {detail}")
+
+    async def open(self, method: str, path: str, *, headers: Headers = (), content: Any = None,
+                   params: Any = None) -> httpx.Response:
+        """Send a request and return the response with its body not yet read."""
+        request = self._client.build_request(method, path, headers=list(headers), content=content,
+                                             params=params)
+        try:
+            return await self._client.send(request, stream=True)
+        except (httpx.HTTPError, OSError) as exc:
+            raise self.translate(exc) from exc
+
+    async def fetch(self, method: str, path: str, *, deadline: float, headers: Headers = (),
+                    content: Any = None, params: Any = None) -> tuple[httpx.Response, bytes]:
+        """A whole small reply within ``deadline`` seconds in all (not just between bytes)."""
+        try:
+            with anyio.fail_after(deadline):
+                response = await self.open(method, path, headers=headers, content=content, params=params)
+                return response, await self.read(response)
+        except TimeoutError:
+            raise UpstreamTimeout(f"upstream Ollama at {self.url} timed out: no answer to {path} "
+                                  f"within {deadline:g} s") from None
+
+    async def iter_raw(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        """The response body as the upstream wrote it, chunk by chunk, errors translated."""
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        except (httpx.HTTPError, OSError) as exc:
+            raise self.translate(exc) from exc
+
+    async def read(self, response: httpx.Response) -> bytes:
+        try:
+            return await response.aread()
+        except (httpx.HTTPError, OSError) as exc:
+            raise self.translate(exc) from exc
+        finally:
+            await response.aclose()
+
+    async def call_json(self, method: str, path: str, body: Any = None, *,
+                        deadline: float | None = None) -> Any:
+        """GraphGate's own JSON call: the parsed reply, or an UpstreamError naming the cause."""
+        content = None if body is None else json.dumps(body).encode()
+        headers = [("content-type", "application/json")] if content is not None else []
+        if deadline is None:
+            response = await self.open(method, path, headers=headers, content=content)
+            raw = await self.read(response)
+        else:
+            response, raw = await self.fetch(method, path, deadline=deadline, headers=headers, content=content)
+        if response.status_code >= 400:
+            raise UpstreamStatusError(_error_message(raw, response.status_code),
+                                      status=response.status_code)
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent invalid JSON for {path}: {exc}") from exc
+
+
+def _error_message(raw: bytes, status: int) -> str:
+    try:
+        data = json.loads(raw)
+        if isinstance(data, dict) and data.get("error"):
+            error = data["error"]
+            return str(error.get("message", error)) if isinstance(error, dict) else str(error)
+    except ValueError:
+        pass
+    text = raw.decode("utf-8", "replace").strip()
+    return text or f"upstream answered HTTP {status}"

@@ -1,0 +1,73 @@
+"""Shared fixtures: a fake Ollama upstream, GraphGate in-process over it, and live servers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from proxy import Settings, create_app
+from tests.fake_ollama import FakeOllama
+from tests.live import serve_in_thread
+
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", "")
+
+# The in-process upstream is never contacted over the network; the URL only names it.
+NOMINAL_UPSTREAM = "http://127.0.0.1:11434"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def fake() -> FakeOllama:
+    return FakeOllama()
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings.load(environ={"GRAPHGATE_UPSTREAM": NOMINAL_UPSTREAM,
+                                  "GRAPHGATE_DATA_DIR": str(tmp_path / "data")})
+
+
+@contextlib.asynccontextmanager
+async def running(app: Starlette) -> AsyncIterator[Starlette]:
+    """Run the app's lifespan (httpx.ASGITransport does not)."""
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@contextlib.asynccontextmanager
+async def gateway_client(settings: Settings, fake: FakeOllama) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings, upstream_transport=fake.transport())
+    async with running(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:11435") as client:
+            yield client
+
+
+@pytest.fixture
+async def client(settings: Settings, fake: FakeOllama) -> AsyncIterator[httpx.AsyncClient]:
+    async with gateway_client(settings, fake) as client:
+        yield client
+
+
+@pytest.fixture
+def live_upstream(fake: FakeOllama) -> Iterator[str]:
+    with fake.serve() as url:
+        yield url
+
+
+@pytest.fixture
+def live_gateway(settings: Settings, live_upstream: str) -> Iterator[str]:
+    """GraphGate on a real uvicorn in front of the fake upstream on a real uvicorn."""
+    app = create_app(settings.replace(upstream=live_upstream))
+    with serve_in_thread(app) as url:
+        yield url

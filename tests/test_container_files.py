@@ -1,0 +1,465 @@
+"""Static checks of the Dockerfile and docker-compose.yml.
+
+Docker is not available where the tests run, so these files are checked by
+reading them: a small Dockerfile parser below, and yaml.safe_load for the
+compose file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "Dockerfile"
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+PORT = 11435
+
+
+# --------------------------------------------------------------------------
+# Dockerfile parsing
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str  # upper-cased, e.g. "RUN"
+    args: str  # everything after the keyword, continuations joined
+    line: int  # 1-based line the instruction starts on
+
+
+def parse_dockerfile(text: str) -> list[Instruction]:
+    """Split a Dockerfile into instructions the way Docker's parser does.
+
+    Whole-line comments (``#`` as the first non-blank character) are dropped,
+    also in the middle of a continued instruction; a trailing backslash joins
+    the next line; blank lines inside a continuation are skipped.
+    """
+    instructions: list[Instruction] = []
+    parts: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if stripped.startswith("#"):
+            continue
+        if not stripped:
+            continue
+        if not parts:
+            start = number
+        if stripped.endswith("\\"):
+            parts.append(stripped[:-1].strip())
+            continue
+        parts.append(stripped)
+        joined = " ".join(p for p in parts if p)
+        parts = []
+        keyword, _, args = joined.partition(" ")
+        instructions.append(Instruction(keyword.upper(), args.strip(), start))
+    assert not parts, "the Dockerfile ends inside a line continuation"
+    return instructions
+
+
+def exec_or_shell(args: str) -> list[str]:
+    """The argv of a CMD/ENTRYPOINT/HEALTHCHECK CMD in either form."""
+    if args.startswith("["):
+        argv = json.loads(args)
+        assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+        return argv
+    return ["/bin/sh", "-c", args]
+
+
+def parse_env(args: str) -> dict[str, str]:
+    tokens = shlex.split(args)
+    if tokens and "=" not in tokens[0]:  # legacy "ENV KEY value words"
+        return {tokens[0]: " ".join(tokens[1:])}
+    env = {}
+    for token in tokens:
+        key, sep, value = token.partition("=")
+        assert sep, f"malformed ENV token {token!r}"
+        env[key] = value
+    return env
+
+
+def split_flags(tokens: list[str]) -> tuple[dict[str, str], list[str]]:
+    flags: dict[str, str] = {}
+    rest = list(tokens)
+    while rest and rest[0].startswith("--"):
+        key, _, value = rest.pop(0)[2:].partition("=")
+        flags[key] = value
+    return flags, rest
+
+
+def copy_sources_and_dest(args: str) -> tuple[list[str], str]:
+    if args.lstrip().startswith("["):
+        argv = json.loads(args)
+    else:
+        argv = shlex.split(args)
+    flags, paths = split_flags(argv)
+    assert "from" not in flags, "this image is single-stage; COPY --from is unexpected"
+    assert len(paths) >= 2, f"COPY needs a source and a destination: {args!r}"
+    return paths[:-1], paths[-1]
+
+
+@pytest.fixture(scope="module")
+def instructions() -> list[Instruction]:
+    assert DOCKERFILE.is_file(), "Dockerfile is missing"
+    parsed = parse_dockerfile(DOCKERFILE.read_text(encoding="utf-8"))
+    assert parsed, "the Dockerfile has no instructions"
+    return parsed
+
+
+def find(instructions: list[Instruction], keyword: str) -> list[Instruction]:
+    return [i for i in instructions if i.keyword == keyword]
+
+
+def merged_env(instructions: list[Instruction]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for instruction in find(instructions, "ENV"):
+        env.update(parse_env(instruction.args))
+    return env
+
+
+def install_index(instructions: list[Instruction]) -> int:
+    for index, instruction in enumerate(instructions):
+        if instruction.keyword == "RUN" and re.search(r"\bpip\s+install\b", instruction.args):
+            return index
+    raise AssertionError("no RUN ... pip install in the Dockerfile")
+
+
+def healthcheck_argv(instructions: list[Instruction]) -> list[str]:
+    checks = find(instructions, "HEALTHCHECK")
+    assert len(checks) == 1, "expected exactly one HEALTHCHECK"
+    tokens = checks[0].args.split(None, 1)
+    while tokens and tokens[0].startswith("--"):  # --interval=..., --timeout=...
+        tokens = tokens[1].split(None, 1) if len(tokens) > 1 else []
+    assert tokens and tokens[0].upper() == "CMD", "HEALTHCHECK must be CMD ..., not NONE"
+    return exec_or_shell(tokens[1].strip())
+
+
+def healthcheck_url(instructions: list[Instruction]):
+    command = " ".join(healthcheck_argv(instructions))
+    urls = re.findall(r"https?://[^\s'\"]+", command)
+    assert len(urls) == 1, f"expected one URL in the HEALTHCHECK, found {urls}"
+    return urlparse(urls[0])
+
+
+# --------------------------------------------------------------------------
+# Parser self-checks
+# --------------------------------------------------------------------------
+
+
+def test_parser_joins_continuations_and_drops_comments():
+    text = (
+        "# syntax=docker/dockerfile:1\n"
+        "FROM base\n"
+        "RUN a \\\n"
+        "  # a comment inside the continuation\n"
+        "\n"
+        "  && b\n"
+        "ENV A=1 \\\n"
+        '    B=""\n'
+        "CMD [\"x\", \"y\"]\n"
+    )
+    parsed = parse_dockerfile(text)
+    assert [(i.keyword, i.args) for i in parsed] == [
+        ("FROM", "base"),
+        ("RUN", "a && b"),
+        ("ENV", 'A=1 B=""'),
+        ("CMD", '["x", "y"]'),
+    ]
+    assert parse_env(parsed[2].args) == {"A": "1", "B": ""}
+    assert exec_or_shell(parsed[3].args) == ["x", "y"]
+    assert parse_env("LEGACY some value") == {"LEGACY": "some value"}
+
+
+# --------------------------------------------------------------------------
+# Dockerfile
+# --------------------------------------------------------------------------
+
+
+def test_base_image(instructions):
+    froms = find(instructions, "FROM")
+    assert len(froms) == 1
+    assert instructions[0].keyword == "FROM" or all(
+        i.keyword == "ARG" for i in instructions[: instructions.index(froms[0])]
+    )
+    assert froms[0].args.split()[0] == "python:3.11-slim"
+
+
+def test_build_environment(instructions):
+    env = merged_env(instructions)
+    assert env.get("PYTHONDONTWRITEBYTECODE") == "1"
+    assert env.get("PYTHONUNBUFFERED") == "1"
+    assert env.get("PIP_NO_CACHE_DIR") == "1"
+    # Set, and empty: tiktoken then keeps no cache copy under /tmp.
+    assert "TIKTOKEN_CACHE_DIR" in env
+    assert env["TIKTOKEN_CACHE_DIR"] == ""
+
+
+def test_runtime_environment(instructions):
+    env = merged_env(instructions)
+    assert env.get("GRAPHGATE_HOST") == "0.0.0.0"
+    assert env.get("GRAPHGATE_PORT") == str(PORT)
+    assert env.get("GRAPHGATE_DATA_DIR") == "/data"
+    templates_dir = env.get("GRAPHGATE_TEMPLATES_DIR")
+    if templates_dir is not None:
+        assert templates_dir == "/app/templates"
+
+
+def test_workdir_is_app(instructions):
+    workdirs = find(instructions, "WORKDIR")
+    assert workdirs, "no WORKDIR"
+    assert workdirs[-1].args == "/app"
+
+
+def test_copy_sources_exist_and_land_in_app(instructions):
+    copies = find(instructions, "COPY") + find(instructions, "ADD")
+    assert copies, "the Dockerfile copies nothing"
+    copied: set[str] = set()
+    for instruction in copies:
+        assert instruction.keyword == "COPY", "use COPY, not ADD"
+        sources, dest = copy_sources_and_dest(instruction.args)
+        assert dest.startswith("./") or dest.startswith("/app"), dest
+        for source in sources:
+            path = (ROOT / source).resolve()
+            assert ROOT == path or ROOT in path.parents, f"{source} is outside the repository"
+            assert path.exists(), f"COPY source {source!r} does not exist in the repository"
+            copied.add(source.rstrip("/") or ".")
+    # Everything the package build and the running app need is copied.
+    assert {"pyproject.toml", "README.md", "proxy", "admin", "templates"} <= copied
+
+
+def test_copies_cover_what_pyproject_needs(instructions):
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    copied = set()
+    for instruction in find(instructions, "COPY"):
+        copied.update(s.rstrip("/") for s in copy_sources_and_dest(instruction.args)[0])
+    readme = pyproject["project"].get("readme")
+    if isinstance(readme, str):
+        assert readme in copied
+    for package in pyproject["tool"]["setuptools"]["packages"]:
+        assert package.split(".")[0] in copied
+    assert "graphgate" in pyproject["project"]["scripts"]
+
+
+def test_install_is_regular_install_from_app(instructions):
+    index = install_index(instructions)
+    run = instructions[index].args
+    assert re.search(r"\bpip\s+install\b[^&;|]*\s/app(\s|$)", run), run
+    assert not re.search(r"\s(-e|--editable)\s", run), "install must not be editable"
+    # Every COPY into /app happens before the install.
+    last_copy = max(i for i, ins in enumerate(instructions) if ins.keyword == "COPY")
+    assert last_copy < index
+
+
+def test_runs_as_non_root_after_install(instructions):
+    users = [(i, ins) for i, ins in enumerate(instructions) if ins.keyword == "USER"]
+    assert users, "no USER instruction: the container would run as root"
+    index, last_user = users[-1]
+    user = last_user.args.split(":")[0]
+    assert user not in {"root", "0"}
+    assert index > install_index(instructions)
+    # The user is created, and owns /data.
+    runs_before = " ".join(ins.args for ins in instructions[:index] if ins.keyword == "RUN")
+    assert re.search(rf"\buseradd\b.*\b{re.escape(user)}\b", runs_before)
+    assert re.search(rf"\bchown\b\s+\S*{re.escape(user)}\S*\s+/data\b", runs_before)
+
+
+def test_data_volume(instructions):
+    volumes = []
+    for instruction in find(instructions, "VOLUME"):
+        args = instruction.args
+        volumes += json.loads(args) if args.startswith("[") else args.split()
+    assert "/data" in volumes
+
+
+def test_expose(instructions):
+    exposed = [p.split("/")[0] for ins in find(instructions, "EXPOSE") for p in ins.args.split()]
+    assert exposed == [str(PORT)]
+
+
+def test_healthcheck_uses_stdlib_on_get_root(instructions):
+    argv = healthcheck_argv(instructions)
+    command = " ".join(argv)
+    program = argv[0] if argv[0] != "/bin/sh" else argv[2].split()[0]
+    assert program in {"python", "python3"}
+    assert "urllib.request" in command
+    assert "curl" not in command and "wget" not in command
+    url = healthcheck_url(instructions)
+    assert url.port == PORT
+    assert url.path == "/"
+    assert url.hostname in {"127.0.0.1", "localhost"}
+
+
+def test_cmd_runs_graphgate_serve(instructions):
+    cmds = find(instructions, "CMD")
+    assert cmds, "no CMD"
+    argv = exec_or_shell(cmds[-1].args)
+    assert argv == ["graphgate", "serve"]
+    assert not find(instructions, "ENTRYPOINT")
+
+
+# --------------------------------------------------------------------------
+# docker-compose.yml
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    assert COMPOSE_FILE.is_file(), "docker-compose.yml is missing"
+    data = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def service_env(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        return dict(item.partition("=")[::2] for item in env)
+    return env
+
+
+def depends_on(service: dict) -> list[str]:
+    deps = service.get("depends_on") or []
+    return list(deps) if isinstance(deps, (list, dict)) else [deps]
+
+
+def published_ports(service: dict) -> list[tuple[str | None, str, str]]:
+    """(host_ip, published, target) for each ports entry."""
+    result = []
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):
+            result.append((entry.get("host_ip"), str(entry["published"]), str(entry["target"])))
+            continue
+        parts = str(entry).split("/")[0].split(":")
+        if len(parts) == 3:
+            result.append((parts[0], parts[1], parts[2]))
+        elif len(parts) == 2:
+            result.append((None, parts[0], parts[1]))
+        else:
+            result.append((None, "", parts[0]))
+    return result
+
+
+def named_volumes(service: dict) -> list[str]:
+    names = []
+    for entry in service.get("volumes") or []:
+        if isinstance(entry, dict):
+            if entry.get("type", "volume") == "volume" and entry.get("source"):
+                names.append(entry["source"])
+            continue
+        source, sep, _ = str(entry).partition(":")
+        if sep and not source.startswith((".", "/", "~", "$")):
+            names.append(source)
+    return names
+
+
+def test_compose_services(compose):
+    assert set(compose["services"]) == {"ollama", "graphgate", "open-webui"}
+    assert compose["services"]["ollama"]["image"].split(":")[0] == "ollama/ollama"
+    assert compose["services"]["open-webui"]["image"].startswith("ghcr.io/open-webui/open-webui")
+
+
+def test_compose_environment_values_are_strings(compose):
+    # Unquoted true/false would reach the containers as Python-style booleans.
+    for name, service in compose["services"].items():
+        for key, value in service_env(service).items():
+            assert isinstance(value, str), f"{name}: {key} should be a quoted string"
+
+
+def test_graphgate_builds_here_and_talks_to_ollama(compose):
+    graphgate = compose["services"]["graphgate"]
+    build = graphgate["build"]
+    context = build if isinstance(build, str) else build.get("context", ".")
+    assert context in {".", "./"}
+    env = service_env(graphgate)
+    upstream = urlparse(env["GRAPHGATE_UPSTREAM"])
+    assert upstream.hostname == "ollama"
+    assert upstream.port == 11434
+    assert env.get("GRAPHGATE_EMBED_MODEL") == "nomic-embed-text"
+    assert "GRAPHGATE_LLM_MODEL" in env
+    # The console password must come from the caller, never a default.
+    assert re.fullmatch(r"\$\{GRAPHGATE_ADMIN_PASSWORD:\?[^}]+\}", env["GRAPHGATE_ADMIN_PASSWORD"])
+
+
+def test_graphgate_data_volume(compose, instructions):
+    graphgate = compose["services"]["graphgate"]
+    mounts = {str(v).split(":")[1] for v in graphgate.get("volumes") or [] if ":" in str(v)}
+    assert "/data" in mounts
+    assert merged_env(instructions)["GRAPHGATE_DATA_DIR"] == "/data"
+
+
+def test_ollama_is_internal_only(compose):
+    ollama = compose["services"]["ollama"]
+    assert not ollama.get("ports"), "Ollama should not be published on the host"
+    assert "ollama" in named_volumes(ollama)
+    assert "/root/.ollama" in {str(v).split(":")[1] for v in ollama.get("volumes") or []}
+
+
+def test_open_webui_points_at_graphgate(compose):
+    webui = compose["services"]["open-webui"]
+    env = service_env(webui)
+    base = urlparse(env["OLLAMA_BASE_URL"])
+    assert base.hostname == "graphgate"
+    assert base.port == PORT
+    assert env.get("ENABLE_OPENAI_API", "").lower() == "false"
+    assert env.get("ENABLE_PERSISTENT_CONFIG", "").lower() == "false"
+    assert ("127.0.0.1", "3000", "8080") in published_ports(webui)
+    assert "/app/backend/data" in {str(v).split(":")[1] for v in webui.get("volumes") or []}
+
+
+def test_open_webui_sends_task_header(compose):
+    raw = service_env(compose["services"]["open-webui"])["OLLAMA_API_CONFIGS"]
+    # Compose would interpolate a "$"; the JSON must not contain one.
+    assert "$" not in raw
+    configs = json.loads(raw)
+    headers = configs["0"]["headers"]
+    assert headers["X-Task"] == "{{TASK}}"
+    assert headers["X-Chat-Id"] == "{{CHAT_ID}}"
+
+
+def test_named_volumes_are_declared(compose):
+    declared = set(compose.get("volumes") or {})
+    used = {name for service in compose["services"].values() for name in named_volumes(service)}
+    assert used, "no named volumes used"
+    assert used <= declared, f"undeclared volumes: {used - declared}"
+    assert {"ollama", "graphgate-data", "open-webui"} <= used
+
+
+def test_depends_on_names_defined_services(compose):
+    services = compose["services"]
+    for name, service in services.items():
+        for dependency in depends_on(service):
+            assert dependency in services, f"{name} depends on unknown service {dependency!r}"
+            assert dependency != name
+    assert "ollama" in depends_on(services["graphgate"])
+    assert "graphgate" in depends_on(services["open-webui"])
+
+
+def test_published_graphgate_port(compose):
+    ports = published_ports(compose["services"]["graphgate"])
+    assert ports == [("127.0.0.1", str(PORT), str(PORT))]
+
+
+def test_ports_agree_everywhere(instructions, compose):
+    env_port = int(merged_env(instructions)["GRAPHGATE_PORT"])
+    exposed = {int(p.split("/")[0]) for ins in find(instructions, "EXPOSE") for p in ins.args.split()}
+    health_port = healthcheck_url(instructions).port
+    graphgate = compose["services"]["graphgate"]
+    targets = {int(target) for _, _, target in published_ports(graphgate)}
+    compose_env_port = service_env(graphgate).get("GRAPHGATE_PORT")
+    webui_port = urlparse(service_env(compose["services"]["open-webui"])["OLLAMA_BASE_URL"]).port
+    assert exposed == {env_port}
+    assert health_port == env_port
+    assert targets == {env_port}
+    assert webui_port == env_port
+    if compose_env_port is not None:
+        assert int(compose_env_port) == env_port
+    assert env_port == PORT

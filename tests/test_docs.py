@@ -1,0 +1,27 @@
+"""README.md's two commands stay true: the test command is the one CI runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    marker = next(i for i, line in enumerate(ci) if "README test command" in line)
+    command = ci[marker + 1].strip()
+    assert command in (ROOT / "README.md").read_text()
+
+
+def test_readme_first_command_installs_and_serves() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install . && graphgate serve" in readme
+    scripts = (ROOT / "pyproject.toml").read_text()
+    assert 'graphgate = "proxy.cli:main"' in scripts
+
+
+def test_public_surface() -> None:
+    import proxy
+
+    assert sorted(proxy.__all__) == ["Settings", "create_app"]

@@ -1,0 +1,99 @@
+"""The settings table: defaults, environment, command-line overrides, errors, documentation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import build_parser
+from proxy.settings import SETTINGS, Settings, SettingsError, settings_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_match_the_table() -> None:
+    loaded = Settings.load(environ={})
+    assert loaded == Settings()
+    assert loaded.upstream == "http://127.0.0.1:11434"
+    assert loaded.host == "127.0.0.1"
+    assert loaded.port == 11435
+    assert loaded.data_dir == Path("./graphgate-data")
+    assert loaded.api_key is None
+    assert set(loaded.sources.values()) == {"default"}
+
+
+def test_required_variable_names() -> None:
+    names = {s.env for s in SETTINGS}
+    for required in ("GRAPHGATE_UPSTREAM", "GRAPHGATE_HOST", "GRAPHGATE_PORT", "GRAPHGATE_DATA_DIR",
+                     "GRAPHGATE_API_KEY", "GRAPHGATE_MAX_BODY_BYTES", "GRAPHGATE_CONNECT_TIMEOUT",
+                     "GRAPHGATE_READ_TIMEOUT", "GRAPHGATE_CORS_ORIGINS", "GRAPHGATE_LOG_LEVEL"):
+        assert required in names
+
+
+def test_environment_then_cli_override() -> None:
+    env = {"GRAPHGATE_PORT": "9000", "GRAPHGATE_UPSTREAM": "http://127.0.0.1:9999/", "GRAPHGATE_API_KEY": "k"}
+    loaded = Settings.load(environ=env, overrides={"port": "9100", "host": None})
+    assert loaded.port == 9100
+    assert loaded.upstream == "http://127.0.0.1:9999"  # trailing slash dropped
+    assert loaded.api_key == "k"
+    assert loaded.sources["port"] == "cli"
+    assert loaded.sources["upstream"] == "env"
+    assert loaded.sources["host"] == "default"
+
+
+@pytest.mark.parametrize(("env", "value", "fragment"), [
+    ("GRAPHGATE_PORT", "eleven", "GRAPHGATE_PORT"),
+    ("GRAPHGATE_PORT", "70000", "between 0 and 65535"),
+    ("GRAPHGATE_UPSTREAM", "ftp://x", "http:// or https://"),
+    ("GRAPHGATE_MAX_BODY_BYTES", "12 parsecs", "size"),
+    ("GRAPHGATE_READ_TIMEOUT", "-1", "greater than 0"),
+    ("GRAPHGATE_LOG_LEVEL", "loud", "debug, info"),
+    ("GRAPHGATE_CORS_ORIGINS", "localhost:3000", "needs a scheme"),
+])
+def test_bad_values_name_the_variable(env: str, value: str, fragment: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.load(environ={env: value})
+    assert env in str(info.value)
+    assert fragment in str(info.value)
+    assert repr(value) in str(info.value)
+
+
+def test_bad_cli_value_names_the_flag() -> None:
+    with pytest.raises(SettingsError, match="--port"):
+        Settings.load(environ={}, overrides={"port": "x"})
+
+
+def test_sizes_accept_units() -> None:
+    assert Settings.load(environ={"GRAPHGATE_MAX_BODY_BYTES": "2MiB"}).max_body_bytes == 2 * 1024 * 1024
+    assert Settings.load(environ={"GRAPHGATE_MAX_BODY_BYTES": "50MB"}).max_body_bytes == 50_000_000
+
+
+def test_secrets_are_masked_in_descriptions() -> None:
+    rows = Settings.load(environ={"GRAPHGATE_API_KEY": "s3cret-value"}).describe()
+    shown = " ".join(value for _, value, _ in rows)
+    assert "s3cret-value" not in shown
+    assert "(set, hidden)" in shown
+
+
+def test_every_setting_is_a_cli_flag() -> None:
+    args = build_parser().parse_args(["serve", *[x for s in SETTINGS for x in (s.flag, s.default or "x")]])
+    for setting in SETTINGS:
+        assert getattr(args, setting.name) is not None
+
+
+def test_readme_settings_table_is_the_generated_one() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- settings:start -->")[1].split("<!-- settings:end -->")[0]
+    assert block.strip() == settings_markdown().strip(), "run `graphgate settings --markdown` and paste it"
+    for setting in SETTINGS:
+        assert f"`{setting.env}`" in block
+
+
+def test_cli_rejects_bad_environment_with_a_clear_message() -> None:
+    result = subprocess.run([sys.executable, "-m", "proxy", "serve"], capture_output=True, text=True,
+                            env={"GRAPHGATE_PORT": "eleven", "PATH": "/usr/bin:/bin"}, cwd=ROOT, timeout=60)
+    assert result.returncode == 2
+    assert "GRAPHGATE_PORT" in result.stderr and "'eleven'" in result.stderr
