@@ -31,19 +31,15 @@ class Upstream:
     def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url = settings.upstream
         self._timeout = httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
-                                      write=settings.read_timeout, pool=None)
-        self._client = httpx.AsyncClient(
-            base_url=self.url,
-            timeout=self._timeout,
-            transport=transport,
-            # no pool cap: a waiting pool slot would look like a hang to a chatting user
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            follow_redirects=False,
-            trust_env=False,
-        )
+                                      write=settings.read_timeout, pool=None).as_dict()
+        # The transport, not an AsyncClient: a client would keep one cookie jar for all users and
+        # add headers of its own (User-Agent, Accept); the proxy must forward what it was sent.
+        # No pool cap: a waiting pool slot would look like a hang to a chatting user.
+        self._transport = transport or httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
 
     def translate(self, exc: Exception) -> UpstreamError:
         """Turn an httpx exception into GraphGate's error with a message a user can act on."""
@@ -59,10 +55,10 @@ class Upstream:
     async def open(self, method: str, path: str, *, headers: Headers = (), content: Any = None,
                    params: Any = None) -> httpx.Response:
         """Send a request and return the response with its body not yet read."""
-        request = self._client.build_request(method, path, headers=list(headers), content=content,
-                                             params=params)
+        request = httpx.Request(method, self.url + path, params=params, headers=list(headers),
+                                content=content, extensions={"timeout": self._timeout})
         try:
-            return await self._client.send(request, stream=True)
+            return await self._transport.handle_async_request(request)
         except (httpx.HTTPError, OSError) as exc:
             raise self.translate(exc) from exc
 

@@ -1,0 +1,79 @@
+"""A changeset: everything one pipeline step commits at once, in all three stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class ChunkRow:
+    id: str
+    content: str
+    tokens: int
+    embedding: np.ndarray
+    key: int = 0  # assigned at commit
+
+
+@dataclass
+class EntityRow:
+    name_key: str
+    name: str
+    type: str
+    description: str
+    source_ids: list[str]
+    embed_hash: str
+    embedding: np.ndarray
+    key: int = 0  # 0: a new key is assigned at commit (new or re-embedded)
+
+
+@dataclass
+class RelationRow:
+    pair_key: str
+    source: str
+    target: str
+    keywords: list[str]
+    description: str
+    weight: float
+    source_ids: list[str]
+    embed_hash: str
+    embedding: np.ndarray
+    key: int = 0
+
+
+@dataclass
+class DocumentUpdate:
+    id: str
+    status: str
+    error: str | None = None
+    chunks_total: int | None = None
+    chunks_done: int | None = None
+
+
+@dataclass
+class Changeset:
+    chunks_added: list[ChunkRow] = field(default_factory=list)
+    chunks_removed: list[str] = field(default_factory=list)
+    links_added: list[tuple[str, str, int]] = field(default_factory=list)  # document, chunk, order
+    documents_removed: list[str] = field(default_factory=list)
+    entities_upserted: list[EntityRow] = field(default_factory=list)
+    entities_removed: list[str] = field(default_factory=list)            # name keys
+    relations_upserted: list[RelationRow] = field(default_factory=list)
+    relations_removed: list[str] = field(default_factory=list)           # pair keys
+    document: DocumentUpdate | None = None
+
+    def is_empty(self) -> bool:
+        return not any((self.chunks_added, self.chunks_removed, self.links_added, self.documents_removed,
+                        self.entities_upserted, self.entities_removed, self.relations_upserted,
+                        self.relations_removed, self.document))
+
+
+def pair_key(a: str, b: str) -> str:
+    first, second = sorted((a, b))
+    return f"{first}\x1f{second}"
+
+
+def split_pair(key: str) -> tuple[str, str]:
+    first, second = key.split("\x1f", 1)
+    return first, second

@@ -1,0 +1,130 @@
+"""The DuckDB schema, versioned. Each migration moves the store up one version, in a transaction.
+
+DuckDB is the source of truth: the vector indexes and the graph are rebuilt from it. Every row
+that has an embedding also has a ``key``: the integer the vector index knows it by. A changed
+embedding gets a new key, so "is the index in step with the tables?" is a comparison of key sets.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+V1 = """
+CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
+CREATE SEQUENCE vector_keys START 1;
+
+CREATE TABLE documents (
+    id VARCHAR PRIMARY KEY,            -- content hash of the extracted text
+    name VARCHAR NOT NULL,
+    mime VARCHAR NOT NULL,
+    size BIGINT NOT NULL,
+    status VARCHAR NOT NULL,           -- pending | processing | processed | failed
+    error VARCHAR,
+    text VARCHAR NOT NULL,             -- kept so that an interrupted document resumes without its file
+    chunks_total INTEGER NOT NULL DEFAULT 0,
+    chunks_done INTEGER NOT NULL DEFAULT 0,
+    replaces VARCHAR,                  -- id of the older version this one replaces once processed
+    created_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL,
+    processed_at TIMESTAMP
+);
+
+CREATE TABLE chunks (
+    id VARCHAR PRIMARY KEY,            -- content hash: shared by every document that contains it
+    key BIGINT NOT NULL,               -- from the vector_keys sequence: unique by construction
+    content VARCHAR NOT NULL,
+    tokens INTEGER NOT NULL,
+    embedding FLOAT[] NOT NULL
+);
+
+CREATE TABLE document_chunks (
+    document_id VARCHAR NOT NULL,
+    chunk_id VARCHAR NOT NULL,
+    ord INTEGER NOT NULL,
+    PRIMARY KEY (document_id, ord)
+);
+
+CREATE TABLE extractions (
+    chunk_id VARCHAR PRIMARY KEY,      -- content hash: nothing is ever extracted twice
+    model VARCHAR NOT NULL,
+    result VARCHAR NOT NULL,           -- normalised ExtractionResult JSON (all passes merged)
+    raw VARCHAR NOT NULL,              -- the model's replies as received
+    created_at TIMESTAMP NOT NULL
+);
+
+CREATE TABLE entities (
+    name_key VARCHAR PRIMARY KEY,      -- case-folded name: the identity
+    name VARCHAR NOT NULL,             -- canonical spelling
+    key BIGINT NOT NULL,               -- from the vector_keys sequence: unique by construction
+    type VARCHAR NOT NULL,
+    description VARCHAR NOT NULL,
+    source_ids VARCHAR[] NOT NULL,
+    embed_hash VARCHAR NOT NULL,       -- hash of the text the embedding was made from
+    embedding FLOAT[] NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL
+);
+
+CREATE TABLE relations (
+    pair_key VARCHAR PRIMARY KEY,      -- "<source key>\x1f<target key>", endpoints sorted: undirected
+    source VARCHAR NOT NULL,           -- entity name_key
+    target VARCHAR NOT NULL,
+    key BIGINT NOT NULL,               -- from the vector_keys sequence: unique by construction
+    keywords VARCHAR[] NOT NULL,
+    description VARCHAR NOT NULL,
+    weight DOUBLE NOT NULL,
+    source_ids VARCHAR[] NOT NULL,
+    embed_hash VARCHAR NOT NULL,
+    embedding FLOAT[] NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL
+);
+
+CREATE TABLE llm_cache (
+    kind VARCHAR NOT NULL,             -- extract | summary | keywords | answer
+    key VARCHAR NOT NULL,
+    model VARCHAR NOT NULL,
+    request VARCHAR NOT NULL,
+    response VARCHAR NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0,
+    kb_version BIGINT,
+    created_at TIMESTAMP NOT NULL,
+    last_hit_at TIMESTAMP,
+    PRIMARY KEY (kind, key)
+);
+
+CREATE TABLE aliases (
+    alias_key VARCHAR PRIMARY KEY,     -- a merged-away name keeps resolving to its target
+    target_key VARCHAR NOT NULL,
+    created_at TIMESTAMP NOT NULL
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'").fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Bring the database to SCHEMA_VERSION; refuse one written by a newer GraphGate."""
+    version = current_version(con)
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(f"the store has schema version {version}, newer than this GraphGate "
+                           f"({SCHEMA_VERSION}); upgrade GraphGate")
+    for number in range(version + 1, SCHEMA_VERSION + 1):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(MIGRATIONS[number - 1])
+            con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(number)])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+    return SCHEMA_VERSION

@@ -1,0 +1,94 @@
+"""DuckDB access: one writer, a small pool of readers, everything off the event loop.
+
+Writes run one at a time, each in a transaction, in a worker thread; readers get their own
+cursor (DuckDB's MVCC means a reader sees either all of a commit or none of it).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import duckdb
+
+from .schema import migrate
+
+T = TypeVar("T")
+Con = duckdb.DuckDBPyConnection
+
+READERS = 4
+
+
+class Database:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.con = duckdb.connect(str(path))
+        migrate(self.con)
+        self._readers: queue.SimpleQueue[Con] = queue.SimpleQueue()
+        for _ in range(READERS):
+            self._readers.put(self.con.cursor())
+        self.write_lock = anyio.Lock()
+        self._thread_lock = threading.Lock()  # also guards the sync entry points used by the CLI
+
+    def close(self) -> None:
+        while not self._readers.empty():
+            self._readers.get().close()
+        self.con.close()
+
+    # --- sync entry points (run in worker threads) ---
+
+    def read_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        cursor = self._readers.get()
+        try:
+            return fn(cursor, *args)
+        finally:
+            self._readers.put(cursor)
+
+    def write_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._thread_lock:
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                result = fn(self.con, *args)
+                self.con.execute("COMMIT")
+                return result
+            except BaseException:
+                self.con.execute("ROLLBACK")
+                raise
+
+    # --- async entry points ---
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(self.read_sync, fn, *args)
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self.write_lock:
+            # shielded: a cancelled caller must not leave a transaction half-way in its thread
+            with anyio.CancelScope(shield=True):
+                return await anyio.to_thread.run_sync(self.write_sync, fn, *args)
+
+
+def get_meta(con: Con, key: str, default: str | None = None) -> str | None:
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else default
+
+
+def set_meta(con: Con, key: str, value: str | int) -> None:
+    con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, str(value)])
+
+
+def bump_generation(con: Con) -> int:
+    """Every commit that changes indexed data moves the generation (and the KB version) on."""
+    generation = int(get_meta(con, "generation", "0") or 0) + 1
+    set_meta(con, "generation", generation)
+    return generation
+
+
+def next_keys(con: Con, count: int) -> list[int]:
+    if count <= 0:
+        return []
+    return [row[0] for row in con.execute("SELECT nextval('vector_keys') FROM range(?)", [count]).fetchall()]

@@ -1,0 +1,154 @@
+"""The knowledge store with its real engines: DuckDB, USearch and igraph kept in step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
+from proxy.store.knowledge import KnowledgeStore
+from proxy.store.schema import SCHEMA_VERSION, current_version
+
+pytestmark = pytest.mark.anyio
+
+DIM = 8
+
+
+def vec(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def entity(name: str, seed: int, sources: list[str], key: int = 0) -> EntityRow:
+    return EntityRow(name.casefold(), name, "Person", f"about {name}", sources, f"h{seed}", vec(seed), key)
+
+
+def relation(a: str, b: str, seed: int, sources: list[str]) -> RelationRow:
+    s, t = sorted((a.casefold(), b.casefold()))
+    return RelationRow(pair_key(s, t), s, t, ["knows"], f"{a} knows {b}", 1.0, sources, f"r{seed}", vec(seed))
+
+
+def sample_changes() -> Changeset:
+    return Changeset(
+        chunks_added=[ChunkRow("c1", "Alice met Bob.", 4, vec(1)), ChunkRow("c2", "Bob met Carol.", 4, vec(2))],
+        entities_upserted=[entity("Alice", 3, ["c1"]), entity("Bob", 4, ["c1", "c2"]), entity("Carol", 5, ["c2"])],
+        relations_upserted=[relation("Alice", "Bob", 6, ["c1"]), relation("Bob", "Carol", 7, ["c2"])],
+    )
+
+
+async def set_dim(store: KnowledgeStore) -> None:
+    from proxy.store.tables_duckdb import set_meta
+    await store.db.write(set_meta, "embed_dim", DIM)
+
+
+def assert_in_step(store: KnowledgeStore) -> None:
+    for table in ("chunks", "entities", "relations"):
+        db_keys = sorted(r[0] for r in store.db.read_sync(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall()))
+        assert sorted(int(k) for k in store.indexes[table].keys()) == db_keys, table
+    names = {r[0] for r in store.db.read_sync(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
+    assert store.graph.names() == names
+    pairs = {(r[0], r[1]) for r in store.db.read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())}
+    assert store.graph.edge_pairs() == pairs
+
+
+async def test_schema_is_versioned(tmp_path: Path) -> None:
+    store = await KnowledgeStore.open(tmp_path)
+    assert store.db.read_sync(current_version) == SCHEMA_VERSION
+    await store.close()
+    again = await KnowledgeStore.open(tmp_path)  # migrating twice is a no-op
+    assert again.db.read_sync(current_version) == SCHEMA_VERSION
+    await again.close()
+
+
+async def test_apply_updates_all_three_engines(tmp_path: Path) -> None:
+    store = await KnowledgeStore.open(tmp_path)
+    await set_dim(store)
+    await store.apply(sample_changes())
+    stats = await store.stats()
+    assert (stats["chunks"], stats["entities"], stats["relations"]) == (2, 3, 2)
+    assert stats["index_sizes"] == {"chunks": 2, "entities": 3, "relations": 2}
+    assert stats["graph"] == {"vertices": 3, "edges": 2}
+    assert store.graph.degree("bob") == 2
+    best = store.indexes["entities"].search(vec(3), 1)
+    alice_key = store.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='alice'").fetchone()[0])
+    assert best[0][0] == alice_key and best[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert_in_step(store)
+    await store.close()
+
+
+async def test_reembedding_gives_a_new_key_and_drops_the_old(tmp_path: Path) -> None:
+    store = await KnowledgeStore.open(tmp_path)
+    await set_dim(store)
+    await store.apply(sample_changes())
+    old = store.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
+    await store.apply(Changeset(entities_upserted=[entity("Bob", 40, ["c1", "c2"])]))
+    new = store.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
+    assert new != old
+    keys = {int(k) for k in store.indexes["entities"].keys()}
+    assert new in keys and old not in keys
+    assert_in_step(store)
+    await store.close()
+
+
+async def test_removal_leaves_no_orphans_in_any_engine(tmp_path: Path) -> None:
+    store = await KnowledgeStore.open(tmp_path)
+    await set_dim(store)
+    await store.apply(sample_changes())
+    await store.apply(Changeset(chunks_removed=["c2"], entities_removed=["carol"],
+                                relations_removed=[pair_key("bob", "carol")]))
+    stats = await store.stats()
+    assert (stats["chunks"], stats["entities"], stats["relations"]) == (1, 2, 1)
+    assert stats["graph"] == {"vertices": 2, "edges": 1}
+    assert_in_step(store)
+    await store.close()
+
+
+async def test_crash_between_commit_and_index_save_heals(tmp_path: Path) -> None:
+    store = await KnowledgeStore.open(tmp_path)
+    await set_dim(store)
+    await store.apply(sample_changes())
+    await store.save()
+    # a later commit reaches DuckDB but the process dies before the indexes are saved
+    await store.apply(Changeset(chunks_added=[ChunkRow("c3", "Dave.", 2, vec(9))],
+                                entities_upserted=[entity("Dave", 10, ["c3"])]))
+    store.db.close()  # no save
+    reopened = await KnowledgeStore.open(tmp_path)
+    assert len(reopened.indexes["chunks"]) == 3 and len(reopened.indexes["entities"]) == 4
+    assert_in_step(reopened)
+    assert reopened.indexes["chunks"].generation == reopened.generation  # healed copy saved
+    await reopened.close()
+
+
+@pytest.mark.parametrize("damage", ["delete", "corrupt"])
+async def test_missing_or_corrupt_index_files_are_rebuilt(tmp_path: Path, damage: str) -> None:
+    store = await KnowledgeStore.open(tmp_path)
+    await set_dim(store)
+    await store.apply(sample_changes())
+    await store.close()
+    for name in ("chunks", "entities", "relations"):
+        path = tmp_path / f"{name}.usearch"
+        if damage == "delete":
+            path.unlink()
+        else:
+            path.write_bytes(b"\x00garbage" * 10)
+    reopened = await KnowledgeStore.open(tmp_path)
+    assert_in_step(reopened)
+    assert len(reopened.indexes["relations"]) == 2
+    await reopened.close()
+
+
+async def test_document_update_and_generation(tmp_path: Path) -> None:
+    store = await KnowledgeStore.open(tmp_path)
+    from proxy.store.knowledge import now
+
+    await store.db.write(lambda c: c.execute(
+        "INSERT INTO documents (id, name, mime, size, status, text, created_at, updated_at) "
+        "VALUES ('d1', 'a.txt', 'text/plain', 3, 'pending', 'abc', ?, ?)", [now(), now()]))
+    before = store.generation
+    await store.apply(Changeset(document=DocumentUpdate("d1", "failed", error="boom")))
+    row = store.db.read_sync(lambda c: c.execute("SELECT status, error FROM documents").fetchone())
+    assert row == ("failed", "boom")
+    assert store.generation == before + 1
+    await store.close()
