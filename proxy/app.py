@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
+import duckdb
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from . import routes_ollama, routes_openai
+from . import routes_ollama, routes_openai, routes_rag
 from .chat import ChatPipeline
 from .errors import GraphGateError
+from .knowledge import Knowledge, run_knowledge
 from .middleware import build_middleware
 from .responses import error_response
 from .settings import Settings
@@ -34,6 +36,8 @@ class Gateway:
     settings: Settings
     upstream: Upstream
     chat: ChatPipeline
+    knowledge: Knowledge | None = None
+    knowledge_error: str | None = None  # why the knowledge store is unavailable, when it is
     tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
 
 
@@ -62,14 +66,22 @@ def create_app(settings: Settings | None = None, *,
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, transport=upstream_transport)
-        app.state.gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline())
+        gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline())
+        app.state.gateway = gateway
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                try:
+                    gateway.knowledge = await stack.enter_async_context(run_knowledge(settings, upstream))
+                except (OSError, duckdb.Error) as exc:
+                    # the gateway keeps proxying (unaugmented) even when the store cannot open
+                    gateway.knowledge_error = f"{type(exc).__name__}: {exc}"
+                    log.error("knowledge store at %s unavailable: %s", settings.data_dir, gateway.knowledge_error)
+                yield
         finally:
             await upstream.aclose()
 
     return Starlette(
-        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES],
+        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_rag.ROUTES],
         middleware=build_middleware(settings),
         exception_handlers={
             GraphGateError: on_graphgate_error,

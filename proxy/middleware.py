@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .responses import error_response
 from .settings import Settings
 
-PROTECTED_PREFIXES = ("/api/", "/v1/")
+PROTECTED_PREFIXES = ("/api/", "/v1/", "/rag/")
 
 
 def _origin_pattern(origins: Sequence[str]) -> re.Pattern[str]:

@@ -90,6 +90,26 @@ def parse_optional_str(raw: str) -> str | None:
     return raw if raw.strip() else None
 
 
+def parse_optional_path(raw: str) -> Path | None:
+    return Path(raw).expanduser() if raw.strip() else None
+
+
+def parse_names(raw: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    if not names:
+        raise ValueError("expected a comma-separated list with at least one name")
+    return names
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(f"expected a whole number from {low} to {high}")
+        return value
+    return parse
+
+
 def parse_path(raw: str) -> Path:
     if not raw.strip():
         raise ValueError("expected a directory path")
@@ -144,6 +164,43 @@ SETTINGS: tuple[Setting, ...] = (
             "allows all). The default is Ollama's: localhost pages on any port and app/extension schemes."),
     Setting("log_level", "GRAPHGATE_LOG_LEVEL", "info", parse_log_level,
             "Logging level: debug, info, warning, error or critical."),
+    # --- knowledge store and ingestion ---
+    Setting("llm_model", "GRAPHGATE_LLM_MODEL", "", parse_optional_str,
+            "Upstream chat model for extraction and summaries; unset: the first model the upstream "
+            "lists with the `completion` capability."),
+    Setting("embed_model", "GRAPHGATE_EMBED_MODEL", "nomic-embed-text", str,
+            "Upstream embedding model. Changing it to one of another dimension requires `graphgate reindex`."),
+    Setting("embed_batch", "GRAPHGATE_EMBED_BATCH", "32", int_between(1, 1024),
+            "Texts per upstream /api/embed call."),
+    Setting("chunk_tokens", "GRAPHGATE_CHUNK_TOKENS", "1200", int_between(64, 32768),
+            "Chunk size in tokens (tiktoken cl100k_base)."),
+    Setting("chunk_overlap", "GRAPHGATE_CHUNK_OVERLAP", "100", int_between(0, 4096),
+            "Tokens of the previous chunk repeated at the start of the next."),
+    Setting("entity_types", "GRAPHGATE_ENTITY_TYPES",
+            "Person,Creature,Organization,Location,Event,Concept,Method,Content,Data,Artifact,NaturalObject",
+            parse_names, "Comma-separated entity types the extraction asks for (others become `Other`)."),
+    Setting("language", "GRAPHGATE_LANGUAGE", "English", str,
+            "Language of extracted descriptions and summaries."),
+    Setting("gleaning", "GRAPHGATE_GLEANING", "1", int_between(0, 3),
+            "Extra extraction passes per chunk that ask only for what was missed (0-3)."),
+    Setting("summary_fragments", "GRAPHGATE_SUMMARY_FRAGMENTS", "8", int_between(2, 1000),
+            "An entity or relation description is summarised by the LLM once it has this many fragments..."),
+    Setting("summary_tokens", "GRAPHGATE_SUMMARY_TOKENS", "1200", int_between(100, 100000),
+            "...or once its joined fragments exceed this many tokens."),
+    Setting("llm_concurrency", "GRAPHGATE_LLM_CONCURRENCY", "2", int_between(1, 64),
+            "GraphGate's own upstream calls at once (extraction, summaries, embeddings, keywords); "
+            "chat-time calls get the next free slot first."),
+    Setting("parallel_documents", "GRAPHGATE_PARALLEL_DOCUMENTS", "4", int_between(1, 64),
+            "Documents processed at once (their chunks share the LLM slots)."),
+    Setting("llm_retries", "GRAPHGATE_LLM_RETRIES", "3", int_between(1, 10),
+            "Tries for an upstream call that fails transiently (connection error, 5xx, timeout)."),
+    Setting("max_upload_bytes", "GRAPHGATE_MAX_UPLOAD_BYTES", "50MB", parse_size,
+            "Largest document accepted for ingestion."),
+    Setting("inbox_dir", "GRAPHGATE_INBOX_DIR", "", parse_optional_path,
+            "Optional folder watched for new files, which are ingested automatically."),
+    Setting("index_save_seconds", "GRAPHGATE_INDEX_SAVE_SECONDS", "30", parse_positive_float,
+            "How often changed vector indexes are saved (they are also saved at shutdown and healed "
+            "from the database after a crash)."),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -170,6 +227,23 @@ class Settings:
     discovery_timeout: float = 5.0
     cors_origins: tuple[str, ...] = field(default_factory=lambda: parse_origins(DEFAULT_ORIGINS))
     log_level: str = "info"
+    llm_model: str | None = None
+    embed_model: str = "nomic-embed-text"
+    embed_batch: int = 32
+    chunk_tokens: int = 1200
+    chunk_overlap: int = 100
+    entity_types: tuple[str, ...] = ("Person", "Creature", "Organization", "Location", "Event", "Concept",
+                                     "Method", "Content", "Data", "Artifact", "NaturalObject")
+    language: str = "English"
+    gleaning: int = 1
+    summary_fragments: int = 8
+    summary_tokens: int = 1200
+    llm_concurrency: int = 2
+    parallel_documents: int = 4
+    llm_retries: int = 3
+    max_upload_bytes: int = 50_000_000
+    inbox_dir: Path | None = None
+    index_save_seconds: float = 30.0
     # where each value came from: "default", "env" or "cli" (shown by the console)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -220,6 +294,8 @@ def settings_markdown() -> str:
         default = f"`{setting.default}`" if setting.default else "(unset)"
         if setting is SETTINGS_BY_NAME["cors_origins"]:
             default = "Ollama's defaults"
+        elif setting is SETTINGS_BY_NAME["entity_types"]:
+            default = "LightRAG's eleven"
         meaning = setting.help.replace("|", "\\|")
         lines.append(f"| `{setting.env}` | `{setting.flag}` | {default} | {meaning} |")
     return "\n".join(lines) + "\n"

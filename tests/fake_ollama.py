@@ -55,7 +55,7 @@ SPECIAL_ERRORS = {
 }
 SPECIAL_MODELS = {*SPECIAL_ERRORS, "hang", "slow-first", "disconnect", "midstream-error"}
 TAG_FIELDS = ("name", "model", "modified_at", "size", "digest", "details")
-ZERO_DURATION = re.compile(r"^[+-]?0*(\.0*)?(ns|us|µs|ms|s|m|h)?$")
+ZERO_DURATION = re.compile(r"^[+-]?0+(\.0*)?(ns|us|µs|ms|s|m|h)?$")
 
 
 @dataclass

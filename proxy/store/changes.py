@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +64,8 @@ class Changeset:
     relations_upserted: list[RelationRow] = field(default_factory=list)
     relations_removed: list[str] = field(default_factory=list)           # pair keys
     document: DocumentUpdate | None = None
+    # more statements for the same transaction (cache entries, for instance): fn(connection)
+    also: list[Callable[[Any], None]] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not any((self.chunks_added, self.chunks_removed, self.links_added, self.documents_removed,

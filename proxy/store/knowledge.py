@@ -19,7 +19,7 @@ import numpy as np
 
 from .changes import Changeset, split_pair
 from .graph_igraph import EntityGraph
-from .tables_duckdb import Con, Database, bump_generation, get_meta, next_keys
+from .tables_duckdb import Con, Database, bump_generation, get_meta, next_keys, set_meta
 from .vectors_usearch import VectorIndex
 
 log = logging.getLogger("graphgate.store")
@@ -185,6 +185,11 @@ def _write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta],
     _write_relations(con, changes, deltas["relations"], stamp)
     if changes.document is not None:
         _update_document(con, changes.document, stamp)
+    for statement in changes.also:
+        statement(con)
+    dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
+    if dim and get_meta(con, "embed_dim") is None:
+        set_meta(con, "embed_dim", dim)
     return deltas, bump_generation(con)
 
 

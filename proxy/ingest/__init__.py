@@ -1,0 +1,1 @@
+"""Ingestion: parsing, chunking, extraction and the document pipeline."""

@@ -1,0 +1,143 @@
+"""SQL for documents and their progress (all run through the store's single writer or readers)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from ..models import CacheEntry
+from ..store.knowledge import now
+from ..store.tables_duckdb import Con
+
+STATUSES = ("pending", "processing", "processed", "failed")
+_COLUMNS = ("id", "name", "mime", "size", "status", "error", "chunks_total", "chunks_done", "replaces",
+            "created_at", "updated_at", "processed_at")
+
+
+def _row(values: tuple[Any, ...]) -> dict[str, Any]:
+    doc = dict(zip(_COLUMNS, values, strict=True))
+    for stamp in ("created_at", "updated_at", "processed_at"):
+        if isinstance(doc[stamp], datetime):
+            doc[stamp] = doc[stamp].isoformat(timespec="milliseconds") + "Z"
+    return doc
+
+
+def get_document(con: Con, document_id: str) -> dict[str, Any] | None:
+    row = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM documents WHERE id = ?", [document_id]).fetchone()
+    return _row(row) if row else None
+
+
+def get_text(con: Con, document_id: str) -> str | None:
+    row = con.execute("SELECT text FROM documents WHERE id = ?", [document_id]).fetchone()
+    return row[0] if row else None
+
+
+def documents_named(con: Con, name: str) -> list[dict[str, Any]]:
+    rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM documents WHERE name = ? ORDER BY created_at",
+                       [name]).fetchall()
+    return [_row(r) for r in rows]
+
+
+def list_documents(con: Con, *, status: str | None, search: str | None, sort: str, descending: bool,
+                   limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+    where, args = [], []
+    if status:
+        where.append("status = ?")
+        args.append(status)
+    if search:
+        where.append("name ILIKE ? ESCAPE '\\'")
+        args.append("%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    order = sort if sort in ("name", "created_at", "updated_at", "size", "status", "chunks_total") else "created_at"
+    direction = "DESC" if descending else "ASC"
+    total = con.execute(f"SELECT count(*) FROM documents {clause}", args).fetchone()[0]
+    rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM documents {clause} ORDER BY {order} {direction}, id "
+                       "LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
+    return [_row(r) for r in rows], total
+
+
+def unfinished_ids(con: Con) -> list[str]:
+    return [r[0] for r in con.execute(
+        "SELECT id FROM documents WHERE status IN ('pending', 'processing') ORDER BY created_at").fetchall()]
+
+
+def insert_document(con: Con, doc: dict[str, Any], text: str) -> None:
+    stamp = now()
+    con.execute("INSERT INTO documents (id, name, mime, size, status, text, replaces, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+                [doc["id"], doc["name"], doc["mime"], doc["size"], text, doc.get("replaces"), stamp, stamp])
+
+
+def delete_unprocessed(con: Con, document_id: str) -> None:
+    con.execute("DELETE FROM document_chunks WHERE document_id = ?", [document_id])
+    con.execute("DELETE FROM documents WHERE id = ?", [document_id])
+
+
+def set_status(con: Con, document_id: str, status: str, error: str | None = None,
+               total: int | None = None, done: int | None = None) -> None:
+    con.execute("UPDATE documents SET status = ?, error = ?, chunks_total = coalesce(?, chunks_total), "
+                "chunks_done = coalesce(?, chunks_done), updated_at = ? WHERE id = ?",
+                [status, error, total, done, now(), document_id])
+
+
+def extracted_ids(con: Con, chunk_ids: list[str]) -> set[str]:
+    if not chunk_ids:
+        return set()
+    return {r[0] for r in con.execute(
+        "SELECT chunk_id FROM extractions WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))", [chunk_ids]).fetchall()}
+
+
+def stored_chunk_ids(con: Con, chunk_ids: list[str]) -> set[str]:
+    if not chunk_ids:
+        return set()
+    return {r[0] for r in con.execute(
+        "SELECT id FROM chunks WHERE id IN (SELECT unnest(?::VARCHAR[]))", [chunk_ids]).fetchall()}
+
+
+def orphaned_chunks(con: Con, document_id: str, keep: list[str]) -> list[str]:
+    """Chunks of ``document_id`` that no other document links to and that are not in ``keep``."""
+    rows = con.execute("""
+        SELECT DISTINCT chunk_id FROM document_chunks d
+        WHERE document_id = ? AND NOT EXISTS (
+            SELECT 1 FROM document_chunks o WHERE o.chunk_id = d.chunk_id AND o.document_id <> d.document_id)
+        """, [document_id]).fetchall()
+    kept = set(keep)
+    return sorted(r[0] for r in rows if r[0] not in kept)
+
+
+def record_extraction(con: Con, document_id: str, chunk_id: str, model: str, result_json: str,
+                      raw: list[str], entries: list[CacheEntry], hits: list[CacheEntry]) -> None:
+    stamp = now()
+    con.execute("INSERT OR REPLACE INTO extractions VALUES (?, ?, ?, ?, ?)",
+                [chunk_id, model, result_json, json.dumps(raw, ensure_ascii=False), stamp])
+    write_cache(con, entries, hits)
+    con.execute("UPDATE documents SET chunks_done = chunks_done + 1, updated_at = ? WHERE id = ?",
+                [stamp, document_id])
+
+
+def write_cache(con: Con, entries: list[CacheEntry], hits: list[CacheEntry]) -> None:
+    stamp = now()
+    for e in entries:
+        con.execute("INSERT OR IGNORE INTO llm_cache (kind, key, model, request, response, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)", [e.kind, e.key, e.model, e.request, e.response, stamp])
+    for e in hits:
+        con.execute("UPDATE llm_cache SET hits = hits + 1, last_hit_at = ? WHERE kind = ? AND key = ?",
+                    [stamp, e.kind, e.key])
+
+
+def cached_response(con: Con, kind: str, key: str) -> str | None:
+    row = con.execute("SELECT response FROM llm_cache WHERE kind = ? AND key = ?", [kind, key]).fetchone()
+    return row[0] if row else None
+
+
+def document_counts(con: Con, document_id: str) -> dict[str, int]:
+    chunks = con.execute("SELECT count(DISTINCT chunk_id) FROM document_chunks WHERE document_id = ?",
+                         [document_id]).fetchone()[0]
+    entities = con.execute("""
+        SELECT count(*) FROM entities WHERE list_has_any(source_ids,
+            (SELECT list(chunk_id) FROM document_chunks WHERE document_id = ?))""", [document_id]).fetchone()[0]
+    relations = con.execute("""
+        SELECT count(*) FROM relations WHERE list_has_any(source_ids,
+            (SELECT list(chunk_id) FROM document_chunks WHERE document_id = ?))""", [document_id]).fetchone()[0]
+    return {"chunks": chunks, "entities": entities, "relations": relations}

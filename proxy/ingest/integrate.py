@@ -1,0 +1,184 @@
+"""Turning added and removed chunks into graph changes: load the touched names, recompute them
+from their sources (``merging``), summarise long descriptions, embed what changed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..limiter import Priority
+from ..models import CacheEntry, ModelClient
+from ..settings import Settings
+from ..store.changes import EntityRow, RelationRow
+from ..store.knowledge import KnowledgeStore
+from ..store.tables_duckdb import Con
+from ..tokens import Tokenizer
+from .extraction import ExtractionResult
+from .merging import (
+    EntityState,
+    ExistingEntity,
+    RelationState,
+    embed_hash,
+    entity_row,
+    entity_state,
+    entity_text,
+    mentions,
+    merged_sources,
+    relation_row,
+    relation_state,
+    relation_text,
+)
+
+log = logging.getLogger("graphgate.ingest")
+
+SUMMARY_SCHEMA = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}
+SEPARATOR = "\n"
+
+
+def summary_messages(subject: str, fragments: list[str], language: str) -> list[dict[str, str]]:
+    listing = "\n".join(f"- {f}" for f in fragments)
+    return [
+        {"role": "system", "content": (
+            "You merge notes about one subject of a knowledge graph into a single description. Keep every "
+            "distinct fact, drop repetition, resolve nothing by guessing, write in the third person, "
+            f"in {language}. Reply with JSON: {{\"summary\": \"...\"}}.")},
+        {"role": "user", "content": f"Subject: {subject}\n\nNotes:\n{listing}"},
+    ]
+
+
+@dataclass
+class GraphChanges:
+    entities: list[EntityRow] = field(default_factory=list)
+    relations: list[RelationRow] = field(default_factory=list)
+    entities_removed: list[str] = field(default_factory=list)
+    relations_removed: list[str] = field(default_factory=list)
+    cache_entries: list[CacheEntry] = field(default_factory=list)
+
+
+class Integrator:
+    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: Settings, tokenizer: Tokenizer) -> None:
+        self.store = store
+        self.models = models
+        self.settings = settings
+        self.tokenizer = tokenizer
+
+    async def changes(self, added: dict[str, ExtractionResult], removed: set[str]) -> GraphChanges:
+        db = self.store.db
+        aliases = await db.read(load_aliases)
+        new_entities: dict[str, list[str]] = {}
+        new_pairs: dict[str, list[str]] = {}
+        for chunk_id, result in added.items():
+            entity_keys, pairs = mentions(result, aliases)
+            for key in entity_keys:
+                new_entities.setdefault(key, []).append(chunk_id)
+            for pair in pairs:
+                new_pairs.setdefault(pair, []).append(chunk_id)
+        touched_entities, touched_pairs = await db.read(touched_by, sorted(removed))
+        old_entities = await db.read(load_existing, "entities", "name_key", sorted(set(new_entities) | touched_entities))
+        old_relations = await db.read(load_existing, "relations", "pair_key", sorted(set(new_pairs) | touched_pairs))
+
+        out = GraphChanges()
+        entity_sources = self._sources(new_entities, old_entities, removed, out.entities_removed)
+        relation_sources = self._sources(new_pairs, old_relations, removed, out.relations_removed)
+        wanted = {c for s in (*entity_sources.values(), *relation_sources.values()) for c in s} - set(added)
+        results = {**await db.read(load_extractions, sorted(wanted)), **added}
+
+        entity_states = [entity_state(k, old_entities[k].name if k in old_entities else None, s, results, aliases)
+                         for k, s in entity_sources.items()]
+        relation_states = [relation_state(k, s, results, aliases) for k, s in relation_sources.items()]
+        names = {state.name_key: state.name for state in entity_states}
+        await self._build_rows(entity_states, relation_states, names, old_entities, old_relations, out)
+        return out
+
+    @staticmethod
+    def _sources(new: dict[str, list[str]], old: dict[str, ExistingEntity], removed: set[str],
+                 gone: list[str]) -> dict[str, list[str]]:
+        sources = {}
+        for key in sorted(set(new) | set(old)):
+            merged = merged_sources(old[key].source_ids if key in old else [], new.get(key, []), removed)
+            if merged:
+                sources[key] = merged
+            elif key in old:
+                gone.append(key)
+        return sources
+
+    async def _describe(self, subject: str, fragments: list[str], out: GraphChanges) -> str:
+        joined = SEPARATOR.join(fragments)
+        too_many = len(fragments) >= self.settings.summary_fragments
+        if not too_many and self.tokenizer.count(joined) <= self.settings.summary_tokens:
+            return joined
+        reply = await self.models.structured("summary", summary_messages(subject, fragments, self.settings.language),
+                                             SUMMARY_SCHEMA, priority=Priority.SUMMARY)
+        try:
+            summary = str(json.loads(reply.content)["summary"]).strip()
+        except (ValueError, KeyError, TypeError):
+            log.warning("summary for %r was not valid JSON; keeping the joined descriptions", subject)
+            return joined
+        if not summary:
+            return joined
+        out.cache_entries.append(reply.entry)
+        return summary
+
+    async def _build_rows(self, entities: list[EntityState], relations: list[RelationState], names: dict[str, str],
+                          old_entities: dict[str, ExistingEntity], old_relations: dict[str, ExistingEntity],
+                          out: GraphChanges) -> None:
+        model = self.settings.embed_model
+        pending: list[tuple[str, str, str, object, str]] = []  # kind, key, description, state, text
+        for state in entities:
+            description = await self._describe(state.name, state.fragments, out)
+            pending.append(("entity", state.name_key, description, state, entity_text(state.name, description)))
+        for rel in relations:
+            description = await self._describe(f"{names.get(rel.source, rel.source)} and "
+                                               f"{names.get(rel.target, rel.target)}", rel.fragments, out)
+            text = relation_text(rel.keywords, names.get(rel.source, rel.source),
+                                 names.get(rel.target, rel.target), description)
+            pending.append(("relation", rel.pair_key, description, rel, text))
+        digests = [embed_hash(model, text) for *_, text in pending]
+        old = {**{("entity", k): v for k, v in old_entities.items()},
+               **{("relation", k): v for k, v in old_relations.items()}}
+        stale = [i for i, (kind, key, *_rest) in enumerate(pending)
+                 if (kind, key) not in old or old[(kind, key)].embed_hash != digests[i]]
+        vectors = await self.models.embed([pending[i][4] for i in stale], priority=Priority.INGEST)
+        fresh = dict(zip(stale, vectors, strict=True))
+        for i, (kind, key, description, state, _text) in enumerate(pending):
+            existing = old.get((kind, key))
+            if kind == "entity":
+                out.entities.append(entity_row(state, description, digests[i], existing, fresh.get(i)))  # type: ignore[arg-type]
+            else:
+                out.relations.append(relation_row(state, description, digests[i], existing, fresh.get(i)))  # type: ignore[arg-type]
+
+
+def load_aliases(con: Con) -> dict[str, str]:
+    return dict(con.execute("SELECT alias_key, target_key FROM aliases").fetchall())
+
+
+def touched_by(con: Con, chunk_ids: list[str]) -> tuple[set[str], set[str]]:
+    if not chunk_ids:
+        return set(), set()
+    entities = {r[0] for r in con.execute(
+        "SELECT name_key FROM entities WHERE list_has_any(source_ids, ?::VARCHAR[])", [chunk_ids]).fetchall()}
+    pairs = {r[0] for r in con.execute(
+        "SELECT pair_key FROM relations WHERE list_has_any(source_ids, ?::VARCHAR[])", [chunk_ids]).fetchall()}
+    return entities, pairs
+
+
+def load_existing(con: Con, table: str, id_column: str, keys: list[str]) -> dict[str, ExistingEntity]:
+    if not keys:
+        return {}
+    name = "name" if table == "entities" else "''"
+    rows = con.execute(f"SELECT {id_column}, {name}, source_ids, key, embed_hash, embedding FROM {table} "
+                       f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchall()
+    return {r[0]: ExistingEntity(r[1], list(r[2]), r[3], r[4], np.asarray(r[5], dtype=np.float32)) for r in rows}
+
+
+def load_extractions(con: Con, chunk_ids: Iterable[str]) -> dict[str, ExtractionResult]:
+    ids = list(chunk_ids)
+    if not ids:
+        return {}
+    rows = con.execute("SELECT chunk_id, result FROM extractions WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))",
+                       [ids]).fetchall()
+    return {chunk_id: ExtractionResult.from_json(result) for chunk_id, result in rows}

@@ -1,0 +1,301 @@
+"""The document pipeline: durable, resumable, one document at a time per worker.
+
+    pending --(worker)--> processing: chunk -> extract each new chunk (progress per chunk)
+                          -> merge + embed + commit in one transaction -> processed | failed
+
+A document is stored before its upload is acknowledged; at start-up every pending or interrupted
+document is queued again, and chunks whose extraction is stored are not sent to the LLM twice.
+Merging is serialised (``merge_lock``) so concurrent documents never race on an entity.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from anyio.abc import TaskGroup
+
+from ..errors import Conflict, GraphGateError, NotFound
+from ..limiter import Priority
+from ..models import CacheEntry, ModelClient
+from ..settings import Settings
+from ..store.changes import Changeset, ChunkRow, DocumentUpdate
+from ..store.knowledge import KnowledgeStore
+from ..store.tables_duckdb import set_meta
+from ..tokens import Tokenizer
+from . import documents as sql
+from .chunking import Chunk, chunk_text
+from .extraction import (
+    ExtractionFormatError,
+    ExtractionResult,
+    extraction_messages,
+    extraction_schema,
+    gleaning_messages,
+    merge_passes,
+    parse_extraction,
+)
+from .integrate import Integrator, load_extractions
+from .parsing import ParsedDocument
+
+log = logging.getLogger("graphgate.ingest")
+
+
+class ExtractionFailed(GraphGateError):
+    status = 502
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first real error inside (possibly nested) exception groups from task groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = next((e for e in exc.exceptions if isinstance(e, GraphGateError)), exc.exceptions[0])
+    return exc
+
+
+def describe(error: BaseException) -> str:
+    if isinstance(error, GraphGateError):
+        return error.message
+    return f"internal error: {type(error).__name__}: {error}"
+
+
+@dataclass
+class Work:
+    document_id: str
+    name: str
+    phase: str = "queued"
+    done: int = 0
+    total: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Pipeline:
+    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: Settings, tokenizer: Tokenizer) -> None:
+        self.store = store
+        self.models = models
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.integrator = Integrator(store, models, settings, tokenizer)
+        self.merge_lock = anyio.Lock()
+        self._send, self._receive = anyio.create_memory_object_stream[str](max_buffer_size=1_000_000)
+        self.queued: dict[str, None] = {}
+        self.running: dict[str, tuple[Work, anyio.CancelScope]] = {}
+        self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
+        self.idle = anyio.Event()
+
+    # --- lifecycle ---
+
+    async def start(self, group: TaskGroup) -> None:
+        for document_id in await self.store.db.read(sql.unfinished_ids):
+            self._enqueue(document_id)
+        for _ in range(self.settings.parallel_documents):
+            group.start_soon(self._worker)
+
+    def _enqueue(self, document_id: str) -> None:
+        if document_id not in self.queued and document_id not in self.running:
+            self.queued[document_id] = None
+            self.idle = anyio.Event() if self.idle.is_set() else self.idle
+            self._send.send_nowait(document_id)
+
+    async def _worker(self) -> None:
+        async for document_id in self._receive:
+            if self.queued.pop(document_id, "gone") == "gone":
+                continue  # deleted or replaced while queued
+            with anyio.CancelScope() as scope:
+                work = Work(document_id, "")
+                self.running[document_id] = (work, scope)
+                try:
+                    await self._process(work)
+                except Exception as exc:  # noqa: BLE001 - a failure must not kill the worker
+                    error = first_error(exc)
+                    if not isinstance(error, GraphGateError):
+                        log.error("processing %s failed", document_id, exc_info=error)
+                    await self._fail(document_id, describe(error))
+                finally:
+                    self.running.pop(document_id, None)
+            if not self.queued and not self.running:
+                self.idle.set()
+
+    async def _fail(self, document_id: str, message: str) -> None:
+        log.warning("document %s failed: %s", document_id, message)
+        with anyio.CancelScope(shield=True):
+            await self.store.db.write(sql.set_status, document_id, "failed", message)
+
+    async def wait_idle(self) -> None:
+        if self.queued or self.running:
+            await self.idle.wait()
+
+    # --- submitting, retrying, deleting ---
+
+    async def submit(self, parsed: ParsedDocument) -> tuple[dict[str, Any], str]:
+        """Store the document durably and queue it; ("accepted" | "duplicate" | "replaced")."""
+        document_id = "doc-" + hashlib.sha256(parsed.text.encode()).hexdigest()
+        async with self.merge_lock:
+            existing = await self.store.db.read(sql.get_document, document_id)
+            if existing is not None:
+                return existing, "duplicate"
+            replaces = None
+            for older in await self.store.db.read(sql.documents_named, parsed.name):
+                if older["status"] == "processed":
+                    replaces = older["id"]
+                else:  # an unfinished older version has contributed nothing: drop it
+                    self._cancel(older["id"])
+                    await self.store.db.write(sql.delete_unprocessed, older["id"])
+            record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
+                      "replaces": replaces}
+            await self.store.db.write(sql.insert_document, record, parsed.text)
+        self._enqueue(document_id)
+        document = await self.store.db.read(sql.get_document, document_id)
+        assert document is not None
+        return document, "replaced" if replaces else "accepted"
+
+    async def retry(self, document_id: str) -> dict[str, Any]:
+        document = await self._get(document_id)
+        if document["status"] != "failed":
+            raise Conflict(f"document {document_id} is {document['status']}; only failed documents can be retried")
+        await self.store.db.write(sql.set_status, document_id, "pending", None)
+        self._enqueue(document_id)
+        return await self._get(document_id)
+
+    async def delete(self, document_id: str) -> dict[str, Any]:
+        """Remove the document; names that lose every source go, the rest are rebuilt (no extraction)."""
+        document = await self._get(document_id)
+        self._cancel(document_id)
+        async with self.merge_lock:
+            removed = await self.store.db.read(sql.orphaned_chunks, document_id, [])
+            graph = await self.integrator.changes({}, set(removed))
+            changes = Changeset(chunks_removed=removed, documents_removed=[document_id],
+                                entities_upserted=graph.entities, entities_removed=graph.entities_removed,
+                                relations_upserted=graph.relations, relations_removed=graph.relations_removed,
+                                also=[functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[])])
+            await self.store.apply(changes)
+        return {"document": document, "chunks_removed": len(removed),
+                "entities_removed": len(graph.entities_removed), "entities_updated": len(graph.entities),
+                "relations_removed": len(graph.relations_removed), "relations_updated": len(graph.relations)}
+
+    def _cancel(self, document_id: str) -> None:
+        self.queued.pop(document_id, None)
+        if document_id in self.running:
+            self.running[document_id][1].cancel()
+
+    async def _get(self, document_id: str) -> dict[str, Any]:
+        document = await self.store.db.read(sql.get_document, document_id)
+        if document is None:
+            raise NotFound(f"document {document_id} not found")
+        return document
+
+    # --- processing one document ---
+
+    async def _process(self, work: Work) -> None:
+        db = self.store.db
+        document = await self._get(work.document_id)
+        work.name = document["name"]
+        text = await db.read(sql.get_text, work.document_id)
+        work.phase = "chunking"
+        chunks = await anyio.to_thread.run_sync(functools.partial(
+            chunk_text, text or "", self.tokenizer, size=self.settings.chunk_tokens,
+            overlap=self.settings.chunk_overlap))
+        unique = list({c.id: c for c in chunks}.values())
+        done = await db.read(sql.extracted_ids, [c.id for c in unique])
+        work.phase, work.total, work.done = "extracting", len(unique), len(done)
+        await db.write(sql.set_status, work.document_id, "processing", None, len(unique), len(done))
+        async with anyio.create_task_group() as group:
+            for chunk in unique:
+                if chunk.id not in done:
+                    group.start_soon(self._extract_chunk, work, chunk)
+        work.phase = "merging"
+        async with self.merge_lock:
+            await self._merge(work, document, chunks, unique)
+
+    async def _extract_chunk(self, work: Work, chunk: Chunk) -> None:
+        result, raw, entries, hits = await self._extract(chunk)
+        model = entries[0].model if entries else (hits[0].model if hits else "")
+        await self.store.db.write(sql.record_extraction, work.document_id, chunk.id, model, result.to_json(),
+                                  raw, entries, hits)
+        work.done += 1
+        self.finished.append((time.monotonic(), 1))
+
+    async def _extract(self, chunk: Chunk) -> tuple[ExtractionResult, list[str], list[CacheEntry], list[CacheEntry]]:
+        types, language = self.settings.entity_types, self.settings.language
+        schema = extraction_schema()
+        messages = extraction_messages(chunk.content, entity_types=types, language=language)
+        raw: list[str] = []
+        entries: list[CacheEntry] = []
+        hits: list[CacheEntry] = []
+        result = None
+        for attempt in range(1, self.settings.llm_retries + 1):
+            reply = await self.models.structured("extract", messages, schema, priority=Priority.INGEST)
+            raw.append(reply.content)
+            try:
+                result = parse_extraction(reply.content, entity_types=types)
+            except ExtractionFormatError as exc:
+                log.warning("extraction reply for chunk %s was not valid JSON (try %d): %s", chunk.id, attempt, exc)
+                error = exc
+                continue
+            (hits if reply.cached else entries).append(reply.entry)
+            break
+        if result is None:
+            raise ExtractionFailed(f"the model's extraction for chunk {chunk.order + 1} was not valid JSON after "
+                                   f"{self.settings.llm_retries} tries: {error}")
+        for _ in range(self.settings.gleaning):
+            reply = await self.models.structured("extract", gleaning_messages(
+                chunk.content, result, entity_types=types, language=language), schema, priority=Priority.INGEST)
+            raw.append(reply.content)
+            try:
+                extra = parse_extraction(reply.content, entity_types=types)
+            except ExtractionFormatError as exc:
+                log.warning("gleaning reply for chunk %s was not valid JSON; keeping the first pass: %s", chunk.id, exc)
+                break
+            (hits if reply.cached else entries).append(reply.entry)
+            if extra.is_empty():
+                break
+            result = merge_passes(result, extra)
+        return result, raw, entries, hits
+
+    async def _merge(self, work: Work, document: dict[str, Any], chunks: list[Chunk], unique: list[Chunk]) -> None:
+        db = self.store.db
+        ids = [c.id for c in unique]
+        stored = await db.read(sql.stored_chunk_ids, ids)
+        new_chunks = [c for c in unique if c.id not in stored]
+        added = await db.read(load_extractions, [c.id for c in new_chunks])
+        missing = [c.id for c in new_chunks if c.id not in added]
+        if missing:
+            raise ExtractionFailed(f"{len(missing)} chunks have no stored extraction; retry the document")
+        replaces = document.get("replaces")
+        removed = await db.read(sql.orphaned_chunks, replaces, ids) if replaces else []
+        graph = await self.integrator.changes(added, set(removed))
+        vectors = await self.models.embed([c.content for c in new_chunks], priority=Priority.INGEST)
+        changes = Changeset(
+            chunks_added=[ChunkRow(c.id, c.content, c.tokens, v) for c, v in zip(new_chunks, vectors, strict=True)],
+            chunks_removed=removed,
+            links_added=[(work.document_id, c.id, c.order) for c in chunks],
+            documents_removed=[replaces] if replaces else [],
+            entities_upserted=graph.entities, entities_removed=graph.entities_removed,
+            relations_upserted=graph.relations, relations_removed=graph.relations_removed,
+            document=DocumentUpdate(work.document_id, "processed", None, len(unique), len(unique)),
+            also=[functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[]),
+                  functools.partial(set_meta, key="embed_model", value=self.settings.embed_model)],
+        )
+        await self.store.apply(changes)
+        log.info("document %s (%s) processed: %d chunks, %d entities and %d relations touched", work.name,
+                 work.document_id[:16], len(unique), len(graph.entities), len(graph.relations))
+
+    # --- status ---
+
+    def status(self) -> dict[str, Any]:
+        now = time.monotonic()
+        recent = sum(n for t, n in self.finished if now - t <= 60)
+        return {
+            "queued": list(self.queued),
+            "running": [{"id": w.document_id, "name": w.name, "phase": w.phase, "done": w.done, "total": w.total,
+                         "seconds": round(now - w.started, 1)} for w, _ in self.running.values()],
+            "chunks_per_minute": recent,
+            "llm": {"capacity": self.models.limiter.capacity, "busy": self.models.limiter.running,
+                    "waiting": self.models.limiter.waiting, "calls": dict(self.models.calls)},
+        }
+

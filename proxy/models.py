@@ -1,0 +1,167 @@
+"""GraphGate's own calls to the upstream models: structured chat and embeddings.
+
+Every call takes a slot from the shared priority limiter, is retried with backoff when the
+failure is transient (unreachable, timeout, 5xx), and structured replies are looked up in and
+offered to the LLM cache. Embedding vectors are checked against the dimension the store holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import numpy as np
+
+from .errors import Conflict, GraphGateError, UpstreamError, UpstreamStatusError
+from .limiter import Priority, PriorityLimiter
+from .settings import Settings
+from .upstream import Upstream
+
+log = logging.getLogger("graphgate.models")
+T = TypeVar("T")
+
+
+class NoChatModel(GraphGateError):
+    status = 503
+
+
+class EmbeddingDimensionError(Conflict):
+    pass
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    kind: str
+    key: str
+    model: str
+    request: str
+    response: str
+
+
+@dataclass(frozen=True)
+class StructuredReply:
+    content: str
+    entry: CacheEntry    # what to store in the LLM cache (already there when ``cached``)
+    cached: bool
+
+
+def is_transient(error: Exception) -> bool:
+    if isinstance(error, UpstreamStatusError):
+        return error.status >= 500 or error.status == 429
+    return isinstance(error, UpstreamError)
+
+
+def cache_key(model: str, payload: Any) -> str:
+    return hashlib.sha256(json.dumps([model, payload], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+CacheLookup = Callable[[str, str], Awaitable[str | None]]
+
+
+class ModelClient:
+    def __init__(self, upstream: Upstream, limiter: PriorityLimiter, settings: Settings,
+                 cache_lookup: CacheLookup | None = None) -> None:
+        self.upstream = upstream
+        self.limiter = limiter
+        self.settings = settings
+        self.cache_lookup = cache_lookup
+        self._chat_model: str | None = settings.llm_model
+        self.expected_dim: int | None = None  # set by the store once it knows its dimension
+        self.calls = {"chat": 0, "embed": 0}
+
+    async def with_retries(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        tries = self.settings.llm_retries
+        for attempt in range(1, tries + 1):
+            try:
+                return await call()
+            except UpstreamError as exc:
+                if attempt == tries or not is_transient(exc):
+                    raise
+                delay = 0.5 * 2 ** (attempt - 1)
+                log.warning("%s failed (%s); try %d of %d in %.1f s", what, exc.message, attempt + 1, tries, delay)
+                await anyio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def chat_model(self) -> str:
+        """GRAPHGATE_LLM_MODEL, or the first upstream model with the completion capability."""
+        if self._chat_model:
+            return self._chat_model
+        tags = await self.upstream.call_json("GET", "/api/tags", deadline=self.settings.discovery_timeout)
+        for entry in tags.get("models", []):
+            name = entry.get("model") or entry.get("name")
+            capabilities = entry.get("capabilities")
+            if capabilities is None:
+                show = await self.upstream.call_json("POST", "/api/show", {"model": name},
+                                                     deadline=self.settings.discovery_timeout)
+                capabilities = show.get("capabilities") or []
+            if "completion" in capabilities:
+                self._chat_model = name
+                return name
+        raise NoChatModel(f"upstream Ollama at {self.upstream.url} has no chat model; pull one "
+                          "(e.g. `ollama pull llama3.2`) or set GRAPHGATE_LLM_MODEL")
+
+    async def structured(self, kind: str, messages: list[dict[str, Any]], schema: dict[str, Any], *,
+                         priority: Priority, model: str | None = None) -> StructuredReply:
+        model = model or await self.chat_model()
+        payload = {"messages": messages, "format": schema}
+        key = cache_key(model, payload)
+        request = json.dumps(payload, ensure_ascii=False)
+        if self.cache_lookup is not None:
+            hit = await self.cache_lookup(kind, key)
+            if hit is not None:
+                return StructuredReply(hit, CacheEntry(kind, key, model, request, hit), cached=True)
+        body = {"model": model, "messages": messages, "format": schema, "stream": False,
+                "options": {"temperature": 0}}
+
+        async def call() -> str:
+            async with self.limiter.slot(priority):
+                self.calls["chat"] += 1
+                reply = await self.upstream.call_json("POST", "/api/chat", body)
+            content = (reply.get("message") or {}).get("content")
+            if not isinstance(content, str):
+                raise UpstreamStatusError("upstream chat reply has no message content", status=502)
+            return content
+
+        content = await self.with_retries(call, f"{kind} call to {model}")
+        return StructuredReply(content, CacheEntry(kind, key, model, request, content), cached=False)
+
+    async def embed(self, texts: Sequence[str], *, priority: Priority) -> np.ndarray:
+        """One L2-normalised row per text, fetched in batches of GRAPHGATE_EMBED_BATCH."""
+        rows: list[np.ndarray] = []
+        size = self.settings.embed_batch
+        for start in range(0, len(texts), size):
+            rows.append(await self._embed_batch(list(texts[start:start + size]), priority))
+        if not rows:
+            return np.empty((0, self.expected_dim or 0), dtype=np.float32)
+        return np.vstack(rows)
+
+    async def _embed_batch(self, batch: list[str], priority: Priority) -> np.ndarray:
+        model = self.settings.embed_model
+
+        async def call() -> Any:
+            async with self.limiter.slot(priority):
+                self.calls["embed"] += 1
+                return await self.upstream.call_json("POST", "/api/embed", {"model": model, "input": batch})
+
+        reply = await self.with_retries(call, f"embedding call to {model}")
+        vectors = np.asarray(reply.get("embeddings") or [], dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != len(batch):
+            raise UpstreamStatusError(f"embedding model {model} returned {len(reply.get('embeddings') or [])} "
+                                      f"vectors for {len(batch)} texts", status=502)
+        self.check_dimension(vectors.shape[1])
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.where(norms == 0, 1, norms)
+
+    def check_dimension(self, dim: int) -> None:
+        if self.expected_dim is None:
+            self.expected_dim = dim  # the store records it with the first commit of vectors
+        elif dim != self.expected_dim:
+            raise EmbeddingDimensionError(
+                f"embedding model {self.settings.embed_model} returns {dim}-dimensional vectors but the store "
+                f"holds {self.expected_dim}-dimensional ones; run `graphgate reindex` to re-embed everything "
+                "with the new model")

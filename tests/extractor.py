@@ -1,0 +1,68 @@
+"""A scripted 'model' for the fake upstream's structured outputs.
+
+It extracts the way a perfect model would on a corpus whose entities the test declares: every
+declared name found in a sentence becomes an entity described by that sentence; two names in
+one sentence become a relation. Names in ``held_back`` are only reported by a gleaning pass, so
+tests can see gleaning at work. Summary requests get a deterministic summary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _passage(text: str) -> str:
+    match = re.search(r"<<<\n(.*)\n>>>", text, re.S)
+    return match.group(1) if match else text
+
+
+@dataclass
+class KnownFacts:
+    entities: dict[str, str]                       # name -> type
+    held_back: set[str] = field(default_factory=set)
+    weight: float = 1.0
+    calls: list[str] = field(default_factory=list)  # "extract" | "glean" | "summary", in order
+    malformed: int = 0                              # answer this many extraction calls with broken JSON
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        schema = request.get("format") or {}
+        user = next((m.get("content", "") for m in reversed(request["messages"]) if m.get("role") == "user"), "")
+        if "summary" in (schema.get("properties") or {}):
+            self.calls.append("summary")
+            return self._summary(user)
+        gleaning = "already found" in user
+        self.calls.append("glean" if gleaning else "extract")
+        if self.malformed > 0 and not gleaning:
+            self.malformed -= 1
+            return '{"entities": [{"name": "broken"'
+        return json.dumps(self.extract(_passage(user), gleaning=gleaning))
+
+    def sentences(self, passage: str) -> list[str]:
+        return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", passage) if s.strip()]
+
+    def names_in(self, sentence: str) -> list[str]:
+        return [n for n in self.entities if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", sentence)]
+
+    def extract(self, passage: str, *, gleaning: bool) -> dict[str, list[dict[str, Any]]]:
+        entities: list[dict[str, Any]] = []
+        relations: list[dict[str, Any]] = []
+        for sentence in self.sentences(passage):
+            names = self.names_in(sentence)
+            for name in names:
+                if (name in self.held_back) == gleaning:
+                    entities.append({"name": name, "type": self.entities[name], "description": sentence})
+            if not gleaning:
+                for i, a in enumerate(names):
+                    for b in names[i + 1:]:
+                        relations.append({"source": a, "target": b, "keywords": ["mentioned together"],
+                                          "description": sentence, "weight": self.weight})
+        return {"entities": entities, "relations": relations}
+
+    @staticmethod
+    def _summary(user: str) -> str:
+        subject = user.split("\n", 1)[0].removeprefix("Subject: ").strip()
+        notes = [line[2:] for line in user.splitlines() if line.startswith("- ")]
+        return json.dumps({"summary": f"{subject}: " + " ".join(notes[:2]) + f" (+{len(notes) - 2} more)"})
