@@ -244,8 +244,9 @@ def test_copies_cover_what_pyproject_needs(instructions):
     readme = pyproject["project"].get("readme")
     if isinstance(readme, str):
         assert readme in copied
-    for package in pyproject["tool"]["setuptools"]["packages"]:
-        assert package.split(".")[0] in copied
+    patterns = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    for pattern in patterns:  # e.g. "proxy*": the top-level package directory must be copied
+        assert pattern.rstrip("*").rstrip(".") in copied
     assert "graphgate" in pyproject["project"]["scripts"]
 
 
