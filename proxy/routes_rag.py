@@ -63,9 +63,12 @@ async def upload(request: Request) -> Response:
         try:
             if isinstance(data, GraphGateError):
                 raise data
-            document, outcome = await kb.pipeline.submit(await _parse(name, data, limit))
-            results.append({"name": document["name"], "outcome": outcome, "id": document["id"],
-                            "status": document["status"]})
+            parsed = await _parse(name, data, limit)
+            document, outcome = await kb.pipeline.submit(parsed)
+            result = {"name": parsed.name, "outcome": outcome, "id": document["id"], "status": document["status"]}
+            if outcome == "duplicate":
+                result["duplicate_of"] = document["name"]
+            results.append(result)
         except GraphGateError as exc:
             first_error = first_error or exc
             results.append({"name": name, "outcome": "rejected", "error": exc.message, "status_code": exc.status})

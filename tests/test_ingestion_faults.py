@@ -1,0 +1,163 @@
+"""Bad uploads and upstream faults during ingestion: clear errors, clean retries, a consistent store."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import httpx
+import pytest
+
+from proxy import Settings
+from tests.conftest import gateway_client
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.test_ingestion import PEOPLE, TEAM, graph, settle, store_of, upload
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def facts(fake: FakeOllama) -> KnownFacts:
+    fake.structured = KnownFacts(PEOPLE)
+    return fake.structured
+
+
+@pytest.fixture
+async def rag(settings: Settings, fake: FakeOllama, facts: KnownFacts):
+    async with gateway_client(settings.replace(max_upload_bytes=10_000, llm_retries=2), fake) as client:
+        yield client
+
+
+async def assert_nothing_stored(client: httpx.AsyncClient, fake: FakeOllama) -> None:
+    listed = (await client.get("/rag/documents")).json()
+    assert listed["total"] == 0
+    stats = await graph(client)
+    assert (stats["chunks"], stats["entities"], stats["relations"]) == (0, 0, 0)
+    assert not fake.requests_to("/api/chat") and not fake.requests_to("/api/embed")
+
+
+@pytest.mark.parametrize(("name", "data", "status", "fragment"), [
+    ("program.exe", b"MZ\x90\x00", 415, "unsupported file type '.exe'"),
+    ("notes", b"hello", 415, "has no extension"),
+    ("empty.txt", b"", 400, "is empty"),
+    ("garbage.txt", random.Random(7).randbytes(4000), 400, "not readable text"),
+    ("huge.txt", b"a" * 10_001, 413, "limit"),
+    ("broken.pdf", b"%PDF-1.4 this is not really a pdf", 400, "could not read PDF"),
+    ("blank.md", b"   \n\n \t \n", 400, "contains no text"),
+])
+async def test_rejected_uploads_change_nothing(rag: httpx.AsyncClient, fake: FakeOllama, name: str, data: bytes,
+                                               status: int, fragment: str) -> None:
+    response = await rag.post("/rag/documents", files={"file": (name, io.BytesIO(data))})
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert fragment in body["error"]
+    assert body["documents"][0]["outcome"] == "rejected"
+    await assert_nothing_stored(rag, fake)
+
+
+async def test_path_traversal_names_are_reduced_to_a_file_name(rag: httpx.AsyncClient, settings: Settings) -> None:
+    response = await rag.post("/rag/documents", files={"file": ("../../../etc/cron.d/evil.txt", io.BytesIO(TEAM.encode()))})
+    assert response.status_code == 202
+    document = response.json()["documents"][0]
+    assert document["name"] == "evil.txt"
+    assert not (settings.data_dir.parent / "etc").exists()
+    assert sorted(p.name for p in settings.data_dir.iterdir() if p.is_dir()) == []  # no folders were created
+
+
+async def test_several_files_get_their_own_results(rag: httpx.AsyncClient) -> None:
+    files = [("files", ("a.txt", io.BytesIO(TEAM.encode()))), ("files", ("b.exe", io.BytesIO(b"x"))),
+             ("files", ("c.txt", io.BytesIO(TEAM.encode())))]
+    response = await rag.post("/rag/documents", files=files)
+    assert response.status_code == 202
+    outcomes = [(d["name"], d["outcome"]) for d in response.json()["documents"]]
+    assert outcomes == [("a.txt", "accepted"), ("b.exe", "rejected"), ("c.txt", "duplicate")]
+
+
+async def test_bad_json_uploads(rag: httpx.AsyncClient, fake: FakeOllama) -> None:
+    assert (await rag.post("/rag/documents", json={"name": "x.txt"})).status_code == 400
+    assert (await rag.post("/rag/documents", content=b"{nope")).status_code == 400
+    assert (await rag.post("/rag/documents", json={"name": "x.txt", "text": "   "})).status_code == 400
+    await assert_nothing_stored(rag, fake)
+
+
+async def test_bad_query_parameters(rag: httpx.AsyncClient) -> None:
+    assert (await rag.get("/rag/documents?status=lost")).status_code == 400
+    assert (await rag.get("/rag/documents?limit=0")).status_code == 400
+    assert (await rag.get("/rag/documents?offset=x")).status_code == 400
+    assert (await rag.get("/rag/documents/doc-nope")).status_code == 404
+    assert (await rag.delete("/rag/documents/doc-nope")).status_code == 404
+    assert (await rag.post("/rag/documents/doc-nope/retry")).status_code == 404
+
+
+async def test_search_is_literal(rag: httpx.AsyncClient) -> None:
+    await upload(rag, "100%_real.txt", TEAM)
+    for term, hits in (("100%", 1), ("%", 1), ("_", 1), ("' OR 1=1 --", 0), ("x%", 0)):
+        listed = (await rag.get("/rag/documents", params={"search": term})).json()
+        assert listed["total"] == hits, term
+
+
+async def test_upstream_down_during_ingestion_fails_cleanly_and_retries(settings: Settings, fake: FakeOllama,
+                                                                       facts: KnownFacts) -> None:
+    fake.fail_paths["/api/chat"] = 503
+    async with gateway_client(settings.replace(llm_retries=2), fake) as client:
+        document = await settle(client, (await upload(client, "team.txt", TEAM))["id"])
+        assert document["status"] == "failed"
+        assert "injected failure" in document["error"]
+        assert len(fake.requests_to("/api/chat")) == 2  # retried, then gave up
+        stats = await graph(client)
+        assert (stats["chunks"], stats["entities"]) == (0, 0)
+        del fake.fail_paths["/api/chat"]
+        assert (await client.post(f"/rag/documents/{document['id']}/retry")).status_code == 202
+        assert (await settle(client, document["id"]))["status"] == "processed"
+        assert (await client.post(f"/rag/documents/{document['id']}/retry")).status_code == 409
+
+
+async def test_wrong_embedding_dimension_fails_with_reindex_advice(settings: Settings, fake: FakeOllama,
+                                                                  facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await settle(client, (await upload(client, "team.txt", TEAM))["id"])
+        fake.embed_dims["nomic-embed-text:latest"] = 32
+        document = await settle(client, (await upload(client, "more.txt", "Carol White visited Berlin."))["id"])
+        assert document["status"] == "failed"
+        assert "graphgate reindex" in document["error"] and "32-dimensional" in document["error"]
+        stats = await graph(client)
+        assert stats["chunks"] == 1 and stats["index_sizes"]["chunks"] == 1
+
+
+async def test_changed_embedding_model_refuses_to_start(settings: Settings, fake: FakeOllama,
+                                                       facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await settle(client, (await upload(client, "team.txt", TEAM))["id"])
+    fake.models["bigger-embed:latest"] = dict(fake.models["nomic-embed-text:latest"], name="bigger-embed:latest",
+                                              model="bigger-embed:latest")
+    fake.embed_dims["bigger-embed:latest"] = 128
+    with pytest.raises(Exception, match="graphgate reindex"):
+        async with gateway_client(settings.replace(embed_model="bigger-embed"), fake):
+            pass
+
+
+async def test_read_only_data_directory_keeps_the_gateway_proxying(settings: Settings, fake: FakeOllama,
+                                                                  tmp_path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the data directory should be")
+    async with gateway_client(settings.replace(data_dir=blocker / "data"), fake) as client:
+        chat = await client.post("/api/chat", json={"model": "llama3.2:latest", "stream": False,
+                                                    "messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 200
+        response = await client.post("/rag/documents", json={"name": "a.txt", "text": TEAM})
+        assert response.status_code == 503
+        assert "knowledge store is unavailable" in response.json()["error"]
+
+
+async def test_delete_while_processing(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    fake.chunk_delay = 0.0
+    async with gateway_client(settings, fake) as client:
+        first = await upload(client, "team.txt", TEAM)
+        await settle(client, first["id"])
+        second = await upload(client, "city.md", "Carol White lives in Berlin.")
+        assert (await client.delete(f"/rag/documents/{second['id']}")).status_code == 200
+        await store_of(client).save()
+        stats = await graph(client)
+        assert stats["documents"]["processed"] == 1 and stats["documents"]["pending"] == 0
+        assert stats["index_sizes"]["entities"] == stats["entities"] == stats["graph"]["vertices"]
