@@ -287,6 +287,7 @@ class FakeOllama(OpenAIEndpoints):
                  reply: list[str] | None = None, embed_dim: int = 64) -> None:
         self.version = version
         self.chunk_delay = chunk_delay
+        self.reply_delay = 0.0  # seconds before a non-streamed chat answer (an LLM's thinking time)
         self.reply = list(DEFAULT_REPLY if reply is None else reply)
         self.embed_dim = embed_dim
         self.embed_dims: dict[str, int] = {}
@@ -555,6 +556,8 @@ class FakeOllama(OpenAIEndpoints):
         final = {"model": name, "created_at": now_rfc3339(), "message": {"role": "assistant", "content": ""},
                  "done": True, "done_reason": "stop", **metrics}
         if not stream:
+            if self.reply_delay:
+                await anyio.sleep(self.reply_delay)
             final["message"] = _aggregate_message(steps)
             return self._reply(final, mode)
         lines = [{"model": name, "created_at": "", "message": _step_message(kind, value), "done": False}

@@ -1,0 +1,41 @@
+"""Invariants of a knowledge store at rest, checked by opening its files directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from proxy.store.knowledge import KnowledgeStore
+
+
+def check_store(data_dir: Path) -> dict[str, int]:
+    """Open the store as GraphGate would (healing indexes) and assert every cross-store invariant."""
+    return anyio.run(_check, data_dir)
+
+
+async def _check(data_dir: Path) -> dict[str, int]:
+    store = await KnowledgeStore.open(data_dir)
+    try:
+        read = store.db.read_sync
+        for table in ("chunks", "entities", "relations"):
+            db_keys = {r[0] for r in read(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall())}
+            assert {int(k) for k in store.indexes[table].keys()} == db_keys, f"{table}: index and table differ"
+        names = {r[0] for r in read(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
+        assert store.graph.names() == names, "graph vertices differ from entities"
+        pairs = {(r[0], r[1]) for r in read(lambda c: c.execute("SELECT source, target FROM relations").fetchall())}
+        assert store.graph.edge_pairs() == pairs, "graph edges differ from relations"
+        chunk_ids = {r[0] for r in read(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
+        for table in ("entities", "relations"):
+            for (sources,) in read(lambda c, t=table: c.execute(f"SELECT source_ids FROM {t}").fetchall()):
+                assert sources and set(sources) <= chunk_ids, f"{table} row without a live source chunk"
+        for source, target in pairs:
+            assert source in names and target in names, "relation to a missing entity"
+        linked = {r[0] for r in read(lambda c: c.execute("SELECT DISTINCT chunk_id FROM document_chunks").fetchall())}
+        assert chunk_ids <= linked, "chunk that no document links to"
+        lowered = read(lambda c: c.execute("SELECT lower(name), count(*) FROM entities GROUP BY 1 HAVING count(*) > 1")
+                       .fetchall())
+        assert not lowered, f"duplicate entities: {lowered}"
+        return {"chunks": len(chunk_ids), "entities": len(names), "relations": len(pairs)}
+    finally:
+        await store.close()
