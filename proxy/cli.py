@@ -28,6 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     show = commands.add_parser("settings", help="print the effective settings and where each came from")
     show.add_argument("--markdown", action="store_true", help="print the reference table for README.md")
     _add_setting_flags(show)
+    ingest = commands.add_parser("ingest", help="add files and folders (recursively) to the knowledge store")
+    ingest.add_argument("paths", nargs="+", metavar="PATH")
+    _add_setting_flags(ingest)
+    status = commands.add_parser("status", help="print the store's counts and the pipeline's work")
+    _add_setting_flags(status)
+    reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; re-embed "
+                                                  "everything if the embedding model changed")
+    _add_setting_flags(reindex)
     return parser
 
 
@@ -75,4 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(settings)
     if args.command == "settings":
         return print_settings(settings, markdown=args.markdown)
+    from . import cli_commands
+
+    logging.basicConfig(level=max(logging.WARNING, logging.getLevelName(settings.log_level.upper())))
+    if args.command == "ingest":
+        return cli_commands.run(cli_commands.ingest, settings, args.paths)
+    if args.command == "status":
+        return cli_commands.run(cli_commands.status, settings)
+    if args.command == "reindex":
+        return cli_commands.run(cli_commands.reindex, settings)
     return 2

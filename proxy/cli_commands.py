@@ -1,0 +1,161 @@
+"""``graphgate ingest``, ``status`` and ``reindex``.
+
+``ingest`` and ``status`` talk to the running gateway over its /rag API; when none answers they
+start the gateway in-process (same code, same API) for the duration of the command, since only
+one process may open the store at a time. ``reindex`` needs the store to itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .ingest.parsing import SUPPORTED_TYPES
+from .settings import Settings
+
+console = Console(stderr=True)
+
+
+def gateway_url(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    return f"http://{host}:{settings.port}"
+
+
+@contextlib.asynccontextmanager
+async def rag_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    url = gateway_url(settings)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, trust_env=False) as client:
+        try:
+            await client.get("/rag/stats")
+            console.print(f"[dim]using the gateway at {url}[/dim]")
+            yield client
+            return
+        except httpx.ConnectError:
+            pass
+    from .app import create_app  # no gateway running: run one in this process
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        console.print(f"[dim]no gateway at {url}; working on {settings.data_dir} directly[/dim]")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=url, headers=headers, timeout=None) as client:
+            yield client
+
+
+def collect_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_TYPES)
+        elif path.is_file():
+            files.append(path)
+        else:
+            console.print(f"[red]no such file or folder: {raw}[/red]")
+    return files
+
+
+async def _upload(client: httpx.AsyncClient, files: list[Path]) -> list[dict[str, Any]]:
+    results = []
+    for path in files:
+        response = await client.post("/rag/documents", files={"file": (path.name, path.read_bytes())})
+        body = response.json()
+        result = (body.get("documents") or [{"name": path.name, "outcome": "rejected", "error": body.get("error")}])[0]
+        result["path"] = str(path)
+        results.append(result)
+        if result["outcome"] == "rejected":
+            console.print(f"[red]rejected[/red] {path}: {result.get('error')}")
+    return results
+
+
+async def _follow(client: httpx.AsyncClient, ids: list[str]) -> dict[str, dict[str, Any]]:
+    final: dict[str, dict[str, Any]] = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("processing", total=len(ids))
+        while len(final) < len(ids):
+            for document_id in [i for i in ids if i not in final]:
+                document = (await client.get(f"/rag/documents/{document_id}")).json()
+                if document.get("status") in ("processed", "failed"):
+                    final[document_id] = document
+                    if document["status"] == "failed":
+                        console.print(f"[red]failed[/red] {document['name']}: {document['error']}")
+            progress.update(task, completed=len(final))
+            await anyio.sleep(0.3)
+    return final
+
+
+async def ingest(settings: Settings, paths: list[str]) -> int:
+    files = collect_files(paths)
+    if not files:
+        console.print("nothing to ingest (supported: " + ", ".join(SUPPORTED_TYPES) + ")")
+        return 1
+    async with rag_client(settings) as client:
+        results = await _upload(client, files)
+        waiting = [r["id"] for r in results if r["outcome"] in ("accepted", "replaced")]
+        final = await _follow(client, waiting)
+    counts = {"processed": 0, "failed": 0, "duplicate": 0, "rejected": 0}
+    for result in results:
+        outcome = final[result["id"]]["status"] if result.get("id") in final else result["outcome"]
+        counts[outcome if outcome in counts else "processed"] += 1
+    console.print(", ".join(f"{n} {k}" for k, n in counts.items()))
+    return 1 if counts["failed"] or counts["rejected"] else 0
+
+
+async def status(settings: Settings) -> int:
+    async with rag_client(settings) as client:
+        stats = (await client.get("/rag/stats")).json()
+        pipeline = (await client.get("/rag/pipeline")).json()
+    print(json.dumps({"store": stats, "pipeline": pipeline}, indent=2))
+    return 0
+
+
+async def reindex(settings: Settings) -> int:
+    from .ingest.reindex import reindex as run_reindex
+    from .limiter import PriorityLimiter
+    from .models import ModelClient
+    from .store.knowledge import KnowledgeStore
+    from .upstream import Upstream
+
+    try:
+        store = await KnowledgeStore.open(settings.data_dir)
+    except Exception as exc:  # noqa: BLE001 - most often: the running gateway holds the lock
+        console.print(f"[red]cannot open the store at {settings.data_dir}: {exc}[/red]\n"
+                      "stop `graphgate serve` first: reindex needs the store to itself")
+        return 1
+    upstream = Upstream(settings)
+    try:
+        models = ModelClient(upstream, PriorityLimiter(settings.llm_concurrency), settings)
+        models.expected_dim = store.embedding_dim()
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console) as bar:
+            tasks: dict[str, Any] = {}
+
+            def report(what: str, done: int, total: int) -> None:
+                if what not in tasks:
+                    tasks[what] = bar.add_task(what, total=total)
+                bar.update(tasks[what], completed=done, total=total)
+
+            sizes = await run_reindex(store, models, settings, report)
+        console.print("indexes rebuilt: " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
+        return 0
+    finally:
+        await upstream.aclose()
+        await store.close()
+
+
+def run(coroutine_fn: Any, *args: Any) -> int:
+    try:
+        return anyio.run(coroutine_fn, *args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

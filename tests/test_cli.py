@@ -1,0 +1,115 @@
+"""The graphgate command line: ingest (with and without a running gateway), status, reindex."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.invariants import check_store
+from tests.test_crash_recovery import Server, free_port
+from tests.test_ingestion import CITY, PEOPLE, TEAM
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def upstream(fake: FakeOllama) -> Iterator[str]:
+    fake.structured = KnownFacts(PEOPLE)
+    with fake.serve() as url:
+        yield url
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    (docs / "nested").mkdir(parents=True)
+    (docs / "team.txt").write_text(TEAM)
+    (docs / "nested" / "city.md").write_text(CITY)
+    (docs / "nested" / "ignored.bin").write_bytes(b"\x00\x01")
+    return docs
+
+
+def graphgate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy", *args], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "TIKTOKEN_CACHE_DIR": "", **env})
+
+
+def test_ingest_and_status_without_a_running_gateway(tmp_path: Path, upstream: str, folder: Path) -> None:
+    env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(tmp_path / "data"),
+           "GRAPHGATE_PORT": str(free_port())}
+    result = graphgate("ingest", str(folder), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "2 processed, 0 failed, 0 duplicate, 0 rejected" in result.stderr
+    again = graphgate("ingest", str(folder / "team.txt"), env=env)
+    assert "0 processed, 0 failed, 1 duplicate" in again.stderr
+    status = graphgate("status", env=env)
+    assert status.returncode == 0, status.stderr
+    stats = json.loads(status.stdout)["store"]
+    assert stats["documents"]["processed"] == 2 and stats["entities"] == len(PEOPLE)
+    assert check_store(tmp_path / "data")["entities"] == len(PEOPLE)
+
+
+def test_ingest_through_a_running_gateway_reports_rejections(tmp_path: Path, upstream: str, folder: Path) -> None:
+    server = Server(tmp_path / "data", upstream)
+    try:
+        (folder / "empty.txt").write_text("")
+        env = {"GRAPHGATE_PORT": str(server.port)}
+        result = graphgate("ingest", str(folder), env=env)
+        assert result.returncode == 1
+        assert f"using the gateway at {server.url}" in result.stderr
+        assert "rejected" in result.stderr and "empty.txt" in result.stderr
+        assert "2 processed, 0 failed, 0 duplicate, 1 rejected" in result.stderr
+        stats = httpx.get(server.url + "/rag/stats").json()
+        assert stats["documents"]["processed"] == 2
+    finally:
+        server.stop()
+
+
+def test_reindex_rebuilds_and_reembeds_for_a_new_model(tmp_path: Path, upstream: str, folder: Path,
+                                                       fake: FakeOllama) -> None:
+    data = tmp_path / "data"
+    env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(data), "GRAPHGATE_PORT": str(free_port())}
+    assert graphgate("ingest", str(folder), env=env).returncode == 0
+    for name in ("chunks", "entities", "relations"):
+        (data / f"{name}.usearch").unlink()
+    rebuilt = graphgate("reindex", env=env)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "indexes rebuilt: chunks 2, entities 6, relations 5" in rebuilt.stderr
+    embeds_before = len(fake.requests_to("/api/embed"))
+
+    fake.models["bigger-embed:latest"] = dict(fake.models["nomic-embed-text:latest"], name="bigger-embed:latest",
+                                              model="bigger-embed:latest")
+    fake.embed_dims["bigger-embed:latest"] = 128
+    new_env = {**env, "GRAPHGATE_EMBED_MODEL": "bigger-embed"}
+    refused = graphgate("status", env=new_env)
+    assert refused.returncode != 0 and "graphgate reindex" in refused.stderr
+    reembedded = graphgate("reindex", env=new_env)
+    assert reembedded.returncode == 0, reembedded.stderr
+    assert len(fake.requests_to("/api/embed")) > embeds_before
+    ok = graphgate("status", env=new_env)
+    assert ok.returncode == 0, ok.stderr
+    check_store(data)
+    import duckdb
+    con = duckdb.connect(str(data / "graphgate.duckdb"), read_only=True)
+    assert con.execute("SELECT value FROM meta WHERE key = 'embed_dim'").fetchone()[0] == "128"
+    assert con.execute("SELECT DISTINCT len(embedding) FROM entities").fetchall() == [(128,)]
+    con.close()
+
+
+def test_reindex_refuses_while_the_gateway_runs(tmp_path: Path, upstream: str) -> None:
+    server = Server(tmp_path / "data", upstream)
+    try:
+        result = graphgate("reindex", env={"GRAPHGATE_DATA_DIR": str(tmp_path / "data"), "GRAPHGATE_UPSTREAM": upstream})
+        assert result.returncode == 1
+        assert "stop `graphgate serve` first" in result.stderr
+    finally:
+        server.stop()
