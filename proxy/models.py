@@ -106,12 +106,13 @@ class ModelClient:
                           "(e.g. `ollama pull llama3.2`) or set GRAPHGATE_LLM_MODEL")
 
     async def structured(self, kind: str, messages: list[dict[str, Any]], schema: dict[str, Any], *,
-                         priority: Priority, model: str | None = None) -> StructuredReply:
+                         priority: Priority, model: str | None = None, lookup: bool = True) -> StructuredReply:
+        """``lookup=False`` skips the cache read (the reply is still offered to the cache)."""
         model = model or await self.chat_model()
         payload = {"messages": messages, "format": schema}
         key = cache_key(model, payload)
         request = json.dumps(payload, ensure_ascii=False)
-        if self.cache_lookup is not None:
+        if lookup and self.cache_lookup is not None:
             hit = await self.cache_lookup(kind, key)
             if hit is not None:
                 return StructuredReply(hit, CacheEntry(kind, key, model, request, hit), cached=True)

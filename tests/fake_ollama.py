@@ -18,6 +18,7 @@ Special model names (accepted by the inference endpoints, never listed in tags):
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
@@ -33,6 +34,7 @@ from typing import Any, AsyncIterator, Callable, Iterator
 
 import anyio
 import httpx
+import numpy as np
 import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -133,12 +135,16 @@ def fake_embedding(text: str, dim: int) -> list[float]:
     Each lower-cased word adds +-1 to one hashed dimension; a small constant
     component keeps the empty text away from the zero vector.
     """
-    vec = [0.1 / math.sqrt(dim)] * dim
-    for word in re.findall(r"\w+", text.lower()):
-        h = _stable_int(word, 64)
-        vec[h % dim] += 1.0 if (h >> 32) & 1 else -1.0
-    norm = math.sqrt(sum(v * v for v in vec))
-    return [v / norm for v in vec]
+    vec = np.full(dim, 0.1 / math.sqrt(dim))
+    hashes = [_word_hash(word) for word in re.findall(r"\w+", text.lower())]
+    if hashes:
+        np.add.at(vec, [h % dim for h in hashes], [1.0 if (h >> 32) & 1 else -1.0 for h in hashes])
+    return (vec / np.linalg.norm(vec)).tolist()
+
+
+@functools.lru_cache(maxsize=200_000)
+def _word_hash(word: str) -> int:
+    return _stable_int(word, 64)
 
 
 def _word_count(value: Any) -> int:

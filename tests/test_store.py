@@ -147,7 +147,7 @@ async def test_document_update_and_generation(tmp_path: Path) -> None:
         "INSERT INTO documents (id, name, mime, size, status, text, created_at, updated_at) "
         "VALUES ('d1', 'a.txt', 'text/plain', 3, 'pending', 'abc', ?, ?)", [now(), now()]))
     before = store.generation
-    await store.apply(Changeset(document=DocumentUpdate("d1", "failed", error="boom")))
+    await store.apply(Changeset(documents=[DocumentUpdate("d1", "failed", error="boom")]))
     row = store.db.read_sync(lambda c: c.execute("SELECT status, error FROM documents").fetchone())
     assert row == ("failed", "boom")
     assert store.generation == before + 1

@@ -6,6 +6,8 @@ import json
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
+
 from ..models import CacheEntry
 from ..store.knowledge import now
 from ..store.tables_duckdb import Con
@@ -106,21 +108,42 @@ def orphaned_chunks(con: Con, document_id: str, keep: list[str]) -> list[str]:
     return sorted(r[0] for r in rows if r[0] not in kept)
 
 
-def record_extraction(con: Con, document_id: str, chunk_id: str, model: str, result_json: str,
-                      raw: list[str], entries: list[CacheEntry], hits: list[CacheEntry]) -> None:
+ExtractionRecord = tuple[str, str, str, str, list[str], list[CacheEntry], list[CacheEntry]]
+
+
+def record_extractions(con: Con, records: list[ExtractionRecord]) -> None:
+    """Store finished chunk extractions in bulk (one statement per table, not per chunk), with
+    their LLM cache entries and each document's progress."""
     stamp = now()
-    con.execute("INSERT OR REPLACE INTO extractions VALUES (?, ?, ?, ?, ?)",
-                [chunk_id, model, result_json, json.dumps(raw, ensure_ascii=False), stamp])
-    write_cache(con, entries, hits)
-    con.execute("UPDATE documents SET chunks_done = chunks_done + 1, updated_at = ? WHERE id = ?",
-                [stamp, document_id])
+    rows = {chunk_id: (chunk_id, model, result, json.dumps(raw, ensure_ascii=False), stamp)
+            for _, chunk_id, model, result, raw, _, _ in records}
+    con.register("new_extractions", pa.table({
+        "chunk_id": [r[0] for r in rows.values()], "model": [r[1] for r in rows.values()],
+        "result": [r[2] for r in rows.values()], "raw": [r[3] for r in rows.values()],
+        "created_at": [r[4] for r in rows.values()]}))
+    con.execute("INSERT INTO extractions SELECT * FROM new_extractions n "
+                "WHERE NOT EXISTS (SELECT 1 FROM extractions e WHERE e.chunk_id = n.chunk_id)")
+    con.unregister("new_extractions")
+    write_cache(con, [e for r in records for e in r[5]], [h for r in records for h in r[6]])
+    progress: dict[str, int] = {}
+    for document_id, *_ in records:
+        progress[document_id] = progress.get(document_id, 0) + 1
+    for document_id, count in progress.items():
+        con.execute("UPDATE documents SET chunks_done = chunks_done + ?, updated_at = ? WHERE id = ?",
+                    [count, stamp, document_id])
 
 
 def write_cache(con: Con, entries: list[CacheEntry], hits: list[CacheEntry]) -> None:
     stamp = now()
-    for e in entries:
-        con.execute("INSERT OR IGNORE INTO llm_cache (kind, key, model, request, response, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", [e.kind, e.key, e.model, e.request, e.response, stamp])
+    fresh = list({(e.kind, e.key): e for e in entries}.values())
+    if fresh:
+        con.register("new_cache", pa.table({
+            "kind": [e.kind for e in fresh], "key": [e.key for e in fresh], "model": [e.model for e in fresh],
+            "request": [e.request for e in fresh], "response": [e.response for e in fresh]}))
+        con.execute("""INSERT INTO llm_cache (kind, key, model, request, response, created_at)
+                       SELECT kind, key, model, request, response, ? FROM new_cache n WHERE NOT EXISTS
+                       (SELECT 1 FROM llm_cache c WHERE c.kind = n.kind AND c.key = n.key)""", [stamp])
+        con.unregister("new_cache")
     for e in hits:
         con.execute("UPDATE llm_cache SET hits = hits + 1, last_hit_at = ? WHERE kind = ? AND key = ?",
                     [stamp, e.kind, e.key])

@@ -26,6 +26,7 @@ from .merging import (
     entity_row,
     entity_state,
     entity_text,
+    index_result,
     mentions,
     merged_sources,
     relation_row,
@@ -71,8 +72,9 @@ class Integrator:
         aliases = await db.read(load_aliases)
         new_entities: dict[str, list[str]] = {}
         new_pairs: dict[str, list[str]] = {}
-        for chunk_id, result in added.items():
-            entity_keys, pairs = mentions(result, aliases)
+        indexes = {chunk_id: index_result(result, aliases) for chunk_id, result in added.items()}
+        for chunk_id, index in indexes.items():
+            entity_keys, pairs = mentions(index)
             for key in entity_keys:
                 new_entities.setdefault(key, []).append(chunk_id)
             for pair in pairs:
@@ -85,11 +87,12 @@ class Integrator:
         entity_sources = self._sources(new_entities, old_entities, removed, out.entities_removed)
         relation_sources = self._sources(new_pairs, old_relations, removed, out.relations_removed)
         wanted = {c for s in (*entity_sources.values(), *relation_sources.values()) for c in s} - set(added)
-        results = {**await db.read(load_extractions, sorted(wanted)), **added}
+        for chunk_id, result in (await db.read(load_extractions, sorted(wanted))).items():
+            indexes[chunk_id] = index_result(result, aliases)
 
-        entity_states = [entity_state(k, old_entities[k].name if k in old_entities else None, s, results, aliases)
+        entity_states = [entity_state(k, old_entities[k].name if k in old_entities else None, s, indexes)
                          for k, s in entity_sources.items()]
-        relation_states = [relation_state(k, s, results, aliases) for k, s in relation_sources.items()]
+        relation_states = [relation_state(k, s, indexes) for k, s in relation_sources.items()]
         names = {state.name_key: state.name for state in entity_states}
         await self._build_rows(entity_states, relation_states, names, old_entities, old_relations, out)
         return out
@@ -170,9 +173,20 @@ def load_existing(con: Con, table: str, id_column: str, keys: list[str]) -> dict
     if not keys:
         return {}
     name = "name" if table == "entities" else "''"
-    rows = con.execute(f"SELECT {id_column}, {name}, source_ids, key, embed_hash, embedding FROM {table} "
-                       f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchall()
-    return {r[0]: ExistingEntity(r[1], list(r[2]), r[3], r[4], np.asarray(r[5], dtype=np.float32)) for r in rows}
+    rows = con.execute(f"SELECT {id_column}, {name}, source_ids, key, embed_hash FROM {table} "
+                       f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[])) ORDER BY {id_column}", [keys]).fetchall()
+    vectors = embeddings_by(con, table, id_column, keys)
+    return {r[0]: ExistingEntity(r[1], list(r[2]), r[3], r[4], vectors[i]) for i, r in enumerate(rows)}
+
+
+def embeddings_by(con: Con, table: str, id_column: str, keys: list[str]) -> np.ndarray:
+    """The rows' embeddings as one matrix, through Arrow (lists of floats via Python are slow)."""
+    rel = con.sql(f"SELECT embedding FROM {table} WHERE {id_column} IN (SELECT unnest($keys::VARCHAR[])) "
+                  f"ORDER BY {id_column}", params={"keys": keys})
+    column = rel.to_arrow_table().column("embedding").combine_chunks()
+    if len(column) == 0:
+        return np.empty((0, 0), dtype=np.float32)
+    return np.asarray(column.values, dtype=np.float32).reshape(len(column), -1)
 
 
 def load_extractions(con: Con, chunk_ids: Iterable[str]) -> dict[str, ExtractionResult]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..store.changes import EntityRow, RelationRow, pair_key
-from .extraction import ExtractionResult, name_key
+from .extraction import ExtractedEntity, ExtractedRelation, ExtractionResult, name_key
 
 UNKNOWN_TYPE = "unknown"
 
@@ -61,63 +61,65 @@ def resolve(aliases: dict[str, str], key: str) -> str:
     return aliases.get(key, key)
 
 
-def mentions(result: ExtractionResult, aliases: dict[str, str]) -> tuple[set[str], set[str]]:
-    """Entity keys (including relation endpoints) and relation pair keys a chunk's result names."""
-    entities = {resolve(aliases, name_key(e.name)) for e in result.entities}
-    pairs = set()
+@dataclass
+class ChunkIndex:
+    """One chunk's extraction result keyed by entity key and pair key (built once per merge)."""
+    entities: dict[str, list[ExtractedEntity]] = field(default_factory=dict)
+    relations: dict[str, list[ExtractedRelation]] = field(default_factory=dict)
+    spellings: dict[str, str] = field(default_factory=dict)  # first spelling of each key in the chunk
+
+
+def index_result(result: ExtractionResult, aliases: dict[str, str]) -> ChunkIndex:
+    index = ChunkIndex()
+    for entity in result.entities:
+        key = resolve(aliases, name_key(entity.name))
+        index.entities.setdefault(key, []).append(entity)
+        index.spellings.setdefault(key, entity.name)
     for relation in result.relations:
         a, b = resolve(aliases, name_key(relation.source)), resolve(aliases, name_key(relation.target))
-        if a != b:
-            entities.update((a, b))
-            pairs.add(pair_key(a, b))
-    return entities, pairs
+        if a == b:
+            continue
+        index.relations.setdefault(pair_key(a, b), []).append(relation)
+        index.spellings.setdefault(a, relation.source)
+        index.spellings.setdefault(b, relation.target)
+    return index
+
+
+def mentions(index: ChunkIndex) -> tuple[set[str], set[str]]:
+    """Entity keys (including relation endpoints) and relation pair keys a chunk names."""
+    return set(index.spellings), set(index.relations)
 
 
 def merged_sources(existing: Iterable[str], added: Iterable[str], removed: set[str]) -> list[str]:
     return [s for s in dict.fromkeys([*existing, *added]) if s not in removed]
 
 
-def entity_state(key: str, existing_name: str | None, sources: list[str],
-                 results: dict[str, ExtractionResult], aliases: dict[str, str]) -> EntityState:
+def entity_state(key: str, existing_name: str | None, sources: list[str], chunks: dict[str, ChunkIndex]) -> EntityState:
     types: Counter[str] = Counter()
     fragments: list[str] = []
     spelling = existing_name
     for chunk_id in sources:
-        if chunk_id not in results:
+        index = chunks.get(chunk_id)
+        if index is None:
             continue
-        for entity in results[chunk_id].entities:
-            if resolve(aliases, name_key(entity.name)) != key:
-                continue
-            spelling = spelling or entity.name
+        for entity in index.entities.get(key, ()):
             types[entity.type] += 1
             if entity.description and entity.description not in fragments:
                 fragments.append(entity.description)
-        if spelling is None:
-            spelling = _spelling_in_relations(results[chunk_id], key, aliases)
+        spelling = spelling or index.spellings.get(key)
     # majority type; ties go to the type seen first (Counter keeps insertion order)
     kind = types.most_common(1)[0][0] if types else UNKNOWN_TYPE
     return EntityState(key, spelling or key, kind, fragments, sources)
 
 
-def _spelling_in_relations(result: ExtractionResult, key: str, aliases: dict[str, str]) -> str | None:
-    for relation in result.relations:
-        for name in (relation.source, relation.target):
-            if resolve(aliases, name_key(name)) == key:
-                return name
-    return None
-
-
-def relation_state(pair: str, sources: list[str], results: dict[str, ExtractionResult],
-                   aliases: dict[str, str]) -> RelationState:
+def relation_state(pair: str, sources: list[str], chunks: dict[str, ChunkIndex]) -> RelationState:
     source, target = pair.split("\x1f", 1)
     keywords: dict[str, str] = {}
     fragments: list[str] = []
     weight = 0.0
     for chunk_id in sources:
-        for relation in results[chunk_id].relations if chunk_id in results else ():
-            a, b = resolve(aliases, name_key(relation.source)), resolve(aliases, name_key(relation.target))
-            if a == b or pair_key(a, b) != pair:
-                continue
+        index = chunks.get(chunk_id)
+        for relation in index.relations.get(pair, ()) if index else ():
             weight += relation.weight
             for keyword in relation.keywords:
                 keywords.setdefault(keyword.casefold(), keyword)

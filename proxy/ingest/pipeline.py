@@ -27,6 +27,7 @@ from ..limiter import Priority
 from ..models import CacheEntry, ModelClient
 from ..settings import Settings
 from ..store.changes import Changeset, ChunkRow, DocumentUpdate
+from ..store.batching import BatchWriter
 from ..store.knowledge import KnowledgeStore
 from ..store.tables_duckdb import set_meta
 from ..tokens import Tokenizer
@@ -45,6 +46,9 @@ from .integrate import Integrator, load_extractions
 from .parsing import ParsedDocument
 
 log = logging.getLogger("graphgate.ingest")
+
+
+MERGE_BATCH = 16  # documents merged in one transaction when they wait together
 
 
 class ExtractionFailed(GraphGateError):
@@ -72,6 +76,8 @@ class Work:
     done: int = 0
     total: int = 0
     started: float = field(default_factory=time.monotonic)
+    chunks: list[Chunk] = field(default_factory=list)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
 
 class Pipeline:
@@ -83,8 +89,11 @@ class Pipeline:
         self.integrator = Integrator(store, models, settings, tokenizer)
         self.merge_lock = anyio.Lock()
         self._send, self._receive = anyio.create_memory_object_stream[str](max_buffer_size=1_000_000)
+        self._merge_send, self._merge_receive = anyio.create_memory_object_stream[Work](max_buffer_size=1_000_000)
         self.queued: dict[str, None] = {}
-        self.running: dict[str, tuple[Work, anyio.CancelScope]] = {}
+        self.running: dict[str, Work] = {}   # being chunked and extracted
+        self.merging: dict[str, Work] = {}   # extracted, waiting for (or in) the merge
+        self.extraction_writer = BatchWriter(store.db, sql.record_extractions)
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
 
@@ -95,31 +104,70 @@ class Pipeline:
             self._enqueue(document_id)
         for _ in range(self.settings.parallel_documents):
             group.start_soon(self._worker)
+        group.start_soon(self._merger)
+        group.start_soon(self.extraction_writer.run)
 
     def _enqueue(self, document_id: str) -> None:
-        if document_id not in self.queued and document_id not in self.running:
+        if document_id not in self.queued and document_id not in self.running and document_id not in self.merging:
             self.queued[document_id] = None
             self.idle = anyio.Event() if self.idle.is_set() else self.idle
             self._send.send_nowait(document_id)
 
     async def _worker(self) -> None:
+        """Chunk and extract; then hand the document to the merger and take the next one, so the
+        LLM keeps working while merges (one at a time) run."""
         async for document_id in self._receive:
             if self.queued.pop(document_id, "gone") == "gone":
                 continue  # deleted or replaced while queued
-            with anyio.CancelScope() as scope:
-                work = Work(document_id, "")
-                self.running[document_id] = (work, scope)
+            work = Work(document_id, "")
+            self.running[document_id] = work
+            extracted = False
+            with work.scope:
                 try:
-                    await self._process(work)
+                    await self._extract_document(work)
+                    extracted = True
                 except Exception as exc:  # noqa: BLE001 - a failure must not kill the worker
-                    error = first_error(exc)
-                    if not isinstance(error, GraphGateError):
-                        log.error("processing %s failed", document_id, exc_info=error)
-                    await self._fail(document_id, describe(error))
-                finally:
-                    self.running.pop(document_id, None)
-            if not self.queued and not self.running:
-                self.idle.set()
+                    await self._fail_with(document_id, exc)
+            self.running.pop(document_id, None)
+            if extracted and not work.scope.cancel_called:
+                work.phase, work.scope = "waiting to merge", anyio.CancelScope()
+                self.merging[document_id] = work
+                self._merge_send.send_nowait(work)
+            self._check_idle()
+
+    async def _merger(self) -> None:
+        """Merge extracted documents, several per transaction when several are waiting."""
+        while True:
+            batch = [await self._merge_receive.receive()]
+            while len(batch) < MERGE_BATCH:
+                try:
+                    batch.append(self._merge_receive.receive_nowait())
+                except anyio.WouldBlock:
+                    break
+            try:
+                async with self.merge_lock:
+                    for work in batch:
+                        work.phase = "merging"
+                    live = [w for w in batch if not w.scope.cancel_called
+                            and await self.store.db.read(sql.get_document, w.document_id) is not None]
+                    if live:
+                        await self._merge(live)
+            except Exception as exc:  # noqa: BLE001 - a failure must not stop merging
+                for work in batch:
+                    await self._fail_with(work.document_id, exc)
+            for work in batch:
+                self.merging.pop(work.document_id, None)
+            self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not self.queued and not self.running and not self.merging:
+            self.idle.set()
+
+    async def _fail_with(self, document_id: str, exc: Exception) -> None:
+        error = first_error(exc)
+        if not isinstance(error, GraphGateError):
+            log.error("processing %s failed", document_id, exc_info=error)
+        await self._fail(document_id, describe(error))
 
     async def _fail(self, document_id: str, message: str) -> None:
         log.warning("document %s failed: %s", document_id, message)
@@ -127,7 +175,7 @@ class Pipeline:
             await self.store.db.write(sql.set_status, document_id, "failed", message)
 
     async def wait_idle(self) -> None:
-        if self.queued or self.running:
+        if self.queued or self.running or self.merging:
             await self.idle.wait()
 
     # --- submitting, retrying, deleting ---
@@ -180,8 +228,9 @@ class Pipeline:
 
     def _cancel(self, document_id: str) -> None:
         self.queued.pop(document_id, None)
-        if document_id in self.running:
-            self.running[document_id][1].cancel()
+        for table in (self.running, self.merging):
+            if document_id in table:
+                table[document_id].scope.cancel()
 
     async def _get(self, document_id: str) -> dict[str, Any]:
         document = await self.store.db.read(sql.get_document, document_id)
@@ -191,16 +240,16 @@ class Pipeline:
 
     # --- processing one document ---
 
-    async def _process(self, work: Work) -> None:
+    async def _extract_document(self, work: Work) -> None:
         db = self.store.db
         document = await self._get(work.document_id)
         work.name = document["name"]
         text = await db.read(sql.get_text, work.document_id)
         work.phase = "chunking"
-        chunks = await anyio.to_thread.run_sync(functools.partial(
+        work.chunks = await anyio.to_thread.run_sync(functools.partial(
             chunk_text, text or "", self.tokenizer, size=self.settings.chunk_tokens,
             overlap=self.settings.chunk_overlap))
-        unique = list({c.id: c for c in chunks}.values())
+        unique = list({c.id: c for c in work.chunks}.values())
         done = await db.read(sql.extracted_ids, [c.id for c in unique])
         work.phase, work.total, work.done = "extracting", len(unique), len(done)
         await db.write(sql.set_status, work.document_id, "processing", None, len(unique), len(done))
@@ -208,15 +257,11 @@ class Pipeline:
             for chunk in unique:
                 if chunk.id not in done:
                     group.start_soon(self._extract_chunk, work, chunk)
-        work.phase = "merging"
-        async with self.merge_lock:
-            await self._merge(work, document, chunks, unique)
 
     async def _extract_chunk(self, work: Work, chunk: Chunk) -> None:
         result, raw, entries, hits = await self._extract(chunk)
         model = entries[0].model if entries else (hits[0].model if hits else "")
-        await self.store.db.write(sql.record_extraction, work.document_id, chunk.id, model, result.to_json(),
-                                  raw, entries, hits)
+        await self.extraction_writer.write((work.document_id, chunk.id, model, result.to_json(), raw, entries, hits))
         work.done += 1
         self.finished.append((time.monotonic(), 1))
 
@@ -229,7 +274,8 @@ class Pipeline:
         hits: list[CacheEntry] = []
         result = None
         for attempt in range(1, self.settings.llm_retries + 1):
-            reply = await self.models.structured("extract", messages, schema, priority=Priority.INGEST)
+            # no cache lookup: the extractions table already guarantees a chunk is never extracted twice
+            reply = await self.models.structured("extract", messages, schema, priority=Priority.INGEST, lookup=False)
             raw.append(reply.content)
             try:
                 result = parse_extraction(reply.content, entity_types=types)
@@ -244,7 +290,8 @@ class Pipeline:
                                    f"{self.settings.llm_retries} tries: {error}")
         for _ in range(self.settings.gleaning):
             reply = await self.models.structured("extract", gleaning_messages(
-                chunk.content, result, entity_types=types, language=language), schema, priority=Priority.INGEST)
+                chunk.content, result, entity_types=types, language=language), schema, priority=Priority.INGEST,
+                lookup=False)
             raw.append(reply.content)
             try:
                 extra = parse_extraction(reply.content, entity_types=types)
@@ -257,33 +304,35 @@ class Pipeline:
             result = merge_passes(result, extra)
         return result, raw, entries, hits
 
-    async def _merge(self, work: Work, document: dict[str, Any], chunks: list[Chunk], unique: list[Chunk]) -> None:
+    async def _merge(self, works: list[Work]) -> None:
+        """One transaction for the documents in ``works``: their new chunks, the graph changes,
+        the chunks of the versions they replace, and their status."""
         db = self.store.db
-        ids = [c.id for c in unique]
-        stored = await db.read(sql.stored_chunk_ids, ids)
-        new_chunks = [c for c in unique if c.id not in stored]
+        documents = {w.document_id: await self._get(w.document_id) for w in works}
+        unique = {c.id: c for w in works for c in w.chunks}
+        stored = await db.read(sql.stored_chunk_ids, list(unique))
+        new_chunks = [c for c in unique.values() if c.id not in stored]
         added = await db.read(load_extractions, [c.id for c in new_chunks])
-        missing = [c.id for c in new_chunks if c.id not in added]
-        if missing:
+        if missing := [c.id for c in new_chunks if c.id not in added]:
             raise ExtractionFailed(f"{len(missing)} chunks have no stored extraction; retry the document")
-        replaces = document.get("replaces")
-        removed = await db.read(sql.orphaned_chunks, replaces, ids) if replaces else []
+        replaced = [d["replaces"] for d in documents.values() if d.get("replaces")]
+        removed = sorted({c for old in replaced for c in await db.read(sql.orphaned_chunks, old, list(unique))})
         graph = await self.integrator.changes(added, set(removed))
         vectors = await self.models.embed([c.content for c in new_chunks], priority=Priority.INGEST)
         changes = Changeset(
             chunks_added=[ChunkRow(c.id, c.content, c.tokens, v) for c, v in zip(new_chunks, vectors, strict=True)],
             chunks_removed=removed,
-            links_added=[(work.document_id, c.id, c.order) for c in chunks],
-            documents_removed=[replaces] if replaces else [],
+            links_added=[(w.document_id, c.id, c.order) for w in works for c in w.chunks],
+            documents_removed=replaced,
             entities_upserted=graph.entities, entities_removed=graph.entities_removed,
             relations_upserted=graph.relations, relations_removed=graph.relations_removed,
-            document=DocumentUpdate(work.document_id, "processed", None, len(unique), len(unique)),
+            documents=[DocumentUpdate(w.document_id, "processed", None, w.total, w.total) for w in works],
             also=[functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[]),
                   functools.partial(set_meta, key="embed_model", value=self.settings.embed_model)],
         )
         await self.store.apply(changes)
-        log.info("document %s (%s) processed: %d chunks, %d entities and %d relations touched", work.name,
-                 work.document_id[:16], len(unique), len(graph.entities), len(graph.relations))
+        log.info("%d documents merged: %d new chunks, %d entities and %d relations touched", len(works),
+                 len(new_chunks), len(graph.entities), len(graph.relations))
 
     # --- status ---
 
@@ -293,7 +342,8 @@ class Pipeline:
         return {
             "queued": list(self.queued),
             "running": [{"id": w.document_id, "name": w.name, "phase": w.phase, "done": w.done, "total": w.total,
-                         "seconds": round(now - w.started, 1)} for w, _ in self.running.values()],
+                         "seconds": round(now - w.started, 1)}
+                        for w in (*self.running.values(), *self.merging.values())],
             "chunks_per_minute": recent,
             "llm": {"capacity": self.models.limiter.capacity, "busy": self.models.limiter.running,
                     "waiting": self.models.limiter.waiting, "calls": dict(self.models.calls)},

@@ -63,14 +63,14 @@ class Changeset:
     entities_removed: list[str] = field(default_factory=list)            # name keys
     relations_upserted: list[RelationRow] = field(default_factory=list)
     relations_removed: list[str] = field(default_factory=list)           # pair keys
-    document: DocumentUpdate | None = None
+    documents: list[DocumentUpdate] = field(default_factory=list)
     # more statements for the same transaction (cache entries, for instance): fn(connection)
     also: list[Callable[[Any], None]] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not any((self.chunks_added, self.chunks_removed, self.links_added, self.documents_removed,
                         self.entities_upserted, self.entities_removed, self.relations_upserted,
-                        self.relations_removed, self.document))
+                        self.relations_removed, self.documents))
 
 
 def pair_key(a: str, b: str) -> str:

@@ -1,0 +1,57 @@
+"""Group small writes into shared transactions.
+
+Each DuckDB commit costs milliseconds; chunk extractions finish many times a second. Callers
+``await write(item)`` and return once their item is committed (so durability is unchanged for
+them); items that arrive together share one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+import anyio
+
+from .tables_duckdb import Con, Database
+
+T = TypeVar("T")
+
+
+class BatchWriter(Generic[T]):
+    def __init__(self, db: Database, apply: Callable[[Con, list[T]], None], *, max_items: int = 64,
+                 max_delay: float = 0.02) -> None:
+        self.db = db
+        self.apply = apply
+        self.max_items = max_items
+        self.max_delay = max_delay
+        self._pending: list[tuple[T, anyio.Event, list[BaseException]]] = []
+        self._wake = anyio.Event()
+
+    async def write(self, item: T) -> None:
+        done, errors = anyio.Event(), []
+        self._pending.append((item, done, errors))
+        self._wake.set()
+        await done.wait()
+        if errors:
+            raise errors[0]
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            if len(self._pending) < self.max_items:
+                await anyio.sleep(self.max_delay)  # let concurrent writers join this transaction
+            batch, self._pending = self._pending[:self.max_items], self._pending[self.max_items:]
+            if self._pending:
+                self._wake.set()
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[tuple[T, anyio.Event, list[BaseException]]]) -> None:
+        try:
+            await self.db.write(self.apply, [item for item, _, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - every waiter gets the error
+            for _, _, errors in batch:
+                errors.append(exc)
+        for _, done, _ in batch:
+            done.set()
+
