@@ -14,7 +14,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from . import routes_ollama, routes_openai, routes_rag
+from . import routes_ollama, routes_openai, routes_query, routes_rag
+from .augment import Augmenter
 from .chat import ChatPipeline
 from .errors import GraphGateError
 from .knowledge import Knowledge, run_knowledge
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, *,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, transport=upstream_transport)
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline())
+        gateway.chat.stages.append(Augmenter(gateway))
         app.state.gateway = gateway
         try:
             async with AsyncExitStack() as stack:
@@ -81,7 +83,7 @@ def create_app(settings: Settings | None = None, *,
             await upstream.aclose()
 
     return Starlette(
-        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_rag.ROUTES],
+        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_rag.ROUTES, *routes_query.ROUTES],
         middleware=build_middleware(settings),
         exception_handlers={
             GraphGateError: on_graphgate_error,

@@ -32,6 +32,7 @@ class ChatTurn:
     headers: Headers
     body: dict[str, Any]
     raw: bytes
+    request: Request
     changed: bool = False
     notes: dict[str, Any] = field(default_factory=dict)  # what stages learnt, for traces and logs
 
@@ -71,7 +72,7 @@ class ChatPipeline:
         raw = await read_body(request, gateway.settings.max_body_bytes)
         body = parse_object(raw)
         require_model(body)
-        turn = ChatTurn(flavour, request.url.path, request.headers, body, raw)
+        turn = ChatTurn(flavour, request.url.path, request.headers, body, raw, request)
         for stage in self.stages:
             result = await stage(turn)
             if not isinstance(result, ChatTurn):

@@ -11,15 +11,22 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from typing import Any
+
 import anyio
+from anyio.abc import TaskGroup
 
 from .errors import UpstreamError
 from .ingest.inbox import watch_inbox
 from .ingest.pipeline import Pipeline
 from .limiter import PriorityLimiter
-from .models import ModelClient
+from .model_info import ModelInfoCache
+from .models import CacheEntry, ModelClient
+from .retrieval.retriever import Retriever
+from .store.batching import BatchWriter
+from .traces import Trace, record_traces
 from .settings import Settings
-from .ingest.documents import cached_response
+from .ingest.documents import cached_response, write_cache
 from .store.knowledge import KnowledgeStore
 from .store.tables_duckdb import get_meta
 from .tokens import Tokenizer, get_tokenizer
@@ -34,6 +41,32 @@ class Knowledge:
     models: ModelClient
     pipeline: Pipeline
     tokenizer: Tokenizer
+    retriever: Retriever
+    model_info: ModelInfoCache
+    group: TaskGroup
+    traces: BatchWriter[Trace]
+    cache_writes: BatchWriter[CacheEntry]
+
+    def record(self, trace: Trace) -> None:
+        """Keep a chat turn's trace, off the chat's path."""
+        self.group.start_soon(_quietly, self.traces.write, trace)
+
+    def remember(self, entry: CacheEntry) -> None:
+        self.group.start_soon(_quietly, self.cache_writes.write, entry)
+
+    def remember_answer(self, model: str, key: str, request: bytes, response: bytes, generation: int) -> None:
+        self.remember(CacheEntry("answer", key, model, request.decode("utf-8", "replace"),
+                                 response.decode("utf-8", "replace")))
+
+    async def cached(self, kind: str, key: str) -> str | None:
+        return await self.store.db.read(cached_response, kind, key)
+
+
+async def _quietly(write: Any, item: Any) -> None:
+    try:
+        await write(item)
+    except Exception as exc:  # noqa: BLE001 - bookkeeping must never break a chat
+        log.warning("could not record %s: %s", type(item).__name__, exc)
 
 
 async def check_embedding_model(store: KnowledgeStore, models: ModelClient, settings: Settings) -> None:
@@ -71,13 +104,22 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
         await check_embedding_model(store, models, settings)
         tokenizer = await anyio.to_thread.run_sync(get_tokenizer)
         pipeline = Pipeline(store, models, settings, tokenizer)
+        retriever = Retriever(store, models, settings, tokenizer)
+        model_info = ModelInfoCache(upstream, settings.discovery_timeout)
+        traces = BatchWriter(store.db, record_traces, max_delay=0.2)
+        cache_writes = BatchWriter(store.db, lambda con, entries: write_cache(con, entries, []), max_delay=0.2)
         async with anyio.create_task_group() as group:
             await pipeline.start(group)
+            group.start_soon(traces.run)
+            group.start_soon(cache_writes.run)
             group.start_soon(_save_periodically, store, settings.index_save_seconds)
             if settings.inbox_dir is not None:
                 group.start_soon(watch_inbox, settings.inbox_dir, pipeline, settings)
             try:
-                yield Knowledge(store, models, pipeline, tokenizer)
+                knowledge = Knowledge(store, models, pipeline, tokenizer, retriever, model_info, group, traces,
+                                      cache_writes)
+                retriever.remember = knowledge.remember
+                yield knowledge
             finally:
                 group.cancel_scope.cancel()
     finally:

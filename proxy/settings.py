@@ -110,6 +110,31 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def choice(*options: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return value
+    return parse
+
+
+def parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def parse_fraction(raw: str) -> float:
+    value = float(raw)
+    if not 0 <= value <= 1:
+        raise ValueError("expected a number from 0 to 1")
+    return value
+
+
 def parse_path(raw: str) -> Path:
     if not raw.strip():
         raise ValueError("expected a directory path")
@@ -201,6 +226,43 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("index_save_seconds", "GRAPHGATE_INDEX_SAVE_SECONDS", "30", parse_positive_float,
             "How often changed vector indexes are saved (they are also saved at shutdown and healed "
             "from the database after a crash)."),
+    # --- retrieval and chat augmentation (LightRAG's defaults) ---
+    Setting("mode", "GRAPHGATE_MODE", "mix", choice("local", "global", "hybrid", "mix", "naive", "bypass"),
+            "Default retrieval mode: local, global, hybrid, mix, naive or bypass."),
+    Setting("top_k", "GRAPHGATE_TOP_K", "40", int_between(1, 1000), "Entities / relations taken from the vector search."),
+    Setting("chunk_top_k", "GRAPHGATE_CHUNK_TOP_K", "20", int_between(1, 1000), "Text chunks kept in the context."),
+    Setting("max_entity_tokens", "GRAPHGATE_MAX_ENTITY_TOKENS", "6000", int_between(0, 1_000_000),
+            "Token ceiling of the entities section."),
+    Setting("max_relation_tokens", "GRAPHGATE_MAX_RELATION_TOKENS", "8000", int_between(0, 1_000_000),
+            "Token ceiling of the relations section."),
+    Setting("max_total_tokens", "GRAPHGATE_MAX_TOTAL_TOKENS", "30000", int_between(100, 10_000_000),
+            "Token ceiling of the whole injected context (instructions, sections and references)."),
+    Setting("cosine_threshold", "GRAPHGATE_COSINE_THRESHOLD", "0.2", parse_fraction,
+            "Minimum cosine similarity of a vector match."),
+    Setting("related_chunks", "GRAPHGATE_RELATED_CHUNKS", "5", int_between(1, 100),
+            "Chunks taken per entity or relation from its sources."),
+    Setting("chunk_selection", "GRAPHGATE_CHUNK_SELECTION", "vector", choice("vector", "weight"),
+            "How an entity's source chunks are picked: by similarity to the query, or by weighted polling."),
+    Setting("keywords", "GRAPHGATE_KEYWORDS", "llm", choice("llm", "off"),
+            "`llm`: one model call per turn extracts keywords; `off`: search with the question's embedding alone."),
+    Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
+            "A separate (smaller) model for keyword extraction; unset: the extraction model."),
+    Setting("history_turns", "GRAPHGATE_HISTORY_TURNS", "3", int_between(0, 50),
+            "Previous conversation turns the keyword extraction sees, so follow-up questions resolve."),
+    Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,
+            "Seconds retrieval may take before the turn is forwarded without context."),
+    Setting("augment_generate", "GRAPHGATE_AUGMENT_GENERATE", "false", parse_bool,
+            "Also augment /api/generate (off by default, like LightRAG)."),
+    Setting("answer_cache", "GRAPHGATE_ANSWER_CACHE", "false", parse_bool,
+            "Cache answers to identical non-streaming augmented requests (invalidated by every change to the "
+            "knowledge base)."),
+    Setting("default_num_ctx", "GRAPHGATE_DEFAULT_NUM_CTX", "4096", int_between(256, 10_000_000),
+            "Context window assumed when neither the request nor the model's parameters set `num_ctx`."),
+    Setting("answer_reserve", "GRAPHGATE_ANSWER_RESERVE", "1024", int_between(0, 1_000_000),
+            "Tokens of the context window kept free for the answer."),
+    Setting("raise_num_ctx", "GRAPHGATE_RAISE_NUM_CTX", "false", parse_bool,
+            "When a request sets no `num_ctx`, raise it so the full configured context fits (bounded by the "
+            "model's trained context length)."),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -244,6 +306,24 @@ class Settings:
     max_upload_bytes: int = 50_000_000
     inbox_dir: Path | None = None
     index_save_seconds: float = 30.0
+    mode: str = "mix"
+    top_k: int = 40
+    chunk_top_k: int = 20
+    max_entity_tokens: int = 6000
+    max_relation_tokens: int = 8000
+    max_total_tokens: int = 30000
+    cosine_threshold: float = 0.2
+    related_chunks: int = 5
+    chunk_selection: str = "vector"
+    keywords: str = "llm"
+    keyword_model: str | None = None
+    history_turns: int = 3
+    retrieval_timeout: float = 10.0
+    augment_generate: bool = False
+    answer_cache: bool = False
+    default_num_ctx: int = 4096
+    answer_reserve: int = 1024
+    raise_num_ctx: bool = False
     # where each value came from: "default", "env" or "cli" (shown by the console)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -26,6 +26,7 @@ class KnownFacts:
     weight: float = 1.0
     calls: list[str] = field(default_factory=list)  # "extract" | "glean" | "summary", in order
     malformed: int = 0                              # answer this many extraction calls with broken JSON
+    no_keywords: bool = False                       # keyword requests get empty lists
 
     def __call__(self, request: dict[str, Any]) -> str:
         schema = request.get("format") or {}
@@ -33,6 +34,9 @@ class KnownFacts:
         if "summary" in (schema.get("properties") or {}):
             self.calls.append("summary")
             return self._summary(user)
+        if "low_level_keywords" in (schema.get("properties") or {}):
+            self.calls.append("keywords")
+            return json.dumps(self.keywords(user))
         gleaning = "already found" in user
         self.calls.append("glean" if gleaning else "extract")
         if self.malformed > 0 and not gleaning:
@@ -60,6 +64,18 @@ class KnownFacts:
                         relations.append({"source": a, "target": b, "keywords": ["mentioned together"],
                                           "description": sentence, "weight": self.weight})
         return {"entities": entities, "relations": relations}
+
+    def keywords(self, user: str) -> dict[str, list[str]]:
+        """Names in the latest question; for a question without one ("and who leads it?"), the most
+        recent name of the earlier turns, as a model resolving the reference would."""
+        earlier, _, latest = user.rpartition("Latest question:")
+        low = self.names_in(latest)
+        if not low and earlier:
+            mentioned = [(earlier.rfind(n), n) for n in self.entities if n in earlier]
+            low = [max(mentioned)[1]] if mentioned else []
+        if self.no_keywords:
+            return {"high_level_keywords": [], "low_level_keywords": []}
+        return {"high_level_keywords": ["organisation"] if "organi" in latest.lower() else [], "low_level_keywords": low}
 
     @staticmethod
     def _summary(user: str) -> str:

@@ -100,7 +100,23 @@ CREATE TABLE aliases (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (V1,)
+# v2: the trace of each augmented chat turn, for the console (the last 500 are kept)
+V2 = """
+CREATE SEQUENCE trace_ids START 1;
+CREATE TABLE traces (
+    id BIGINT PRIMARY KEY DEFAULT nextval('trace_ids'),
+    created_at TIMESTAMP NOT NULL,
+    api VARCHAR NOT NULL,              -- ollama | openai | query
+    model VARCHAR NOT NULL,
+    mode VARCHAR NOT NULL,
+    query VARCHAR NOT NULL,
+    augmented BOOLEAN NOT NULL,
+    reason VARCHAR,                    -- why the turn was not augmented, when it was not
+    detail VARCHAR NOT NULL            -- JSON: keywords, entities, relations, chunk ids, tokens, timings, budget
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -1,0 +1,217 @@
+"""The chat pipeline's retrieval stage: decide whether a turn is augmented, retrieve, inject.
+
+Forwarded untouched: Open WebUI background tasks, /bypass turns, "continue" (assistant last) and
+tool turns, model loads (no messages), models without the completion capability, and every turn
+while the knowledge base is empty or unavailable. Retrieval never blocks a chat: on any failure
+or timeout the turn goes upstream without context, and the failure is logged and traced.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from starlette.responses import Response
+
+from .budget_window import window_for
+from .chat import ChatTurn
+from .errors import GraphGateError, UpstreamError
+from .forward import forward
+from .models import cache_key
+from .prefixes import TurnControl, header_mode, parse_prefix
+from .retrieval.budget import Budget, conversation_tokens, message_text, plan_budget
+from .retrieval.context import context_summary
+from .retrieval.params import QueryParams
+from .retrieval.retriever import Retrieval
+from .synthetic import ollama_reply, openai_reply
+from .traces import Trace
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+log = logging.getLogger("graphgate.augment")
+
+NO_CONTEXT = "(The knowledge base has nothing relevant to this question.)"
+
+
+def task_reason(turn: ChatTurn) -> str | None:
+    """Open WebUI background tasks: the X-Task header, or its templates as a fallback."""
+    task = turn.headers.get("x-task", "").strip()
+    if task and not task.startswith("{{"):  # an unsubstituted template means "no task"
+        return f"background task ({task})"
+    messages = turn.messages
+    if (not turn.streaming and len(messages) == 1 and messages[0].get("role") == "user"):
+        text = message_text(messages[0])
+        if text.startswith("### Task:") and "<chat_history>" in text:
+            return "background task (### Task: template)"
+    return None
+
+
+def shape_reason(turn: ChatTurn) -> str | None:
+    messages = turn.messages
+    if not messages:
+        return "no messages (model load or unload)"
+    role = messages[-1].get("role")
+    if role == "assistant":
+        return "continuation of an assistant message"
+    if role == "tool":
+        return "tool result"
+    if role != "user":
+        return f"last message is from {role!r}"
+    return None
+
+
+def with_text(message: dict[str, Any], text: str) -> dict[str, Any]:
+    """The message with its text replaced (the first text part of an OpenAI parts list)."""
+    out = dict(message)
+    if isinstance(message.get("content"), list):
+        parts = copy.deepcopy(message["content"])
+        for part in parts:
+            if isinstance(part, dict) and part.get("type") == "text":
+                part["text"] = text
+                break
+        out["content"] = parts
+    else:
+        out["content"] = text
+    return out
+
+
+def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
+    """Our block joins the client's front system message, or becomes one; nothing else changes."""
+    if messages and messages[0].get("role") == "system":
+        first = messages[0]
+        content = first.get("content")
+        if isinstance(content, list):
+            merged = {**first, "content": [*content, {"type": "text", "text": block}]}
+        else:
+            merged = {**first, "content": f"{content}\n\n{block}" if content else block}
+        return [merged, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
+
+
+def history_of(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(m["role"], message_text(m)) for m in messages[:-1]
+            if m.get("role") in ("user", "assistant") and message_text(m).strip()]
+
+
+class Augmenter:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def __call__(self, turn: ChatTurn) -> ChatTurn | Response:
+        reason = task_reason(turn) or shape_reason(turn)
+        if reason:
+            return turn
+        control = parse_prefix(message_text(turn.messages[-1]))
+        mode = control.mode or header_mode(turn.headers.get("x-graphgate-mode")) or self.gateway.settings.mode
+        if control.text != message_text(turn.messages[-1]):
+            turn = turn.with_messages([*turn.messages[:-1], with_text(turn.messages[-1], control.text)])
+        if mode == "bypass":
+            return turn
+        knowledge = self.gateway.knowledge
+        if knowledge is None or len(knowledge.store.indexes["chunks"]) == 0:
+            return self._no_context(turn, control, "the knowledge base is empty or unavailable")
+        try:
+            info = await knowledge.model_info.get(turn.model)
+        except GraphGateError:
+            return turn  # let the upstream answer for an unknown model with its own error
+        if "completion" not in info.capabilities:
+            return turn
+        return await self._augment(turn, control, mode, info)
+
+    def _no_context(self, turn: ChatTurn, control: TurnControl, reason: str) -> ChatTurn | Response:
+        if control.context_only:
+            return self._context_reply(turn, NO_CONTEXT, time.perf_counter())
+        return turn
+
+    async def _augment(self, turn: ChatTurn, control: TurnControl, mode: str, info: Any) -> ChatTurn | Response:
+        started = time.perf_counter()
+        knowledge, settings = self.gateway.knowledge, self.gateway.settings
+        assert knowledge is not None
+        query = control.text.strip()
+        trace = Trace("ollama" if turn.flavour == "ollama" else "openai", turn.model, mode, query, False)
+        budget = self._budget(turn, info)
+        trace.detail["budget"] = budget.as_dict()
+        if budget.reason:
+            log.info("not augmenting a %s turn: %s", turn.model, budget.reason)
+            return self._finish(turn, trace, budget.reason)
+        params = QueryParams.from_settings(settings, mode=mode, instructions=control.instructions)
+        try:
+            with anyio.fail_after(settings.retrieval_timeout):
+                retrieval = await knowledge.retriever.retrieve(query, history_of(turn.messages), params, budget)
+        except (TimeoutError, GraphGateError, UpstreamError) as exc:
+            message = "retrieval timed out" if isinstance(exc, TimeoutError) else f"retrieval failed: {exc}"
+            log.warning("forwarding a %s turn without context: %s", turn.model, message)
+            return self._finish(turn, trace, message)
+        except Exception as exc:  # noqa: BLE001 - a retrieval bug must not break the chat
+            log.exception("retrieval failed")
+            return self._finish(turn, trace, f"retrieval failed: {type(exc).__name__}")
+        self._describe(trace, retrieval)
+        if control.context_only:
+            text = retrieval.context.text if retrieval.context and not retrieval.empty else NO_CONTEXT
+            self._finish(turn, trace, "context requested (/context)")
+            return self._context_reply(turn, text, started)
+        if retrieval.empty:
+            return self._finish(turn, trace, retrieval.skipped or "nothing relevant found")
+        assert retrieval.context is not None
+        turn.with_messages(inject(turn.messages, retrieval.context.text))
+        if budget.raised_num_ctx:
+            turn.body = {**turn.body, "options": {**(turn.body.get("options") or {}), "num_ctx": budget.raised_num_ctx}}
+        trace.augmented = True
+        self._finish(turn, trace, None)
+        if settings.answer_cache and not turn.streaming:
+            return await self._cached_answer(turn)
+        return turn
+
+    def _budget(self, turn: ChatTurn, info: Any) -> Budget:
+        settings = self.gateway.settings
+        count = self.gateway.knowledge.tokenizer.count  # type: ignore[union-attr]
+        conversation = conversation_tokens(turn.messages, count)
+        options = turn.body.get("options") if turn.flavour == "ollama" else None
+        window, source, raised = window_for(options if isinstance(options, dict) else None, info, settings,
+                                            conversation, can_raise=turn.flavour == "ollama")
+        budget = plan_budget(window=window, source=source, conversation=conversation, reserve=settings.answer_reserve,
+                             max_total=settings.max_total_tokens, max_entity=settings.max_entity_tokens,
+                             max_relation=settings.max_relation_tokens)
+        return replace(budget, raised_num_ctx=window) if raised else budget
+
+    def _describe(self, trace: Trace, retrieval: Retrieval) -> None:
+        trace.detail["keywords"] = retrieval.keywords.as_dict() if retrieval.keywords else None
+        trace.detail["timings"] = retrieval.timings
+        if retrieval.context is not None:
+            trace.detail.update(context_summary(retrieval.context))
+
+    def _finish(self, turn: ChatTurn, trace: Trace, reason: str | None) -> ChatTurn:
+        trace.reason = reason
+        self.gateway.knowledge.record(trace)  # type: ignore[union-attr]
+        return turn
+
+    def _context_reply(self, turn: ChatTurn, text: str, started: float) -> Response:
+        count = self.gateway.knowledge.tokenizer.count if self.gateway.knowledge else len  # type: ignore[union-attr]
+        prompt, tokens = conversation_tokens(turn.messages, count), count(text)
+        if turn.flavour == "ollama":
+            return ollama_reply(turn.model, text, stream=turn.streaming, started=started, prompt_tokens=prompt,
+                                tokens=tokens)
+        usage = bool((turn.body.get("stream_options") or {}).get("include_usage"))
+        return openai_reply(turn.model, text, stream=turn.streaming, prompt_tokens=prompt, tokens=tokens,
+                            include_usage=usage)
+
+    async def _cached_answer(self, turn: ChatTurn) -> Response:
+        """Non-streaming answers cached under the request and the knowledge-base generation, so
+        that any change to the documents makes them miss (LightRAG#755)."""
+        knowledge = self.gateway.knowledge
+        assert knowledge is not None
+        payload = turn.payload()
+        key = cache_key(turn.model, [turn.path, payload.decode("utf-8", "replace"), knowledge.store.generation])
+        cached = await knowledge.cached("answer", key)
+        if cached is not None:
+            return Response(cached.encode(), media_type="application/json; charset=utf-8",
+                            headers={"x-graphgate-cache": "hit"})
+        response = await forward(turn.request, content=payload)
+        if isinstance(response, Response) and response.status_code == 200:
+            knowledge.remember_answer(turn.model, key, payload, bytes(response.body), knowledge.store.generation)
+        return response  # type: ignore[return-value]

@@ -1,0 +1,43 @@
+"""What the upstream says about a model (capabilities, num_ctx parameter, trained context length),
+from /api/show, cached briefly per model."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .upstream import Upstream
+
+TTL = 60.0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    capabilities: tuple[str, ...]
+    num_ctx: int | None          # the Modelfile's `num_ctx` parameter
+    context_length: int | None   # what the model was trained for (model_info *.context_length)
+
+
+def parse_show(data: dict[str, Any]) -> ModelInfo:
+    match = re.search(r"^\s*num_ctx\s+(\d+)\s*$", str(data.get("parameters") or ""), re.M)
+    lengths = [v for k, v in (data.get("model_info") or {}).items()
+               if k.endswith(".context_length") and isinstance(v, int)]
+    return ModelInfo(tuple(data.get("capabilities") or ()), int(match.group(1)) if match else None,
+                     max(lengths) if lengths else None)
+
+
+class ModelInfoCache:
+    def __init__(self, upstream: Upstream, deadline: float) -> None:
+        self.upstream = upstream
+        self.deadline = deadline
+        self._entries: dict[str, tuple[float, ModelInfo]] = {}
+
+    async def get(self, model: str) -> ModelInfo:
+        entry = self._entries.get(model)
+        if entry is not None and time.monotonic() - entry[0] < TTL:
+            return entry[1]
+        info = parse_show(await self.upstream.call_json("POST", "/api/show", {"model": model}, deadline=self.deadline))
+        self._entries[model] = (time.monotonic(), info)
+        return info

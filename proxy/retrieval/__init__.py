@@ -1,0 +1,1 @@
+"""Retrieval: keywords, vector and graph search, selection, and the token-budgeted context."""

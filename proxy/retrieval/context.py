@@ -1,0 +1,109 @@
+"""The context given to the model: instructions, entities, relations, chunks and references,
+fitted to the token budget. Ranking first, truncation second: the best items survive a small
+budget, and every section keeps at least one item when it has any."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..tokens import Tokenizer
+from .search import FoundChunk, FoundEntity, FoundRelation
+
+INSTRUCTIONS = """You answer questions using the knowledge base context below: facts from a knowledge \
+graph (entities and their relations) and passages from the user's documents.
+- Base the answer on this context. If the context does not contain the answer, say so plainly \
+instead of guessing; you may then add what you know in general, clearly marked as not from the documents.
+- Answer in the language of the user's question.
+- Cite the passages you use as [n], with n from the reference list, and end with a short "References" \
+list of the documents you cited."""
+
+
+@dataclass
+class Context:
+    text: str
+    entities: list[FoundEntity]
+    relations: list[FoundRelation]
+    chunks: list[FoundChunk]
+    references: list[tuple[int, str]]
+    tokens: dict[str, int] = field(default_factory=dict)
+
+
+def entity_line(e: FoundEntity) -> str:
+    return json.dumps({"entity": e.name, "type": e.type, "description": e.description}, ensure_ascii=False)
+
+
+def relation_line(r: FoundRelation) -> str:
+    return json.dumps({"entity1": r.source_name, "entity2": r.target_name, "keywords": ", ".join(r.keywords),
+                       "description": r.description}, ensure_ascii=False)
+
+
+def fit(lines: list[str], budget: int, tokenizer: Tokenizer) -> tuple[list[int], int]:
+    """Indexes of the leading lines that fit ``budget`` (at least the first, cut to size if needed)."""
+    kept: list[int] = []
+    used = 0
+    for i, line in enumerate(lines):
+        cost = tokenizer.count(line) + 1
+        if used + cost > budget:
+            break
+        kept.append(i)
+        used += cost
+    if not kept and lines:
+        kept, used = [0], min(tokenizer.count(lines[0]) + 1, max(budget, 1))
+    return kept, used
+
+
+def references_for(chunks: list[FoundChunk]) -> list[tuple[int, str]]:
+    """Documents numbered by how many selected chunks cite them (ties: first cited first)."""
+    cited = Counter(c.documents[0] for c in chunks if c.documents)
+    order = {name: i for i, name in reversed(list(enumerate(c.documents[0] for c in chunks if c.documents)))}
+    ranked = sorted(cited, key=lambda name: (-cited[name], order[name]))
+    return [(n, name) for n, name in enumerate(ranked, start=1)]
+
+
+def build_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
+                  entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
+                  instructions: str | None = None) -> Context:
+    header = INSTRUCTIONS + (f"\n\nAdditional instructions from the user:\n{instructions}" if instructions else "")
+    header_tokens = tokenizer.count(header)
+    e_lines = [entity_line(e) for e in entities]
+    e_keep, e_used = fit(e_lines, entity_budget, tokenizer) if entity_budget > 0 or e_lines else ([], 0)
+    r_lines = [relation_line(r) for r in relations]
+    r_keep, r_used = fit(r_lines, relation_budget, tokenizer) if r_lines else ([], 0)
+    kept_entities = [entities[i] for i in e_keep]
+    kept_relations = [relations[i] for i in r_keep]
+    # chunks get what is left once instructions, graph and a reference list (about 12 tokens each) are counted
+    chunk_budget = total_budget - header_tokens - e_used - r_used - 40
+    chunk_lines = [json.dumps({"reference_id": 0, "content": c.content}, ensure_ascii=False) for c in chunks]
+    c_keep, c_used = fit(chunk_lines, chunk_budget - 12 * min(len(chunks), 10), tokenizer) if chunks else ([], 0)
+    kept_chunks = [chunks[i] for i in c_keep]
+    if len(kept_chunks) == 1 and c_used < tokenizer.count(chunk_lines[c_keep[0]]):
+        first = kept_chunks[0]
+        kept_chunks = [FoundChunk(first.id, tokenizer.truncate(first.content, max(c_used - 20, 1)), first.tokens,
+                                  first.score, first.origin, first.documents)]
+    references = references_for(kept_chunks)
+    number = {name: n for n, name in references}
+    sections = [header]
+    if kept_entities:
+        sections.append("## Entities (knowledge graph)\n" + "\n".join(e_lines[i] for i in e_keep))
+    if kept_relations:
+        sections.append("## Relations (knowledge graph)\n" + "\n".join(r_lines[i] for i in r_keep))
+    if kept_chunks:
+        sections.append("## Document passages\n" + "\n".join(
+            json.dumps({"reference_id": number.get(c.documents[0]) if c.documents else None, "content": c.content},
+                       ensure_ascii=False) for c in kept_chunks))
+    if references:
+        sections.append("## References\n" + "\n".join(f"[{n}] {name}" for n, name in references))
+    text = "\n\n".join(sections)
+    tokens = {"instructions": header_tokens, "entities": e_used, "relations": r_used,
+              "total": tokenizer.count(text)}
+    tokens["chunks"] = max(tokens["total"] - header_tokens - e_used - r_used, 0)
+    return Context(text, kept_entities, kept_relations, kept_chunks, references, tokens)
+
+
+def context_summary(context: Context) -> dict[str, Any]:
+    return {"entities": [e.name for e in context.entities],
+            "relations": [[r.source_name, r.target_name] for r in context.relations],
+            "chunks": [c.id for c in context.chunks], "tokens": context.tokens}

@@ -1,0 +1,84 @@
+"""Keyword extraction for a chat turn: one structured-output call that sees the question together
+with the previous turns, so that "and who leads it?" resolves to the entity talked about before."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..limiter import Priority
+from ..models import CacheEntry, ModelClient
+
+KEYWORD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "high_level_keywords": {"type": "array", "items": {"type": "string"}},
+        "low_level_keywords": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["high_level_keywords", "low_level_keywords"],
+}
+
+_SYSTEM = """You prepare searches in a knowledge graph. Given the latest question of a conversation, \
+list keywords for two searches:
+- "low_level_keywords": the specific things the question is about: names of people, organisations, \
+places, products, terms, exactly as they would appear in documents. Resolve pronouns and references \
+("it", "they", "that company") to the names used earlier in the conversation.
+- "high_level_keywords": the broader themes or kinds of relationship the question asks about.
+Give at most 8 of each, short, without explanations. Answer with JSON only."""
+
+SHORT_QUERY = 50  # a question shorter than this becomes its own keyword when none are found
+
+
+@dataclass(frozen=True)
+class Keywords:
+    high: tuple[str, ...]
+    low: tuple[str, ...]
+    source: str                 # "llm", "cache", "given", "off", "fallback"
+    entry: CacheEntry | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"high_level": list(self.high), "low_level": list(self.low), "source": self.source}
+
+
+def keyword_messages(query: str, history: list[tuple[str, str]]) -> list[dict[str, str]]:
+    lines = [f"{role.upper()}: {text}" for role, text in history]
+    earlier = "Earlier turns:\n" + "\n".join(lines) + "\n\n" if lines else ""
+    return [{"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": f"{earlier}Latest question: {query}"}]
+
+
+def normalise_query(query: str) -> str:
+    return " ".join(query.split()).casefold()
+
+
+def _clean(values: Any) -> tuple[str, ...]:
+    if not isinstance(values, list):
+        return ()
+    out = dict.fromkeys(" ".join(v.split())[:100] for v in values if isinstance(v, str) and v.strip())
+    return tuple(out)[:8]
+
+
+async def extract_keywords(models: ModelClient, query: str, history: list[tuple[str, str]],
+                           model: str | None) -> Keywords:
+    # normalised text in the prompt: equivalent questions share one cache entry
+    messages = keyword_messages(" ".join(query.split()), [(r, " ".join(t.split())) for r, t in history])
+    reply = await models.structured("keywords", messages, KEYWORD_SCHEMA, priority=Priority.CHAT, model=model)
+    try:
+        data = json.loads(reply.content)
+    except ValueError:
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    keywords = Keywords(_clean(data.get("high_level_keywords")), _clean(data.get("low_level_keywords")),
+                        "cache" if reply.cached else "llm", None if reply.cached else reply.entry)
+    return keywords
+
+
+def fallback(keywords: Keywords, query: str) -> Keywords | None:
+    """LightRAG's rule: no keywords at all -> a short question is its own low-level keyword,
+    a long one gets no context."""
+    if keywords.high or keywords.low:
+        return keywords
+    if len(query.strip()) < SHORT_QUERY:
+        return Keywords((), (query.strip(),), "fallback", keywords.entry)
+    return None

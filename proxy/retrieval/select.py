@@ -1,0 +1,64 @@
+"""Ranking and selection rules, as small pure functions over plain lists."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+def round_robin(lists: Sequence[Sequence[T]], key: Callable[[T], Hashable]) -> list[T]:
+    """Interleave the lists (first of each, then second of each...), keeping the first of duplicates."""
+    seen: set[Hashable] = set()
+    merged: list[T] = []
+    for i in range(max((len(items) for items in lists), default=0)):
+        for items in lists:
+            if i < len(items) and key(items[i]) not in seen:
+                seen.add(key(items[i]))
+                merged.append(items[i])
+    return merged
+
+
+def rank_relations(items: list[T], degree: Callable[[T], int], weight: Callable[[T], float]) -> list[T]:
+    """Most central first (endpoint degrees summed), then heaviest; stable otherwise."""
+    return sorted(items, key=lambda r: (-degree(r), -weight(r)))
+
+
+def weighted_quota(sources: Sequence[Sequence[str]], per_item: int) -> list[str]:
+    """LightRAG's WEIGHT polling: the first item gets ``per_item`` chunks, the quota falls linearly to
+    one for the last; chunks shared by several items come first within each item's list."""
+    shared = Counter(chunk for chunk_ids in sources for chunk in dict.fromkeys(chunk_ids))
+    count = len(sources)
+    picked: dict[str, None] = {}
+    for rank, chunk_ids in enumerate(sources):
+        quota = per_item if count == 1 else max(1, round(per_item - (per_item - 1) * rank / (count - 1)))
+        ordered = sorted(dict.fromkeys(chunk_ids), key=lambda c: -shared[c])
+        for chunk in [c for c in ordered if c not in picked][:quota]:
+            picked[chunk] = None
+    return list(picked)
+
+
+def by_similarity(sources: Sequence[Sequence[str]], per_item: int, similarity: dict[str, float]) -> list[str]:
+    """VECTOR selection: each item's own chunks most similar to the query, items in rank order."""
+    picked: dict[str, None] = {}
+    for chunk_ids in sources:
+        candidates = sorted((c for c in dict.fromkeys(chunk_ids) if c in similarity and c not in picked),
+                            key=lambda c: -similarity[c])
+        for chunk in candidates[:per_item]:
+            picked[chunk] = None
+    return list(picked)
+
+
+def cosine_to(query: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    if vectors.size == 0:
+        return np.empty(0, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(query) or 1.0)
+    return (vectors @ query) / np.where(norms == 0, 1.0, norms)
+
+
+def first_n(items: Iterable[T], n: int) -> list[T]:
+    return list(items)[:n]
