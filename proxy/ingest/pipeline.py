@@ -27,7 +27,7 @@ from ..limiter import Priority
 from ..models import CacheEntry, ModelClient
 from ..settings import Settings
 from ..store.changes import Changeset, ChunkRow, DocumentUpdate
-from ..store.batching import BatchWriter
+from ..store.batching import BatchWriter, Pending
 from ..store.knowledge import KnowledgeStore
 from ..store.tables_duckdb import set_meta
 from ..tokens import Tokenizer
@@ -78,6 +78,7 @@ class Work:
     started: float = field(default_factory=time.monotonic)
     chunks: list[Chunk] = field(default_factory=list)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    commits: list[Pending] = field(default_factory=list)  # extraction records not yet known committed
 
 
 class Pipeline:
@@ -144,16 +145,24 @@ class Pipeline:
                     batch.append(self._merge_receive.receive_nowait())
                 except anyio.WouldBlock:
                     break
+            ready = []
+            for work in batch:
+                try:
+                    for commit in work.commits:
+                        await commit.wait()
+                    ready.append(work)
+                except Exception as exc:  # noqa: BLE001 - only this document failed to record
+                    await self._fail_with(work.document_id, exc)
             try:
                 async with self.merge_lock:
-                    for work in batch:
+                    for work in ready:
                         work.phase = "merging"
-                    live = [w for w in batch if not w.scope.cancel_called
+                    live = [w for w in ready if not w.scope.cancel_called
                             and await self.store.db.read(sql.get_document, w.document_id) is not None]
                     if live:
                         await self._merge(live)
             except Exception as exc:  # noqa: BLE001 - a failure must not stop merging
-                for work in batch:
+                for work in ready:
                     await self._fail_with(work.document_id, exc)
             for work in batch:
                 self.merging.pop(work.document_id, None)
@@ -261,7 +270,10 @@ class Pipeline:
     async def _extract_chunk(self, work: Work, chunk: Chunk) -> None:
         result, raw, entries, hits = await self._extract(chunk)
         model = entries[0].model if entries else (hits[0].model if hits else "")
-        await self.extraction_writer.write((work.document_id, chunk.id, model, result.to_json(), raw, entries, hits))
+        # not awaited here: the worker moves on to its next document while the record is committed;
+        # the merger waits for the document's commits before merging it
+        work.commits.append(self.extraction_writer.submit(
+            (work.document_id, chunk.id, model, result.to_json(), raw, entries, hits)))
         work.done += 1
         self.finished.append((time.monotonic(), 1))
 

@@ -17,6 +17,17 @@ from .tables_duckdb import Con, Database
 T = TypeVar("T")
 
 
+class Pending:
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.errors: list[BaseException] = []
+
+    async def wait(self) -> None:
+        await self.done.wait()
+        if self.errors:
+            raise self.errors[0]
+
+
 class BatchWriter(Generic[T]):
     def __init__(self, db: Database, apply: Callable[[Con, list[T]], None], *, max_items: int = 64,
                  max_delay: float = 0.02) -> None:
@@ -28,12 +39,14 @@ class BatchWriter(Generic[T]):
         self._wake = anyio.Event()
 
     async def write(self, item: T) -> None:
-        done, errors = anyio.Event(), []
-        self._pending.append((item, done, errors))
+        await self.submit(item).wait()
+
+    def submit(self, item: T) -> Pending:
+        """Queue ``item``; the returned handle's ``wait()`` returns once it is committed."""
+        pending = Pending()
+        self._pending.append((item, pending.done, pending.errors))
         self._wake.set()
-        await done.wait()
-        if errors:
-            raise errors[0]
+        return pending
 
     async def run(self) -> None:
         while True:
