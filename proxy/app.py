@@ -38,6 +38,7 @@ class Gateway:
     upstream: Upstream
     chat: ChatPipeline
     knowledge: Knowledge | None = None
+    augmenter: Augmenter | None = None
     knowledge_error: str | None = None  # why the knowledge store is unavailable, when it is
     tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
 
@@ -68,7 +69,8 @@ def create_app(settings: Settings | None = None, *,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, transport=upstream_transport)
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline())
-        gateway.chat.stages.append(Augmenter(gateway))
+        gateway.augmenter = Augmenter(gateway)
+        gateway.chat.stages.append(gateway.augmenter)
         app.state.gateway = gateway
         try:
             async with AsyncExitStack() as stack:

@@ -27,6 +27,7 @@ from .retrieval.budget import Budget, conversation_tokens, message_text, plan_bu
 from .retrieval.context import context_summary
 from .retrieval.params import QueryParams
 from .retrieval.retriever import Retrieval
+from .responses import json_bytes
 from .synthetic import ollama_reply, openai_reply
 from .traces import Trace
 
@@ -122,6 +123,26 @@ class Augmenter:
         if "completion" not in info.capabilities:
             return turn
         return await self._augment(turn, control, mode, info)
+
+    async def generate(self, request: Any, body: dict[str, Any], raw: bytes) -> bytes:
+        """/api/generate (only with GRAPHGATE_AUGMENT_GENERATE): the prompt is the question and the
+        context joins the `system` field. Raw prompts and model loads are forwarded as they are."""
+        prompt = body.get("prompt")
+        if body.get("raw") or not isinstance(prompt, str) or not prompt.strip():
+            return raw
+        messages = [{"role": "user", "content": prompt}]
+        if isinstance(body.get("system"), str) and body["system"]:
+            messages.insert(0, {"role": "system", "content": body["system"]})
+        pseudo = ChatTurn("ollama", request.url.path, request.headers, {**body, "messages": messages}, raw, request)
+        result = await self(pseudo)
+        if not isinstance(result, ChatTurn) or not result.changed:
+            return raw
+        out = {k: v for k, v in result.body.items() if k != "messages"}
+        final = result.body["messages"]
+        out["prompt"] = final[-1]["content"]
+        if final[0].get("role") == "system":
+            out["system"] = final[0]["content"]
+        return json_bytes(out)
 
     def _no_context(self, turn: ChatTurn, control: TurnControl, reason: str) -> ChatTurn | Response:
         if control.context_only:

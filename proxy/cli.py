@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_setting_flags(ingest)
     status = commands.add_parser("status", help="print the store's counts and the pipeline's work")
     _add_setting_flags(status)
+    query = commands.add_parser("query", help="retrieve for a question and print what chat augmentation would inject")
+    query.add_argument("text", metavar="QUESTION")
+    query.add_argument("--num-ctx", type=int, help="simulate a model context window of this many tokens")
+    query.add_argument("--answer", action="store_true", help="also generate the answer")
+    query.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    _add_setting_flags(query)
     reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; re-embed "
                                                   "everything if the embedding model changed")
     _add_setting_flags(reindex)
@@ -90,6 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_commands.run(cli_commands.ingest, settings, args.paths)
     if args.command == "status":
         return cli_commands.run(cli_commands.status, settings)
+    if args.command == "query":
+        # --mode (GRAPHGATE_MODE) picks the retrieval mode, as it does for the gateway
+        request = {"query": args.text, "mode": settings.mode, "num_ctx": args.num_ctx, "answer": args.answer}
+        return cli_commands.run(cli_commands.query, settings, {k: v for k, v in request.items() if v is not None},
+                                args.json)
     if args.command == "reindex":
         return cli_commands.run(cli_commands.reindex, settings)
     return 2

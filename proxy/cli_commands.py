@@ -120,6 +120,27 @@ async def status(settings: Settings) -> int:
     return 0
 
 
+async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> int:
+    async with rag_client(settings) as client:
+        response = await client.post("/rag/query", json=request)
+    result = response.json()
+    if response.status_code != 200:
+        console.print(f"[red]{result.get('error')}[/red]")
+        return 1
+    if as_json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    keywords = result["keywords"] or {}
+    print(f"mode {result['mode']}; keywords: low {keywords.get('low_level', [])}, high {keywords.get('high_level', [])}")
+    print(f"{len(result['entities'])} entities, {len(result['relations'])} relations, {len(result['chunks'])} chunks; "
+          f"tokens {result['tokens']}; timings (ms) {result['timings']}")
+    print()
+    print(result["context"] or f"(no context: {result['skipped']})")
+    if "answer" in result:
+        print("\n--- answer ---\n" + result["answer"])
+    return 0
+
+
 async def reindex(settings: Settings) -> int:
     from .ingest.reindex import reindex as run_reindex
     from .limiter import PriorityLimiter

@@ -65,6 +65,16 @@ def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
     return handler
 
 
+async def generate(request: Request) -> Response | ASGIApp:
+    gateway = request.app.state.gateway
+    raw = await read_body(request, gateway.settings.max_body_bytes)
+    body = parse_object(raw)
+    require_model(body)
+    if gateway.settings.augment_generate:
+        raw = await gateway.augmenter.generate(request, body, raw)
+    return await forward(request, content=raw)
+
+
 async def chat(request: Request) -> Response | ASGIApp:
     return await request.app.state.gateway.chat.handle(request, "ollama")
 
@@ -82,7 +92,7 @@ ROUTES = [
     Route("/api/ps", discovery, methods=["GET", "HEAD"]),
     Route("/api/show", json_endpoint(legacy_name=True, discovery_call=True), methods=["POST"]),
     Route("/api/chat", chat, methods=["POST"]),
-    Route("/api/generate", json_endpoint(), methods=["POST"]),
+    Route("/api/generate", generate, methods=["POST"]),
     Route("/api/embed", json_endpoint(), methods=["POST"]),
     Route("/api/embeddings", json_endpoint(), methods=["POST"]),
     Route("/api/pull", json_endpoint(legacy_name=True), methods=["POST"]),

@@ -222,6 +222,19 @@ async def test_generate_is_not_augmented_by_default(gw: httpx.AsyncClient, fake:
     assert fake.requests_to("/api/generate")[-1].body == raw
 
 
+async def test_generate_is_augmented_when_enabled(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    async with gateway_client(settings.replace(augment_generate=True), fake) as client:
+        await ingest(client)
+        await client.post("/api/generate", json={"model": MODEL, "prompt": "/local Who works at Acme Corp?",
+                                                 "system": "Be brief.", "stream": False})
+        sent = fake.requests_to("/api/generate")[-1].json
+        assert sent["prompt"] == "Who works at Acme Corp?"
+        assert sent["system"].startswith("Be brief.\n\n") and "## Entities" in sent["system"]
+        raw = json.dumps({"model": MODEL, "prompt": "Acme Corp?", "raw": True, "stream": False}).encode()
+        await client.post("/api/generate", content=raw)
+        assert fake.requests_to("/api/generate")[-1].body == raw
+
+
 async def test_official_client_through_augmentation(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     import ollama
     from tests.live import serve_in_thread

@@ -56,6 +56,12 @@ def test_ingest_and_status_without_a_running_gateway(tmp_path: Path, upstream: s
     stats = json.loads(status.stdout)["store"]
     assert stats["documents"]["processed"] == 2 and stats["entities"] == len(PEOPLE)
     assert check_store(tmp_path / "data")["entities"] == len(PEOPLE)
+    answered = graphgate("query", "Who works at Acme Corp?", "--mode", "local", "--json", env=env)
+    assert answered.returncode == 0, answered.stderr
+    result = json.loads(answered.stdout)
+    assert result["mode"] == "local" and "Acme Corp" in {e["name"] for e in result["entities"]}
+    printed = graphgate("query", "Berlin", "--num-ctx", "4096", env=env)
+    assert "## Entities (knowledge graph)" in printed.stdout and "Berlin" in printed.stdout
 
 
 def test_ingest_through_a_running_gateway_reports_rejections(tmp_path: Path, upstream: str, folder: Path) -> None:
