@@ -37,6 +37,13 @@ class Tokenizer:
         return self.encoding.encode(text, disallowed_special=())
 
     def count(self, text: str) -> int:
+        # context lines (an entity, a relation, a chunk) recur across turns: remember their counts
+        if len(text) <= 8192:
+            return self._cached_count(text)
+        return len(self.encode(text))
+
+    @functools.lru_cache(maxsize=65536)  # noqa: B019 - one tokenizer per process (get_tokenizer)
+    def _cached_count(self, text: str) -> int:
         return len(self.encode(text))
 
     def decode(self, tokens: Sequence[int]) -> str:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import anyio
 import numpy as np
 
 from ..limiter import Priority
@@ -126,17 +127,30 @@ class Integrator:
         out.cache_entries.append(reply.entry)
         return summary
 
+    async def _describe_all(self, subjects: list[str], fragments: list[list[str]], out: GraphChanges) -> list[str]:
+        """Every description at once: summaries run concurrently (the limiter caps them)."""
+        results: list[str] = [""] * len(subjects)
+
+        async def one(i: int) -> None:
+            results[i] = await self._describe(subjects[i], fragments[i], out)
+
+        async with anyio.create_task_group() as group:
+            for i in range(len(subjects)):
+                group.start_soon(one, i)
+        return results
+
     async def _build_rows(self, entities: list[EntityState], relations: list[RelationState], names: dict[str, str],
                           old_entities: dict[str, ExistingEntity], old_relations: dict[str, ExistingEntity],
                           out: GraphChanges) -> None:
         model = self.settings.embed_model
+        subjects = [state.name for state in entities] + [
+            f"{names.get(r.source, r.source)} and {names.get(r.target, r.target)}" for r in relations]
+        fragments = [state.fragments for state in entities] + [r.fragments for r in relations]
+        descriptions = await self._describe_all(subjects, fragments, out)
         pending: list[tuple[str, str, str, object, str]] = []  # kind, key, description, state, text
-        for state in entities:
-            description = await self._describe(state.name, state.fragments, out)
+        for state, description in zip(entities, descriptions, strict=False):
             pending.append(("entity", state.name_key, description, state, entity_text(state.name, description)))
-        for rel in relations:
-            description = await self._describe(f"{names.get(rel.source, rel.source)} and "
-                                               f"{names.get(rel.target, rel.target)}", rel.fragments, out)
+        for rel, description in zip(relations, descriptions[len(entities):], strict=True):
             text = relation_text(rel.keywords, names.get(rel.source, rel.source),
                                  names.get(rel.target, rel.target), description)
             pending.append(("relation", rel.pair_key, description, rel, text))

@@ -210,9 +210,9 @@ class Retriever:
         if params.chunk_selection == "weight":
             return weighted_quota(sources, params.related_chunks)
         candidates = list(dict.fromkeys(c for ids in sources for c in ids))
-        keys = self._read(search.chunks_by_ids, candidates)
+        keys = self._read(search.chunk_keys, candidates)
         present = [c for c in candidates if c in keys]
-        vectors = search.chunk_vectors(self.store, [keys[c][0] for c in present])
+        vectors = search.chunk_vectors(self.store, [keys[c] for c in present])
         if vectors.shape[0] != len(present):  # index out of step: fall back to weighted polling
             return weighted_quota(sources, params.related_chunks)
         similarity = dict(zip(present, cosine_to(query_vector, vectors).tolist(), strict=True))

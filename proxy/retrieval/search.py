@@ -7,6 +7,7 @@ neighbourhoods come from the graph.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ def entities_by_keys(con: Con, keys: list[int]) -> dict[int, FoundEntity]:
     if not keys:
         return {}
     rows = con.execute("SELECT key, name_key, name, type, description, source_ids FROM entities "
-                       "WHERE key IN (SELECT unnest(?::BIGINT[]))", [keys]).fetchall()
+                       "WHERE key = ANY(?::BIGINT[])", [keys]).fetchall()
     return {r[0]: FoundEntity(r[1], r[2], r[3], r[4], list(r[5])) for r in rows}
 
 
@@ -69,41 +70,46 @@ def entities_by_name(con: Con, names: list[str]) -> dict[str, FoundEntity]:
     if not names:
         return {}
     rows = con.execute("SELECT name_key, name, type, description, source_ids FROM entities "
-                       "WHERE name_key IN (SELECT unnest(?::VARCHAR[]))", [names]).fetchall()
+                       "WHERE name_key = ANY(?::VARCHAR[])", [names]).fetchall()
     return {r[0]: FoundEntity(r[0], r[1], r[2], r[3], list(r[4])) for r in rows}
 
 
-_RELATION_SELECT = """SELECT r.{id}, r.pair_key, r.source, r.target, coalesce(s.name, r.source), coalesce(t.name, r.target),
-                             r.keywords, r.description, r.weight, r.source_ids
-                      FROM relations r LEFT JOIN entities s ON s.name_key = r.source
-                      LEFT JOIN entities t ON t.name_key = r.target"""
+_RELATION_SELECT = """SELECT {id}, pair_key, source, target, keywords, description, weight, source_ids
+                      FROM relations WHERE {id} = ANY(?)"""
 
 
-def _relation(row: tuple) -> FoundRelation:
-    return FoundRelation(row[1], row[2], row[3], row[4], row[5], list(row[6]), row[7], float(row[8]), list(row[9]))
+def _relations(con: Con, id_column: str, ids: list[Any]) -> dict[Any, FoundRelation]:
+    """Relations with their endpoints' display names (two index lookups, no join over entities)."""
+    if not ids:
+        return {}
+    rows = con.execute(_RELATION_SELECT.format(id=id_column), [ids]).fetchall()
+    endpoints = list({k for r in rows for k in (r[2], r[3])})
+    names = dict(con.execute("SELECT name_key, name FROM entities WHERE name_key = ANY(?::VARCHAR[])",
+                             [endpoints]).fetchall()) if rows else {}
+    return {r[0]: FoundRelation(r[1], r[2], r[3], names.get(r[2], r[2]), names.get(r[3], r[3]), list(r[4]), r[5],
+                                float(r[6]), list(r[7])) for r in rows}
 
 
 def relations_by_keys(con: Con, keys: list[int]) -> dict[int, FoundRelation]:
-    if not keys:
-        return {}
-    rows = con.execute(_RELATION_SELECT.format(id="key") + " WHERE r.key IN (SELECT unnest(?::BIGINT[]))",
-                       [keys]).fetchall()
-    return {r[0]: _relation(r) for r in rows}
+    return _relations(con, "key", keys)
 
 
 def relations_by_pairs(con: Con, pairs: list[str]) -> dict[str, FoundRelation]:
-    if not pairs:
+    return _relations(con, "pair_key", pairs)
+
+
+def chunk_keys(con: Con, ids: list[str]) -> dict[str, int]:
+    """id -> vector key."""
+    if not ids:
         return {}
-    rows = con.execute(_RELATION_SELECT.format(id="pair_key") + " WHERE r.pair_key IN (SELECT unnest(?::VARCHAR[]))",
-                       [pairs]).fetchall()
-    return {r[0]: _relation(r) for r in rows}
+    return dict(con.execute("SELECT id, key FROM chunks WHERE id = ANY(?::VARCHAR[])", [ids]).fetchall())
 
 
 def chunks_by_ids(con: Con, ids: list[str]) -> dict[str, tuple[int, str, int]]:
     """id -> (vector key, content, tokens)."""
     if not ids:
         return {}
-    rows = con.execute("SELECT id, key, content, tokens FROM chunks WHERE id IN (SELECT unnest(?::VARCHAR[]))",
+    rows = con.execute("SELECT id, key, content, tokens FROM chunks WHERE id = ANY(?::VARCHAR[])",
                        [ids]).fetchall()
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
@@ -112,7 +118,7 @@ def chunks_by_keys(con: Con, keys: list[int]) -> dict[int, tuple[str, str, int]]
     """vector key -> (id, content, tokens)."""
     if not keys:
         return {}
-    rows = con.execute("SELECT key, id, content, tokens FROM chunks WHERE key IN (SELECT unnest(?::BIGINT[]))",
+    rows = con.execute("SELECT key, id, content, tokens FROM chunks WHERE key = ANY(?::BIGINT[])",
                        [keys]).fetchall()
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
@@ -123,7 +129,7 @@ def documents_of(con: Con, chunk_ids: list[str]) -> dict[str, list[str]]:
         return {}
     rows = con.execute("""SELECT dc.chunk_id, list(d.name ORDER BY d.created_at) FROM document_chunks dc
                           JOIN documents d ON d.id = dc.document_id
-                          WHERE dc.chunk_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY dc.chunk_id""",
+                          WHERE dc.chunk_id = ANY(?::VARCHAR[]) GROUP BY dc.chunk_id""",
                        [chunk_ids]).fetchall()
     return {r[0]: list(dict.fromkeys(r[1])) for r in rows}
 

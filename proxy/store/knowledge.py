@@ -40,10 +40,10 @@ class IndexDelta:
 
 
 class KnowledgeStore:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, dtype: str = "f16") -> None:
         self.data_dir = data_dir
         self.db: Database
-        self.indexes = {name: VectorIndex(data_dir / f"{name}.usearch") for name in INDEXED_TABLES}
+        self.indexes = {name: VectorIndex(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
         self.graph = EntityGraph()
         self.memory_lock = threading.RLock()
         self.generation = 0
@@ -52,8 +52,8 @@ class KnowledgeStore:
     # --- opening, healing, saving ---
 
     @classmethod
-    async def open(cls, data_dir: Path) -> KnowledgeStore:
-        store = cls(data_dir)
+    async def open(cls, data_dir: Path, dtype: str = "f16") -> KnowledgeStore:
+        store = cls(data_dir, dtype)
         await anyio.to_thread.run_sync(store._open_sync)
         return store
 

@@ -100,7 +100,7 @@ CREATE TABLE aliases (
 );
 """
 
-# v2: the trace of each augmented chat turn, for the console (the last 500 are kept)
+# v2: the trace of each chat turn, for the console (the last 500 are kept); indexes on vector keys
 V2 = """
 CREATE SEQUENCE trace_ids START 1;
 CREATE TABLE traces (
@@ -114,6 +114,10 @@ CREATE TABLE traces (
     reason VARCHAR,                    -- why the turn was not augmented, when it was not
     detail VARCHAR NOT NULL            -- JSON: keywords, entities, relations, chunk ids, tokens, timings, budget
 );
+-- retrieval looks rows up by their vector key
+CREATE INDEX chunks_key ON chunks (key);
+CREATE INDEX entities_key ON entities (key);
+CREATE INDEX relations_key ON relations (key);
 """
 
 MIGRATIONS: tuple[str, ...] = (V1, V2)

@@ -14,9 +14,13 @@ import numpy as np
 from usearch.index import Index
 
 
+DTYPES = ("f32", "f16", "i8")
+
+
 class VectorIndex:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, dtype: str = "f16") -> None:
         self.path = path
+        self.dtype = dtype  # f16 keeps f32's recall at half the memory; i8 quarters it
         self.index: Index | None = None
         self.generation = -1
 
@@ -28,7 +32,8 @@ class VectorIndex:
         return 0 if self.index is None else len(self.index)
 
     def _new(self, ndim: int) -> Index:
-        return Index(ndim=ndim, metric="cos", dtype="f32", connectivity=16, expansion_add=128, expansion_search=64)
+        return Index(ndim=ndim, metric="cos", dtype=self.dtype, connectivity=16, expansion_add=40,
+                     expansion_search=64)
 
     def load(self, ndim: int | None) -> bool:
         """Load the saved index; False when it is missing, unreadable or of another dimension."""
@@ -37,13 +42,12 @@ class VectorIndex:
         if not ndim or not self.path.exists() or not gen_file.exists():
             return False
         try:
-            index = self._new(ndim)
-            index.load(str(self.path))
+            index = Index.restore(str(self.path))
             generation = int(gen_file.read_text().strip())
         except (OSError, ValueError, RuntimeError):
             return False
-        if index.ndim != ndim:
-            return False
+        if index is None or index.ndim != ndim or str(index.dtype).split(".")[-1].lower() != self.dtype:
+            return False  # another dimension or element type: rebuilt from the tables
         self.index, self.generation = index, generation
         return True
 

@@ -1,0 +1,174 @@
+"""Mix-mode retrieval latency, start-up time and memory on stores built directly (no LLM).
+
+Builds N chunks of ~200 tokens with 0.5 entities and 1 relation per chunk and 768-dimensional
+embeddings (clustered, like real ones), then, in a fresh process per size: opens the store as the
+gateway does (start-up = process start to first answered query), runs Q mix-mode retrievals with
+the keywords given and the question embedded by a local function (the upstream is not timed),
+and reports p50/p95 latency and peak RSS.
+
+    python bench/retrieval.py [--sizes 10000 100000 1000000] [--queries 200]
+
+Targets (2 cores): 100k chunks p50 <= 25 ms, p95 <= 60 ms; 1M chunks p50 <= 80 ms; start-up with
+1M chunks <= 15 s; RSS at 1M chunks <= 4 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DIM = 768
+WORDS = ("river harbour engine council ledger orbit canyon violet meadow signal archive lantern summit "
+         "quartz falcon ember glacier compass").split()
+
+
+def vectors(rng: np.random.Generator, centers: np.ndarray, n: int) -> np.ndarray:
+    v = centers[rng.integers(0, len(centers), n)] + 0.6 * rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def column(matrix: np.ndarray) -> pa.Array:
+    offsets = np.arange(0, matrix.size + 1, DIM, dtype=np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(matrix.ravel()))
+
+
+def build(data: Path, n_chunks: int) -> None:
+    """Tables, indexes and graph exactly as the gateway stores them, written in bulk."""
+    from proxy.store.knowledge import KnowledgeStore, now
+    from proxy.store.tables_duckdb import bump_generation, set_meta
+
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((500, DIM)).astype(np.float32)
+    store = KnowledgeStore(data)
+    store._open_sync()
+    con = store.db.con
+    stamp = now()
+    n_entities, n_docs = n_chunks // 2, max(n_chunks // 50, 1)
+    filler = " ".join(WORDS * 10)  # ~200 tokens
+    step = 100_000
+    for start in range(0, n_chunks, step):
+        ids = np.arange(start, min(start + step, n_chunks))
+        con.register("c", pa.table({"id": [f"chunk-{i}" for i in ids], "key": ids + 1,
+                                    "content": [f"passage {i} {filler}" for i in ids], "tokens": [200] * len(ids),
+                                    "embedding": column(vectors(rng, centers, len(ids)))}))
+        con.execute("INSERT INTO chunks SELECT * FROM c")
+        con.register("l", pa.table({"document_id": [f"doc-{i % n_docs}" for i in ids],
+                                    "chunk_id": [f"chunk-{i}" for i in ids], "ord": ids // n_docs}))
+        con.execute("INSERT INTO document_chunks SELECT * FROM l")
+    con.register("d", pa.table({"id": [f"doc-{i}" for i in range(n_docs)], "name": [f"doc-{i}.txt" for i in range(n_docs)]}))
+    con.execute("INSERT INTO documents (id, name, mime, size, status, text, chunks_total, chunks_done, created_at, "
+                "updated_at) SELECT id, name, 'text/plain', 1, 'processed', '', 50, 50, ?, ? FROM d", [stamp, stamp])
+    for start in range(0, n_entities, step):
+        ids = np.arange(start, min(start + step, n_entities))
+        con.register("e", pa.table({"name_key": [f"entity {i}" for i in ids], "name": [f"Entity {i}" for i in ids],
+                                    "key": ids + 10_000_001, "type": ["Person"] * len(ids),
+                                    "description": [f"Entity {i} appears in passages {2 * i} and {2 * i + 1}." for i in ids],
+                                    "source_ids": [[f"chunk-{2 * i}", f"chunk-{2 * i + 1}"] for i in ids],
+                                    "embed_hash": [""] * len(ids), "embedding": column(vectors(rng, centers, len(ids)))}))
+        con.execute("INSERT INTO entities SELECT *, ?, ? FROM e", [stamp, stamp])
+    for start in range(0, n_chunks, step):
+        ids = np.arange(start, min(start + step, n_chunks))
+        a = rng.integers(0, n_entities, len(ids))
+        b = (a + 1 + rng.integers(0, n_entities - 1, len(ids))) % n_entities
+        s, t = np.minimum(a, b), np.maximum(a, b)
+        con.register("r", pa.table({"pair_key": [f"entity {x}\x1fentity {y}" for x, y in zip(s, t)],
+                                    "source": [f"entity {x}" for x in s], "target": [f"entity {y}" for y in t],
+                                    "key": ids + 20_000_001, "keywords": [["works with"]] * len(ids),
+                                    "description": [f"Entity {x} works with entity {y}." for x, y in zip(s, t)],
+                                    "weight": [1.0] * len(ids), "source_ids": [[f"chunk-{i}"] for i in ids],
+                                    "embed_hash": [""] * len(ids), "embedding": column(vectors(rng, centers, len(ids)))}))
+        con.execute("INSERT OR IGNORE INTO relations SELECT *, ?, ? FROM r", [stamp, stamp])
+    set_meta(con, "embed_dim", DIM)
+    set_meta(con, "embed_model", "nomic-embed-text")
+    store.generation = bump_generation(con)
+    con.execute("CHECKPOINT")
+    for name, index in store.indexes.items():
+        index.reset(DIM)
+        store._heal_index(name, index, trust=False)
+    store._load_graph()
+    store._save_sync()
+    store.db.close()
+
+
+MEASURE = r"""
+import json, sys, time, resource
+started = time.perf_counter()
+import anyio, numpy as np
+sys.path.insert(0, sys.argv[2])
+from pathlib import Path
+from proxy.settings import Settings
+from proxy.store.knowledge import KnowledgeStore
+from proxy.retrieval.retriever import Retriever
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.budget import Budget
+from proxy.tokens import get_tokenizer
+
+async def main():
+    store = await KnowledgeStore.open(Path(sys.argv[1]))
+    settings = Settings()
+    retriever = Retriever(store, None, settings, get_tokenizer())
+    rng = np.random.default_rng(11)
+    async def embed(query, keywords, params):  # a local function: the upstream is not timed
+        v = rng.standard_normal(768).astype(np.float32); v /= np.linalg.norm(v)
+        return {"query": v, "low": v, "high": v}
+    retriever._embed = embed
+    budget = Budget(0, "none", 0, 0, 30000, 30000, 6000, 8000)
+    params = QueryParams.from_settings(settings, mode="mix", ll_keywords=("entity",), hl_keywords=("works with",),
+                                       cosine_threshold=0.0)
+    first = await retriever.retrieve("q", [], params, budget)
+    startup = time.perf_counter() - started
+    times = []
+    for _ in range(int(sys.argv[3])):
+        t = time.perf_counter()
+        r = await retriever.retrieve("q", [], params, budget)
+        times.append((time.perf_counter() - t) * 1000)
+    times.sort()
+    print(json.dumps({"startup": startup, "p50": times[len(times) // 2], "p95": times[int(len(times) * 0.95)],
+                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "entities": len(r.context.entities), "relations": len(r.context.relations),
+                      "chunks": len(r.context.chunks), "tokens": r.context.tokens["total"]}))
+    store.db.close()
+
+anyio.run(main)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": ""}
+    for size in args.sizes:
+        data = Path(tempfile.mkdtemp(prefix=f"gg-retrieval-{size}-"))
+        try:
+            t = time.perf_counter()
+            build(data, size)
+            built = time.perf_counter() - t
+            disk = sum(p.stat().st_size for p in data.iterdir() if p.is_file()) / 1e9
+            out = subprocess.run([sys.executable, "-c", MEASURE, str(data), str(ROOT), str(args.queries)],
+                                 capture_output=True, text=True, env=env, check=True).stdout
+            m = json.loads(out)
+            print(f"{size:>9,} chunks: mix p50 {m['p50']:6.1f} ms, p95 {m['p95']:6.1f} ms; start-up {m['startup']:5.1f} s; "
+                  f"peak RSS {m['rss_mb']:,.0f} MB; built in {built:.0f} s, {disk:.2f} GB on disk; context "
+                  f"{m['entities']} entities, {m['relations']} relations, {m['chunks']} chunks, {m['tokens']} tokens",
+                  flush=True)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
