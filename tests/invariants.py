@@ -33,6 +33,10 @@ async def _check(data_dir: Path) -> dict[str, int]:
             assert source in names and target in names, "relation to a missing entity"
         linked = {r[0] for r in read(lambda c: c.execute("SELECT DISTINCT chunk_id FROM document_chunks").fetchall())}
         assert chunk_ids <= linked, "chunk that no document links to"
+        rows = store.rows  # the in-memory copy retrieval reads must match the tables too
+        assert set(rows.entity_keys) == names and set(rows.relation_keys) == {
+            r[0] for r in read(lambda c: c.execute("SELECT pair_key FROM relations").fetchall())}
+        assert set(rows.chunk_keys) == chunk_ids
         lowered = read(lambda c: c.execute("SELECT lower(name), count(*) FROM entities GROUP BY 1 HAVING count(*) > 1")
                        .fetchall())
         assert not lowered, f"duplicate entities: {lowered}"

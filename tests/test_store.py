@@ -51,6 +51,10 @@ def assert_in_step(store: KnowledgeStore) -> None:
     assert store.graph.names() == names
     pairs = {(r[0], r[1]) for r in store.db.read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())}
     assert store.graph.edge_pairs() == pairs
+    assert set(store.rows.entity_keys) == names
+    assert {k for k in store.rows.entities} == {int(k) for k in store.indexes["entities"].keys()}
+    chunk_ids = {r[0] for r in store.db.read_sync(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
+    assert set(store.rows.chunk_keys) == chunk_ids
 
 
 async def test_schema_is_versioned(tmp_path: Path) -> None:

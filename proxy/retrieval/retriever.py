@@ -143,7 +143,7 @@ class Retriever:
 
     def _local(self, vector: np.ndarray, params: QueryParams) -> tuple[list[FoundEntity], list[FoundRelation]]:
         matches = search.vector_search(self.store, "entities", vector, params.top_k, params.cosine_threshold)
-        rows = self._read(search.entities_by_keys, [k for k, _ in matches])
+        rows = search.entities_by_keys(self.store, [k for k, _ in matches])
         entities = []
         for key, score in matches:
             if key in rows:
@@ -153,13 +153,13 @@ class Retriever:
         for entity in entities:
             entity.degree = degree[entity.key]
         pairs = search.incident_pairs(self.store, [e.key for e in entities])
-        related = list(self._read(search.relations_by_pairs, pairs).values())
+        related = list(search.relations_by_pairs(self.store, pairs).values())
         self._set_degrees(related)
         return entities, rank_relations(related, lambda r: r.degree, lambda r: r.weight)[:params.top_k]
 
     def _global(self, vector: np.ndarray, params: QueryParams) -> tuple[list[FoundEntity], list[FoundRelation]]:
         matches = search.vector_search(self.store, "relations", vector, params.top_k, params.cosine_threshold)
-        rows = self._read(search.relations_by_keys, [k for k, _ in matches])
+        rows = search.relations_by_keys(self.store, [k for k, _ in matches])
         relations = []
         for key, score in matches:
             if key in rows:
@@ -168,7 +168,7 @@ class Retriever:
         self._set_degrees(relations)
         relations = rank_relations(relations, lambda r: r.degree, lambda r: r.weight)
         endpoint_keys = list(dict.fromkeys(k for r in relations for k in (r.source, r.target)))
-        found = self._read(search.entities_by_name, endpoint_keys)
+        found = search.entities_by_name(self.store, endpoint_keys)
         degree = search.degrees(self.store, list(found))
         entities = []
         for key in endpoint_keys:
@@ -184,23 +184,20 @@ class Retriever:
 
     def _chunks(self, query_vector: np.ndarray, entities: list[FoundEntity], relations: list[FoundRelation],
                 params: QueryParams) -> list[FoundChunk]:
-        vector_chunks: list[FoundChunk] = []
+        vector_ids: list[tuple[str, float]] = []
         if params.mode in ("mix", "naive"):
             matches = search.vector_search(self.store, "chunks", query_vector, params.chunk_top_k,
                                            params.cosine_threshold)
-            rows = self._read(search.chunks_by_keys, [k for k, _ in matches])
-            vector_chunks = [FoundChunk(rows[k][0], rows[k][1], rows[k][2], s, "vector") for k, s in matches if k in rows]
+            ids = search.chunk_ids(self.store, [k for k, _ in matches])
+            vector_ids = [(ids[k], score) for k, score in matches if k in ids]
         entity_ids = self._pick([e.source_ids for e in entities], query_vector, params, set())
         relation_ids = self._pick([r.source_ids for r in relations], query_vector, params, set(entity_ids))
-        picked = self._read(search.chunks_by_ids, list(dict.fromkeys(entity_ids + relation_ids)))
-        as_chunks = lambda ids, origin: [FoundChunk(i, picked[i][1], picked[i][2], 0.0, origin)  # noqa: E731
-                                         for i in ids if i in picked]
-        merged = round_robin([vector_chunks, as_chunks(entity_ids, "entity"), as_chunks(relation_ids, "relation")],
-                             key=lambda c: c.id)[:params.chunk_top_k]
-        documents = self._read(search.documents_of, [c.id for c in merged])
-        for chunk in merged:
-            chunk.documents = documents.get(chunk.id, [])
-        return merged
+        merged = round_robin([[(i, s, "vector") for i, s in vector_ids], [(i, 0.0, "entity") for i in entity_ids],
+                              [(i, 0.0, "relation") for i in relation_ids]], key=lambda c: c[0])[:params.chunk_top_k]
+        texts = self._read(search.chunk_texts, [c[0] for c in merged])
+        documents = search.documents_of(self.store, [c[0] for c in merged])
+        return [FoundChunk(i, texts[i][0], texts[i][1], score, origin, documents.get(i, []))
+                for i, score, origin in merged if i in texts]
 
     def _pick(self, sources: list[list[str]], query_vector: np.ndarray, params: QueryParams,
               taken: set[str]) -> list[str]:
@@ -210,7 +207,7 @@ class Retriever:
         if params.chunk_selection == "weight":
             return weighted_quota(sources, params.related_chunks)
         candidates = list(dict.fromkeys(c for ids in sources for c in ids))
-        keys = self._read(search.chunk_keys, candidates)
+        keys = search.chunk_keys(self.store, candidates)
         present = [c for c in candidates if c in keys]
         vectors = search.chunk_vectors(self.store, [keys[c] for c in present])
         if vectors.shape[0] != len(present):  # index out of step: fall back to weighted polling

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..store.knowledge import KnowledgeStore
+from ..store.rows_memory import EntityMeta, RelationMeta
 from ..store.tables_duckdb import Con
 
 
@@ -58,80 +59,59 @@ def vector_search(store: KnowledgeStore, table: str, vector: np.ndarray, count: 
     return [(key, score) for key, score in matches if score >= threshold]
 
 
-def entities_by_keys(con: Con, keys: list[int]) -> dict[int, FoundEntity]:
-    if not keys:
-        return {}
-    rows = con.execute("SELECT key, name_key, name, type, description, source_ids FROM entities "
-                       "WHERE key = ANY(?::BIGINT[])", [keys]).fetchall()
-    return {r[0]: FoundEntity(r[1], r[2], r[3], r[4], list(r[5])) for r in rows}
+def _entity(meta: EntityMeta) -> FoundEntity:
+    return FoundEntity(meta.name_key, meta.name, meta.type, meta.description, list(meta.source_ids))
 
 
-def entities_by_name(con: Con, names: list[str]) -> dict[str, FoundEntity]:
-    if not names:
-        return {}
-    rows = con.execute("SELECT name_key, name, type, description, source_ids FROM entities "
-                       "WHERE name_key = ANY(?::VARCHAR[])", [names]).fetchall()
-    return {r[0]: FoundEntity(r[0], r[1], r[2], r[3], list(r[4])) for r in rows}
+def _relation(store: KnowledgeStore, meta: RelationMeta) -> FoundRelation:
+    names = [(store.rows.entity(k) or EntityMeta(0, k, k, "", "", ())).name for k in (meta.source, meta.target)]
+    return FoundRelation(meta.pair, meta.source, meta.target, names[0], names[1], list(meta.keywords),
+                         meta.description, meta.weight, list(meta.source_ids))
 
 
-_RELATION_SELECT = """SELECT {id}, pair_key, source, target, keywords, description, weight, source_ids
-                      FROM relations WHERE {id} = ANY(?)"""
+def entities_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundEntity]:
+    with store.memory_lock:
+        return {k: _entity(store.rows.entities[k]) for k in keys if k in store.rows.entities}
 
 
-def _relations(con: Con, id_column: str, ids: list[Any]) -> dict[Any, FoundRelation]:
-    """Relations with their endpoints' display names (two index lookups, no join over entities)."""
+def entities_by_name(store: KnowledgeStore, names: list[str]) -> dict[str, FoundEntity]:
+    with store.memory_lock:
+        found = {n: store.rows.entity(n) for n in names}
+        return {n: _entity(m) for n, m in found.items() if m is not None}
+
+
+def relations_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundRelation]:
+    with store.memory_lock:
+        return {k: _relation(store, store.rows.relations[k]) for k in keys if k in store.rows.relations}
+
+
+def relations_by_pairs(store: KnowledgeStore, pairs: list[str]) -> dict[str, FoundRelation]:
+    with store.memory_lock:
+        found = {p: store.rows.relation(p) for p in pairs}
+        return {p: _relation(store, m) for p, m in found.items() if m is not None}
+
+
+def chunk_keys(store: KnowledgeStore, ids: list[str]) -> dict[str, int]:
+    with store.memory_lock:
+        return {i: store.rows.chunk_keys[i] for i in ids if i in store.rows.chunk_keys}
+
+
+def chunk_ids(store: KnowledgeStore, keys: list[int]) -> dict[int, str]:
+    with store.memory_lock:
+        return {k: store.rows.chunk_ids[k] for k in keys if k in store.rows.chunk_ids}
+
+
+def chunk_texts(con: Con, ids: list[str]) -> dict[str, tuple[str, int]]:
+    """id -> (content, tokens): the one DuckDB read of a retrieval."""
     if not ids:
         return {}
-    rows = con.execute(_RELATION_SELECT.format(id=id_column), [ids]).fetchall()
-    endpoints = list({k for r in rows for k in (r[2], r[3])})
-    names = dict(con.execute("SELECT name_key, name FROM entities WHERE name_key = ANY(?::VARCHAR[])",
-                             [endpoints]).fetchall()) if rows else {}
-    return {r[0]: FoundRelation(r[1], r[2], r[3], names.get(r[2], r[2]), names.get(r[3], r[3]), list(r[4]), r[5],
-                                float(r[6]), list(r[7])) for r in rows}
+    rows = con.execute("SELECT id, content, tokens FROM chunks WHERE id = ANY(?::VARCHAR[])", [ids]).fetchall()
+    return {r[0]: (r[1], r[2]) for r in rows}
 
 
-def relations_by_keys(con: Con, keys: list[int]) -> dict[int, FoundRelation]:
-    return _relations(con, "key", keys)
-
-
-def relations_by_pairs(con: Con, pairs: list[str]) -> dict[str, FoundRelation]:
-    return _relations(con, "pair_key", pairs)
-
-
-def chunk_keys(con: Con, ids: list[str]) -> dict[str, int]:
-    """id -> vector key."""
-    if not ids:
-        return {}
-    return dict(con.execute("SELECT id, key FROM chunks WHERE id = ANY(?::VARCHAR[])", [ids]).fetchall())
-
-
-def chunks_by_ids(con: Con, ids: list[str]) -> dict[str, tuple[int, str, int]]:
-    """id -> (vector key, content, tokens)."""
-    if not ids:
-        return {}
-    rows = con.execute("SELECT id, key, content, tokens FROM chunks WHERE id = ANY(?::VARCHAR[])",
-                       [ids]).fetchall()
-    return {r[0]: (r[1], r[2], r[3]) for r in rows}
-
-
-def chunks_by_keys(con: Con, keys: list[int]) -> dict[int, tuple[str, str, int]]:
-    """vector key -> (id, content, tokens)."""
-    if not keys:
-        return {}
-    rows = con.execute("SELECT key, id, content, tokens FROM chunks WHERE key = ANY(?::BIGINT[])",
-                       [keys]).fetchall()
-    return {r[0]: (r[1], r[2], r[3]) for r in rows}
-
-
-def documents_of(con: Con, chunk_ids: list[str]) -> dict[str, list[str]]:
-    """chunk id -> names of the documents containing it (oldest first)."""
-    if not chunk_ids:
-        return {}
-    rows = con.execute("""SELECT dc.chunk_id, list(d.name ORDER BY d.created_at) FROM document_chunks dc
-                          JOIN documents d ON d.id = dc.document_id
-                          WHERE dc.chunk_id = ANY(?::VARCHAR[]) GROUP BY dc.chunk_id""",
-                       [chunk_ids]).fetchall()
-    return {r[0]: list(dict.fromkeys(r[1])) for r in rows}
+def documents_of(store: KnowledgeStore, ids: list[str]) -> dict[str, list[str]]:
+    with store.memory_lock:
+        return {i: list(store.rows.chunk_documents.get(i, ())) for i in ids}
 
 
 def degrees(store: KnowledgeStore, keys: list[str]) -> dict[str, int]:

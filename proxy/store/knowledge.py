@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from .changes import Changeset, split_pair
 from .graph_igraph import EntityGraph
+from .rows_memory import EntityMeta, MemoryRows, RelationMeta
 from .tables_duckdb import Con, Database, bump_generation, get_meta, next_keys, set_meta
 from .vectors_usearch import VectorIndex
 
@@ -37,6 +38,7 @@ class IndexDelta:
     added_keys: list[int] = field(default_factory=list)
     added_vectors: list[np.ndarray] = field(default_factory=list)
     removed_keys: list[int] = field(default_factory=list)
+    linked_chunks: dict[str, list[str]] = field(default_factory=dict)  # chunks of removed documents
 
 
 class KnowledgeStore:
@@ -45,6 +47,7 @@ class KnowledgeStore:
         self.db: Database
         self.indexes = {name: VectorIndex(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
         self.graph = EntityGraph()
+        self.rows = MemoryRows()
         self.memory_lock = threading.RLock()
         self.generation = 0
         self.saved_generation = 0
@@ -68,6 +71,7 @@ class KnowledgeStore:
             if healed:
                 log.info("vector index %s was out of step with the tables and has been repaired", name)
         self._load_graph()
+        self.db.read_sync(self.rows.load)
         self.saved_generation = self.generation
         if any(index.generation != self.generation for index in self.indexes.values()):
             self._save_sync()
@@ -124,7 +128,11 @@ class KnowledgeStore:
 
     def _apply_sync(self, changes: Changeset) -> int:
         deltas, generation = self.db.write_sync(_write_changes, changes)
+        touched_chunks = [c for d in changes.documents_removed for c in deltas["chunks"].linked_chunks.get(d, [])]
+        touched_chunks += [chunk for _, chunk, _ in changes.links_added]
         with self.memory_lock:
+            self._apply_rows(changes)
+            self.db.read_sync(self.rows.load_documents, list(dict.fromkeys(touched_chunks)))
             for name, delta in deltas.items():
                 index = self.indexes[name]
                 index.remove(np.asarray(delta.removed_keys, dtype=np.uint64))
@@ -134,6 +142,23 @@ class KnowledgeStore:
             self._apply_graph(changes)
             self.generation = generation
         return generation
+
+    def _apply_rows(self, changes: Changeset) -> None:
+        rows = self.rows
+        for chunk_id in changes.chunks_removed:
+            rows.drop_chunk(chunk_id)
+        for chunk in changes.chunks_added:
+            if chunk.key:
+                rows.put_chunk(chunk.id, chunk.key)
+        for name_key in changes.entities_removed:
+            rows.drop_entity(name_key)
+        for e in changes.entities_upserted:
+            rows.put_entity(EntityMeta(e.key, e.name_key, e.name, e.type, e.description, tuple(e.source_ids)))
+        for pair in changes.relations_removed:
+            rows.drop_relation(pair)
+        for r in changes.relations_upserted:
+            rows.put_relation(RelationMeta(r.key, r.pair_key, r.source, r.target, tuple(r.keywords), r.description,
+                                           r.weight, tuple(r.source_ids)))
 
     def _apply_graph(self, changes: Changeset) -> None:
         self.graph.add_entities(row.name_key for row in changes.entities_upserted)
@@ -209,6 +234,9 @@ def vectors_column(vectors: list[np.ndarray]) -> pa.Array:
 def _remove_documents(con: Con, changes: Changeset, delta: IndexDelta) -> None:
     if changes.documents_removed:
         ids = list(changes.documents_removed)
+        for document_id, chunk_id in con.execute(
+                "SELECT document_id, chunk_id FROM document_chunks WHERE document_id = ANY(?::VARCHAR[])", [ids]).fetchall():
+            delta.linked_chunks.setdefault(document_id, []).append(chunk_id)
         con.execute("DELETE FROM document_chunks WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
         con.execute("DELETE FROM documents WHERE id IN (SELECT unnest(?::VARCHAR[]))", [ids])
     _delete_rows(con, "chunks", "id", changes.chunks_removed, delta)
