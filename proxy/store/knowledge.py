@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import anyio.to_thread
@@ -91,8 +92,7 @@ class KnowledgeStore:
         extra = np.setdiff1d(ix_keys, db_keys, assume_unique=True)
         index.remove(extra)
         if len(missing):
-            keys, vectors = self.db.read_sync(_embeddings_for, table, missing)
-            index.add(keys, vectors)
+            self.db.read_sync(lambda con: [index.add(k, v) for k, v in _embeddings_for(con, table, missing)])
         index.generation = -1
         return bool(len(missing) or len(extra)) or not trust
 
@@ -179,14 +179,17 @@ class KnowledgeStore:
         return await anyio.to_thread.run_sync(self.stats_sync)
 
 
-def _embeddings_for(con: Con, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    con.execute("CREATE OR REPLACE TEMP TABLE wanted_keys (key BIGINT)")
-    con.executemany("INSERT INTO wanted_keys VALUES (?)", [[int(k)] for k in keys])
-    rows = con.execute(f"SELECT t.key, t.embedding FROM {table} t JOIN wanted_keys w USING (key)").fetchall()
-    con.execute("DROP TABLE wanted_keys")
-    found = np.asarray([r[0] for r in rows], dtype=np.uint64)
-    vectors = np.asarray([r[1] for r in rows], dtype=np.float32) if rows else np.empty((0, 0), np.float32)
-    return found, vectors
+def _embeddings_for(con: Con, table: str, keys: np.ndarray, batch: int = 50_000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(keys, vectors) of the wanted rows in batches, through Arrow (never as Python floats)."""
+    for start in range(0, len(keys), batch):
+        wanted = [int(k) for k in keys[start:start + batch]]
+        result = con.execute(f"SELECT key, embedding FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
+                             [wanted]).to_arrow_table()
+        if result.num_rows == 0:
+            continue
+        column = result.column("embedding").combine_chunks()
+        vectors = np.asarray(column.values, dtype=np.float32).reshape(len(column), -1)
+        yield np.asarray(result.column("key").to_numpy(), dtype=np.uint64), vectors
 
 
 def _table_counts(con: Con) -> dict[str, Any]:
