@@ -108,7 +108,7 @@ async def list_documents(request: Request) -> Response:
 
 async def get_document(request: Request) -> Response:
     kb = knowledge(request)
-    document = await kb.pipeline._get(request.path_params["id"])
+    document = await kb.pipeline.get(request.path_params["id"])
     document["counts"] = await kb.store.db.read(sql.document_counts, document["id"])
     return json_response(document)
 

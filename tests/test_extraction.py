@@ -9,15 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.ingest.prompts import extraction_messages, extraction_schema, gleaning_messages
 from proxy.ingest.extraction import (
     DEFAULT_ENTITY_TYPES,
     ExtractedEntity,
     ExtractedRelation,
     ExtractionFormatError,
     ExtractionResult,
-    extraction_messages,
-    extraction_schema,
-    gleaning_messages,
     merge_passes,
     name_key,
     normalise_name,

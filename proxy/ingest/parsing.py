@@ -14,32 +14,26 @@ can split on them; table rows come out one per line with their cells joined by `
 
 from __future__ import annotations
 
-import codecs
 import io
 import os
 import re
 import unicodedata
-import warnings
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import charset_normalizer
 import docx
-from bs4 import BeautifulSoup, MarkupResemblesLocatorWarning, XMLParsedAsHTMLWarning
-from bs4.dammit import EncodingDetector
-from bs4.element import NavigableString, PreformattedString, Tag
 from docx.table import Table
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError
 
 from proxy.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
 
+from .decoding import parse_text
+from .html_text import parse_html
+
 __all__ = ["SUPPORTED_TYPES", "ParsedDocument", "normalise_text", "parse_document", "safe_name"]
 
-# An uploaded "page" is parsed as a document, never fetched, and XHTML is fine to read as HTML.
-warnings.filterwarnings("ignore", category=MarkupResemblesLocatorWarning)
-warnings.filterwarnings("ignore", category=XMLParsedAsHTMLWarning)
 
 SUPPORTED_TYPES: dict[str, str] = {
     ".txt": "text/plain",
@@ -53,8 +47,6 @@ SUPPORTED_TYPES: dict[str, str] = {
 
 NAME_MAX = 200
 _EXT_KEEP_MAX = 20            # a longer "extension" is not one worth keeping when a name is cut
-MAX_CONTROL_SHARE = 0.05      # decoded text with more control characters than this is binary
-MAX_ACCENTED_SHARE = 0.5      # of the letters, for bytes to pass as cp1252 against a detector's guess
 DOCX_MAX_UNPACKED = 256 * 1024 * 1024   # a .docx that inflates beyond this is a zip bomb
 _REASON_MAX = 200
 
@@ -152,229 +144,6 @@ def normalise_text(text: str) -> str:
     text = _CONTROLS.sub("", text)
     text = "\n".join(line.rstrip() for line in text.split("\n"))
     return _BLANK_RUNS.sub("\n\n", text).strip()
-
-
-# -------------------------------------------------------------------------------- plain text
-
-_BOMS = (  # UTF-32 LE before UTF-16 LE: the first starts with the second
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
-)
-# Without a byte-order mark these are guesses we never want: UTF-16/32 text without NUL bytes is
-# vanishingly rare, and EBCDIC is not what anyone uploads; both "decode" short Latin text as junk.
-_NEVER_GUESS = ["utf_16", "utf_16_be", "utf_16_le", "utf_32", "utf_32_be", "utf_32_le", "utf_7",
-                "cp037", "cp273", "cp424", "cp500", "cp875", "cp1026", "cp1140"]
-_BAD_CHARS = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_WESTERN_PUNCTUATION = frozenset("\u00a0«»‘’‚“”„–—…•€°§©®™·¡¿")
-
-
-_ANSI_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")   # colour codes in saved terminal logs
-
-
-def _parse_text(name: str, data: bytes) -> str:
-    return _ANSI_ESCAPES.sub("", _decode(name, data))
-
-
-def _decode(name: str, data: bytes, declared: str | None = None) -> str:
-    """Byte-order mark, else UTF-8, else the ``declared`` charset, else detection; refuses binary."""
-    text = _decode_bom(data)
-    if text is None:
-        if b"\x00" in data:
-            raise _not_text(name, "it contains NUL bytes, so it looks like a binary file")
-        text = _try_decode(data, "utf-8")
-        if text is None and declared:
-            text = _try_decode(data, declared)
-        if text is None:
-            text = _detect(name, data)
-    bad = len(_BAD_CHARS.findall(text))
-    if bad > MAX_CONTROL_SHARE * len(text):
-        raise _not_text(name, f"{bad} of its {len(text)} characters are control characters")
-    return text
-
-
-def _decode_bom(data: bytes) -> str | None:
-    for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            return data.decode(encoding, errors="replace")   # bad bytes count as control characters
-    return None
-
-
-def _try_decode(data: bytes, encoding: str) -> str | None:
-    try:
-        return data.decode(encoding)
-    except (UnicodeDecodeError, LookupError):
-        return None
-
-
-def _detect(name: str, data: bytes) -> str:
-    matches = charset_normalizer.from_bytes(data, cp_exclusion=_NEVER_GUESS)
-    best = matches.best()
-    if best is None:
-        raise _not_text(name, "its character encoding could not be detected")
-    text = str(best)
-    # charset-normalizer cannot tell Western from Central European/Baltic code pages apart (French
-    # cp1252 comes back as cp1257, "très" as "trčs"), and short text gets any code page at all.
-    # When cp1252 is in play and reads the bytes as mostly-ASCII words with a few accented letters
-    # and common punctuation, it is by far the likelier encoding.
-    if best.encoding != "cp1252" and (_is_latin_script(text) or _cp1252_candidate(matches)):
-        western = _try_decode(data, "cp1252")
-        if western is not None and _looks_western(western):
-            return western
-    return text
-
-
-def _is_latin_script(text: str) -> bool:
-    return all(unicodedata.name(ch, "").startswith("LATIN")
-               for ch in set(_NON_ASCII.findall(text)) if ch.isalpha())
-
-
-def _cp1252_candidate(matches: charset_normalizer.CharsetMatches) -> bool:
-    return any("cp1252" in match.could_be_from_charset for match in matches)
-
-
-def _looks_western(text: str) -> bool:
-    """Letters and common punctuation only, and accented letters a minority (Cyrillic, Greek,
-    Hebrew... read as cp1252 come out as runs of accented Latin letters)."""
-    non_ascii = _NON_ASCII.findall(text)
-    if not all(ch.isalpha() or ch in _WESTERN_PUNCTUATION for ch in set(non_ascii)):
-        return False
-    accented = sum(ch.isalpha() for ch in non_ascii)
-    return accented <= MAX_ACCENTED_SHARE * sum(ch.isalpha() for ch in text)
-
-
-def _not_text(name: str, why: str) -> BadRequest:
-    return BadRequest(f"file '{name}' is not readable text ({why})")
-
-
-# -------------------------------------------------------------------------------------- HTML
-
-_HTML_DROP = frozenset({"script", "style", "noscript", "template", "svg", "head"})
-_HEADINGS = {f"h{n}": n for n in range(1, 7)}
-_PARAGRAPH_BLOCKS = frozenset({"p", "pre", "blockquote", "figure", "table", "hr"})
-_LINE_BLOCKS = frozenset({
-    "address", "article", "aside", "body", "caption", "center", "dd", "details", "dialog", "div",
-    "dl", "dt", "fieldset", "figcaption", "footer", "form", "header", "hgroup", "html", "legend",
-    "li", "main", "menu", "nav", "ol", "section", "summary", "tbody", "tfoot", "thead", "tr", "ul",
-})
-_CELLS = frozenset({"td", "th"})
-_WHITESPACE = re.compile(r"\s+")
-
-
-def _parse_html(name: str, data: bytes) -> str:
-    return _HtmlText().render(BeautifulSoup(_decode(name, data, _html_charset(data)), "lxml"))
-
-
-def _html_charset(data: bytes) -> str | None:
-    """The charset a ``<meta>`` tag or XML declaration names, read the way browsers do."""
-    declared = EncodingDetector.find_declared_encoding(data, is_html=True)
-    try:
-        codec = codecs.lookup(declared).name if declared else None
-    except LookupError:
-        return None
-    if codec in ("iso8859-1", "ascii"):
-        return "cp1252"          # WHATWG Encoding: both labels mean windows-1252
-    if codec and codec.startswith(("utf-16", "utf-32")):
-        return None              # a tag readable as ASCII cannot be right about UTF-16
-    return codec
-
-
-class _HtmlText:
-    """Renders a parsed page as lines: blocks on their own lines, headings as ``#`` lines, table
-    rows with `` | `` between cells. Iterative, so deeply nested markup cannot exhaust the stack."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.cur = ""
-        self.marker = ""      # a "# " or "- " just written that still waits for its text
-        self.inline = 0       # inside a heading or table cell: blocks and <br> become spaces
-        self.items = 0        # inside a list item: no blank lines, items stay together
-        self.pre = 0
-
-    def render(self, root: Tag) -> str:
-        stack: list[tuple[Tag | NavigableString, bool]] = [(root, False)]
-        while stack:
-            node, closing = stack.pop()
-            if isinstance(node, Tag):
-                if node.name in _HTML_DROP:
-                    continue
-                if closing:
-                    self._close(node.name)
-                else:
-                    self._open(node.name)
-                    stack.append((node, True))
-                    stack.extend((child, False) for child in reversed(node.contents))
-            elif not isinstance(node, PreformattedString):     # comments, doctype, CDATA...
-                self._text(str(node))
-        return "\n".join([*self.lines, self.cur])
-
-    def _open(self, tag: str) -> None:
-        if tag in _HEADINGS:
-            self._block(blank=True)
-            if not self.inline:
-                self._mark("#" * _HEADINGS[tag] + " ")
-            self.inline += 1
-        elif tag in _CELLS:
-            if self.cur.strip():
-                self._put(" | ")
-            self.inline += 1
-        elif tag == "br":
-            if self.inline:
-                self._put(" ")
-            else:
-                self._newline()
-        elif tag in _PARAGRAPH_BLOCKS or tag in _LINE_BLOCKS:
-            self._block(blank=tag in _PARAGRAPH_BLOCKS)
-            if tag == "li" and not self.inline:
-                self._mark("- ")
-            self.items += tag == "li"
-            self.pre += tag == "pre"
-
-    def _close(self, tag: str) -> None:
-        if tag in _HEADINGS or tag in _CELLS:
-            self.inline -= 1
-        if tag in _HEADINGS or tag in _PARAGRAPH_BLOCKS or tag in _LINE_BLOCKS:
-            if self.marker and self.cur == self.marker:      # an empty heading or list item
-                self.cur = self.marker = ""
-            self.items -= tag == "li"
-            self.pre -= tag == "pre"
-            self._block(blank=tag in _PARAGRAPH_BLOCKS or tag in _HEADINGS)
-
-    def _text(self, text: str) -> None:
-        if self.pre and not self.inline:
-            first, *rest = text.split("\n")
-            self.cur += first
-            for line in rest:
-                self._newline()
-                self.cur = line
-        else:
-            self._put(_WHITESPACE.sub(" ", text))
-
-    def _put(self, text: str) -> None:
-        if not self.cur or self.cur.endswith(" "):
-            text = text.lstrip(" ")
-        self.cur += text
-
-    def _mark(self, marker: str) -> None:
-        self.cur = self.marker = marker
-
-    def _newline(self) -> None:
-        self.lines.append(self.cur.rstrip())
-        self.cur = self.marker = ""
-
-    def _block(self, *, blank: bool) -> None:
-        if self.inline:
-            self._put(" ")
-            return
-        if self.marker and self.cur == self.marker:          # keep "- " for the item's first block
-            return
-        if self.cur.strip():
-            self._newline()
-        else:
-            self.cur = ""
-        if blank and not self.items and self.lines and self.lines[-1]:
-            self.lines.append("")
 
 
 # --------------------------------------------------------------------------------------- PDF
@@ -475,9 +244,9 @@ def _docx_table(table: Table) -> str:
 
 
 _PARSERS: dict[str, Callable[[str, bytes], str]] = {
-    "text/plain": _parse_text,
-    "text/markdown": _parse_text,
-    "text/html": _parse_html,
+    "text/plain": parse_text,
+    "text/markdown": parse_text,
+    "text/html": parse_html,
     "application/pdf": _parse_pdf,
     SUPPORTED_TYPES[".docx"]: _parse_docx,
 }

@@ -33,15 +33,8 @@ from ..store.tables_duckdb import set_meta
 from ..tokens import Tokenizer
 from . import documents as sql
 from .chunking import Chunk, chunk_text
-from .extraction import (
-    ExtractionFormatError,
-    ExtractionResult,
-    extraction_messages,
-    extraction_schema,
-    gleaning_messages,
-    merge_passes,
-    parse_extraction,
-)
+from .extraction import ExtractionFormatError, ExtractionResult, merge_passes, parse_extraction
+from .prompts import extraction_messages, extraction_schema, gleaning_messages
 from .integrate import Integrator, load_extractions
 from .parsing import ParsedDocument
 
@@ -212,16 +205,16 @@ class Pipeline:
         return document, "replaced" if replaces else "accepted"
 
     async def retry(self, document_id: str) -> dict[str, Any]:
-        document = await self._get(document_id)
+        document = await self.get(document_id)
         if document["status"] != "failed":
             raise Conflict(f"document {document_id} is {document['status']}; only failed documents can be retried")
         await self.store.db.write(sql.set_status, document_id, "pending", None)
         self._enqueue(document_id)
-        return await self._get(document_id)
+        return await self.get(document_id)
 
     async def delete(self, document_id: str) -> dict[str, Any]:
         """Remove the document; names that lose every source go, the rest are rebuilt (no extraction)."""
-        document = await self._get(document_id)
+        document = await self.get(document_id)
         self._cancel(document_id)
         async with self.merge_lock:
             removed = await self.store.db.read(sql.orphaned_chunks, document_id, [])
@@ -241,7 +234,7 @@ class Pipeline:
             if document_id in table:
                 table[document_id].scope.cancel()
 
-    async def _get(self, document_id: str) -> dict[str, Any]:
+    async def get(self, document_id: str) -> dict[str, Any]:
         document = await self.store.db.read(sql.get_document, document_id)
         if document is None:
             raise NotFound(f"document {document_id} not found")
@@ -251,7 +244,7 @@ class Pipeline:
 
     async def _extract_document(self, work: Work) -> None:
         db = self.store.db
-        document = await self._get(work.document_id)
+        document = await self.get(work.document_id)
         work.name = document["name"]
         text = await db.read(sql.get_text, work.document_id)
         work.phase = "chunking"
@@ -320,7 +313,7 @@ class Pipeline:
         """One transaction for the documents in ``works``: their new chunks, the graph changes,
         the chunks of the versions they replace, and their status."""
         db = self.store.db
-        documents = {w.document_id: await self._get(w.document_id) for w in works}
+        documents = {w.document_id: await self.get(w.document_id) for w in works}
         unique = {c.id: c for w in works for c in w.chunks}
         stored = await db.read(sql.stored_chunk_ids, list(unique))
         new_chunks = [c for c in unique.values() if c.id not in stored]

@@ -69,9 +69,9 @@ def build_context(entities: list[FoundEntity], relations: list[FoundRelation], c
     header = INSTRUCTIONS + (f"\n\nAdditional instructions from the user:\n{instructions}" if instructions else "")
     header_tokens = tokenizer.count(header)
     e_lines = [entity_line(e) for e in entities]
-    e_keep, e_used = fit(e_lines, entity_budget, tokenizer) if entity_budget > 0 or e_lines else ([], 0)
+    e_keep, e_used = fit(e_lines, entity_budget, tokenizer)
     r_lines = [relation_line(r) for r in relations]
-    r_keep, r_used = fit(r_lines, relation_budget, tokenizer) if r_lines else ([], 0)
+    r_keep, r_used = fit(r_lines, relation_budget, tokenizer)
     kept_entities = [entities[i] for i in e_keep]
     kept_relations = [relations[i] for i in r_keep]
     # chunks get what is left once instructions, graph and a reference list (about 12 tokens each) are counted

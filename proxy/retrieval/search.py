@@ -7,7 +7,6 @@ neighbourhoods come from the graph.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 

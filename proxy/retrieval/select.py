@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -59,6 +59,3 @@ def cosine_to(query: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(query) or 1.0)
     return (vectors @ query) / np.where(norms == 0, 1.0, norms)
 
-
-def first_n(items: Iterable[T], n: int) -> list[T]:
-    return list(items)[:n]
