@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -183,8 +184,10 @@ def _embeddings_for(con: Con, table: str, keys: np.ndarray, batch: int = 50_000)
     """(keys, vectors) of the wanted rows in batches, through Arrow (never as Python floats)."""
     for start in range(0, len(keys), batch):
         wanted = [int(k) for k in keys[start:start + batch]]
-        result = con.execute(f"SELECT key, embedding FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
-                             [wanted]).to_arrow_table()
+        with warnings.catch_warnings():  # "an extra copy of the rows": fine on this repair path
+            warnings.simplefilter("ignore", UserWarning)
+            result = con.execute(f"SELECT key, embedding FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
+                                 [wanted]).to_arrow_table()
         if result.num_rows == 0:
             continue
         column = result.column("embedding").combine_chunks()
