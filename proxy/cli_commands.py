@@ -149,7 +149,7 @@ async def reindex(settings: Settings) -> int:
     from .upstream import Upstream
 
     try:
-        store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype)
+        store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
     except Exception as exc:  # noqa: BLE001 - most often: the running gateway holds the lock
         console.print(f"[red]cannot open the store at {settings.data_dir}: {exc}[/red]\n"
                       "stop `graphgate serve` first: reindex needs the store to itself")

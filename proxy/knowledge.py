@@ -92,7 +92,7 @@ async def _save_periodically(store: KnowledgeStore, seconds: float) -> None:
 
 @asynccontextmanager
 async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator[Knowledge]:
-    store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype)
+    store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
     try:
         limiter = PriorityLimiter(settings.llm_concurrency)
 

@@ -135,6 +135,12 @@ def parse_fraction(raw: str) -> float:
     return value
 
 
+def parse_db_memory(raw: str) -> str:
+    if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB|%)\s*", raw, re.I):
+        raise ValueError("expected an amount such as 512MB, 2GB or 25%")
+    return raw.strip()
+
+
 def parse_path(raw: str) -> Path:
     if not raw.strip():
         raise ValueError("expected a directory path")
@@ -229,6 +235,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vector_dtype", "GRAPHGATE_VECTOR_DTYPE", "f16", choice("f32", "f16", "i8"),
             "Element type of the vector indexes: f16 keeps f32's recall at half the memory, i8 quarters it "
             "(slightly lower recall). Changing it rebuilds the indexes at start-up."),
+    Setting("db_memory", "GRAPHGATE_DB_MEMORY", "1GB", parse_db_memory,
+            "Memory DuckDB may use for its caches (DuckDB's own default is 80 % of the machine's memory)."),
     # --- retrieval and chat augmentation (LightRAG's defaults) ---
     Setting("mode", "GRAPHGATE_MODE", "mix", choice("local", "global", "hybrid", "mix", "naive", "bypass"),
             "Default retrieval mode: local, global, hybrid, mix, naive or bypass."),
@@ -310,6 +318,7 @@ class Settings:
     inbox_dir: Path | None = None
     index_save_seconds: float = 30.0
     vector_dtype: str = "f16"
+    db_memory: str = "1GB"
     mode: str = "mix"
     top_k: int = 40
     chunk_top_k: int = 20

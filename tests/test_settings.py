@@ -52,6 +52,10 @@ def test_environment_then_cli_override() -> None:
     ("GRAPHGATE_READ_TIMEOUT", "-1", "greater than 0"),
     ("GRAPHGATE_LOG_LEVEL", "loud", "debug, info"),
     ("GRAPHGATE_CORS_ORIGINS", "localhost:3000", "needs a scheme"),
+    ("GRAPHGATE_DB_MEMORY", "lots", "512MB"),
+    ("GRAPHGATE_VECTOR_DTYPE", "f64", "f32, f16, i8"),
+    ("GRAPHGATE_RAISE_NUM_CTX", "maybe", "true or false"),
+    ("GRAPHGATE_GLEANING", "7", "from 0 to 3"),
 ])
 def test_bad_values_name_the_variable(env: str, value: str, fragment: str) -> None:
     with pytest.raises(SettingsError) as info:

@@ -44,8 +44,9 @@ class IndexDelta:
 
 
 class KnowledgeStore:
-    def __init__(self, data_dir: Path, dtype: str = "f16") -> None:
+    def __init__(self, data_dir: Path, dtype: str = "f16", memory_limit: str = "1GB") -> None:
         self.data_dir = data_dir
+        self.memory_limit = memory_limit
         self.db: Database
         self.indexes = {name: VectorIndex(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
         self.graph = EntityGraph()
@@ -57,14 +58,14 @@ class KnowledgeStore:
     # --- opening, healing, saving ---
 
     @classmethod
-    async def open(cls, data_dir: Path, dtype: str = "f16") -> KnowledgeStore:
-        store = cls(data_dir, dtype)
+    async def open(cls, data_dir: Path, dtype: str = "f16", memory_limit: str = "1GB") -> KnowledgeStore:
+        store = cls(data_dir, dtype, memory_limit)
         await anyio.to_thread.run_sync(store._open_sync)
         return store
 
     def _open_sync(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.db = Database(self.data_dir / "graphgate.duckdb")
+        self.db = Database(self.data_dir / "graphgate.duckdb", self.memory_limit)
         self.generation = int(self.db.read_sync(get_meta, "generation", "0") or 0)
         ndim = self.embedding_dim()
         for name, index in self.indexes.items():

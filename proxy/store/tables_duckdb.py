@@ -25,9 +25,10 @@ READERS = 4
 
 
 class Database:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, memory_limit: str = "1GB") -> None:
         self.path = path
-        self.con = duckdb.connect(str(path))
+        # DuckDB would otherwise cache up to 80 % of the machine's memory: this is a laptop app
+        self.con = duckdb.connect(str(path), config={"memory_limit": memory_limit})
         migrate(self.con)
         self._readers: queue.SimpleQueue[Con] = queue.SimpleQueue()
         for _ in range(READERS):
