@@ -49,14 +49,6 @@ class RelationState:
     source_ids: list[str]
 
 
-@dataclass
-class MergePlan:
-    entities: list[EntityState] = field(default_factory=list)
-    relations: list[RelationState] = field(default_factory=list)
-    entities_removed: list[str] = field(default_factory=list)
-    relations_removed: list[str] = field(default_factory=list)
-
-
 def resolve(aliases: dict[str, str], key: str) -> str:
     return aliases.get(key, key)
 

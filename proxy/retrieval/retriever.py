@@ -49,6 +49,16 @@ class Retrieval:
         return self.context is None or not (self.context.entities or self.context.relations or self.context.chunks)
 
 
+def scored(matches: list[tuple[int, float]], rows: dict[int, Any]) -> list[Any]:
+    """The rows of the vector matches, in match order, each with its similarity."""
+    found = []
+    for key, score in matches:
+        if key in rows:
+            rows[key].score = score
+            found.append(rows[key])
+    return found
+
+
 class Timer:
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
@@ -143,12 +153,7 @@ class Retriever:
 
     def _local(self, vector: np.ndarray, params: QueryParams) -> tuple[list[FoundEntity], list[FoundRelation]]:
         matches = search.vector_search(self.store, "entities", vector, params.top_k, params.cosine_threshold)
-        rows = search.entities_by_keys(self.store, [k for k, _ in matches])
-        entities = []
-        for key, score in matches:
-            if key in rows:
-                rows[key].score = score
-                entities.append(rows[key])
+        entities = scored(matches, search.entities_by_keys(self.store, [k for k, _ in matches]))
         degree = search.degrees(self.store, [e.key for e in entities])
         for entity in entities:
             entity.degree = degree[entity.key]
@@ -159,12 +164,7 @@ class Retriever:
 
     def _global(self, vector: np.ndarray, params: QueryParams) -> tuple[list[FoundEntity], list[FoundRelation]]:
         matches = search.vector_search(self.store, "relations", vector, params.top_k, params.cosine_threshold)
-        rows = search.relations_by_keys(self.store, [k for k, _ in matches])
-        relations = []
-        for key, score in matches:
-            if key in rows:
-                rows[key].score = score
-                relations.append(rows[key])
+        relations = scored(matches, search.relations_by_keys(self.store, [k for k, _ in matches]))
         self._set_degrees(relations)
         relations = rank_relations(relations, lambda r: r.degree, lambda r: r.weight)
         endpoint_keys = list(dict.fromkeys(k for r in relations for k in (r.source, r.target)))
