@@ -83,5 +83,5 @@ class EntityGraph:
     def neighbourhood(self, key: str, depth: int = 1) -> list[str]:
         if not self.has(key):
             return []
-        names = self.g.vs["name"]
-        return [names[v] for v in self.g.neighborhood(key, order=depth)]
+        # only the neighbours' names: g.vs["name"] would copy every vertex's name each call
+        return self.g.vs.select(self.g.neighborhood(key, order=depth))["name"]
