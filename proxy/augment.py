@@ -66,6 +66,14 @@ def shape_reason(turn: ChatTurn) -> str | None:
     return None
 
 
+def first_text(message: dict[str, Any]) -> str:
+    """Where a prefix can stand: the content, or the first text part of an OpenAI parts list."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return next((p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"), "")
+    return content if isinstance(content, str) else ""
+
+
 def with_text(message: dict[str, Any], text: str) -> dict[str, Any]:
     """The message with its text replaced (the first text part of an OpenAI parts list)."""
     out = dict(message)
@@ -103,14 +111,19 @@ class Augmenter:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
-    async def __call__(self, turn: ChatTurn) -> ChatTurn | Response:
+    async def __call__(self, turn: ChatTurn, *, whole_turn_only: bool = False) -> ChatTurn | Response:
+        """``whole_turn_only``: never answer the client directly (no /context reply, no cached
+        answer), for /api/generate, whose replies have another shape."""
         reason = task_reason(turn) or shape_reason(turn)
         if reason:
             return turn
-        control = parse_prefix(message_text(turn.messages[-1]))
+        prefixed = first_text(turn.messages[-1])
+        control = parse_prefix(prefixed)
         mode = control.mode or header_mode(turn.headers.get("x-graphgate-mode")) or self.gateway.settings.mode
-        if control.text != message_text(turn.messages[-1]):
+        if control.text != prefixed:
             turn = turn.with_messages([*turn.messages[:-1], with_text(turn.messages[-1], control.text)])
+        if whole_turn_only:
+            control = replace(control, context_only=False)
         if mode == "bypass":
             return turn
         knowledge = self.gateway.knowledge
@@ -122,7 +135,7 @@ class Augmenter:
             return turn  # let the upstream answer for an unknown model with its own error
         if "completion" not in info.capabilities:
             return turn
-        return await self._augment(turn, control, mode, info)
+        return await self._augment(turn, control, mode, info, cache=not whole_turn_only)
 
     async def generate(self, request: Any, body: dict[str, Any], raw: bytes) -> bytes:
         """/api/generate (only with GRAPHGATE_AUGMENT_GENERATE): the prompt is the question and the
@@ -134,7 +147,7 @@ class Augmenter:
         if isinstance(body.get("system"), str) and body["system"]:
             messages.insert(0, {"role": "system", "content": body["system"]})
         pseudo = ChatTurn("ollama", request.url.path, request.headers, {**body, "messages": messages}, raw, request)
-        result = await self(pseudo)
+        result = await self(pseudo, whole_turn_only=True)
         if not isinstance(result, ChatTurn) or not result.changed:
             return raw
         out = {k: v for k, v in result.body.items() if k != "messages"}
@@ -149,17 +162,19 @@ class Augmenter:
             return self._context_reply(turn, NO_CONTEXT, time.perf_counter())
         return turn
 
-    async def _augment(self, turn: ChatTurn, control: TurnControl, mode: str, info: Any) -> ChatTurn | Response:
+    async def _augment(self, turn: ChatTurn, control: TurnControl, mode: str, info: Any, *,
+                       cache: bool) -> ChatTurn | Response:
         started = time.perf_counter()
         knowledge, settings = self.gateway.knowledge, self.gateway.settings
         assert knowledge is not None
-        query = control.text.strip()
+        query = message_text(turn.messages[-1]).strip()
         trace = Trace("ollama" if turn.flavour == "ollama" else "openai", turn.model, mode, query, False)
         budget = self._budget(turn, info)
         trace.detail["budget"] = budget.as_dict()
         if budget.reason:
             log.info("not augmenting a %s turn: %s", turn.model, budget.reason)
-            return self._finish(turn, trace, budget.reason)
+            self._finish(turn, trace, budget.reason)
+            return self._context_reply(turn, NO_CONTEXT, started) if control.context_only else turn
         params = QueryParams.from_settings(settings, mode=mode, instructions=control.instructions)
         try:
             with anyio.fail_after(settings.retrieval_timeout):
@@ -167,10 +182,12 @@ class Augmenter:
         except (TimeoutError, GraphGateError, UpstreamError) as exc:
             message = "retrieval timed out" if isinstance(exc, TimeoutError) else f"retrieval failed: {exc}"
             log.warning("forwarding a %s turn without context: %s", turn.model, message)
-            return self._finish(turn, trace, message)
+            self._finish(turn, trace, message)
+            return self._context_reply(turn, f"(Retrieval failed: {message}.)", started) if control.context_only else turn
         except Exception as exc:  # noqa: BLE001 - a retrieval bug must not break the chat
             log.exception("retrieval failed")
-            return self._finish(turn, trace, f"retrieval failed: {type(exc).__name__}")
+            self._finish(turn, trace, f"retrieval failed: {type(exc).__name__}")
+            return self._context_reply(turn, "(Retrieval failed.)", started) if control.context_only else turn
         self._describe(trace, retrieval)
         if control.context_only:
             text = retrieval.context.text if retrieval.context and not retrieval.empty else NO_CONTEXT
@@ -184,7 +201,7 @@ class Augmenter:
             turn.body = {**turn.body, "options": {**(turn.body.get("options") or {}), "num_ctx": budget.raised_num_ctx}}
         trace.augmented = True
         self._finish(turn, trace, None)
-        if settings.answer_cache and not turn.streaming:
+        if settings.answer_cache and not turn.streaming and cache:
             return await self._cached_answer(turn)
         return turn
 

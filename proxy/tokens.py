@@ -31,20 +31,29 @@ class Tokenizer:
         # tiktoken caches encodings process-wide under a lock, so this is built once.
         self.encoding = tiktoken.get_encoding(OFFLINE_ENCODING)
         self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
 
     def encode(self, text: str) -> list[int]:
         # Special-token text such as "<|endoftext|>" is plain text here, never a control token.
         return self.encoding.encode(text, disallowed_special=())
 
     def count(self, text: str) -> int:
-        # context lines (an entity, a relation, a chunk) recur across turns: remember their counts
-        if len(text) <= 8192:
-            return self._cached_count(text)
-        return len(self.encode(text))
+        cached = self._counts.get(text)
+        if cached is None:
+            cached = len(self.encode(text))
+            self._remember(text, cached)
+        return cached
 
-    @functools.lru_cache(maxsize=65536)  # noqa: B019 - one tokenizer per process (get_tokenizer)
-    def _cached_count(self, text: str) -> int:
-        return len(self.encode(text))
+    def count_many(self, texts: list[str]) -> list[int]:
+        # a loop, not encode_batch: that starts a thread pool per call, which costs more than it saves
+        return [self.count(t) for t in texts]
+
+    def _remember(self, text: str, count: int) -> None:
+        # context lines (an entity, a relation, a chunk) recur across turns: keep their counts
+        if len(text) <= 8192:
+            if len(self._counts) >= 65536:
+                self._counts.clear()
+            self._counts[text] = count
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.encoding.decode(list(tokens))

@@ -346,3 +346,34 @@ async def test_answer_cache_hits_and_invalidates(settings: Settings, fake: FakeO
         assert len(chats(fake)) == upstream_calls + 1
         streamed = await client.post("/api/chat", json=body(stream=True))
         assert "x-graphgate-cache" not in streamed.headers
+
+
+# --- found in review ---
+
+async def test_prefix_on_an_openai_parts_message_touches_only_its_part(gw: httpx.AsyncClient, fake: FakeOllama) -> None:
+    parts = [{"type": "text", "text": "/local what is"}, {"type": "image_url", "image_url": {"url": "data:x"}},
+             {"type": "text", "text": "Acme Corp doing?"}]
+    await gw.post("/v1/chat/completions", json={"model": MODEL, "stream": False,
+                                                "messages": [{"role": "user", "content": parts}]})
+    sent = chats(fake)[-1].json["messages"][-1]["content"]
+    assert sent == [{"type": "text", "text": "what is"}, parts[1], parts[2]]
+
+
+async def test_context_prefix_never_reaches_the_model_even_without_room(gw: httpx.AsyncClient,
+                                                                         fake: FakeOllama) -> None:
+    before = len(chats(fake))
+    history = [{"role": "user", "content": "word " * 900}, {"role": "assistant", "content": "ok"}]
+    response = await gw.post("/api/chat", json={"model": MODEL, "stream": False, "options": {"num_ctx": 1024},
+                                                "messages": [*history, {"role": "user", "content": "/context Acme?"}]})
+    assert response.json()["message"]["content"].startswith("(The knowledge base has nothing")
+    assert len(chats(fake)) == before
+
+
+async def test_generate_with_answer_cache_calls_the_model_once_with_context(settings: Settings, fake: FakeOllama,
+                                                                           facts: KnownFacts) -> None:
+    async with gateway_client(settings.replace(augment_generate=True, answer_cache=True), fake) as client:
+        await ingest(client)
+        await client.post("/api/generate", json={"model": MODEL, "prompt": "Who works at Acme Corp?",
+                                                 "stream": False})
+        [sent] = fake.requests_to("/api/generate")
+        assert "messages" not in sent.json and "## Entities" in sent.json["system"]

@@ -161,3 +161,16 @@ async def test_delete_while_processing(settings: Settings, fake: FakeOllama, fac
         stats = await graph(client)
         assert stats["documents"]["processed"] == 1 and stats["documents"]["pending"] == 0
         assert stats["index_sizes"]["entities"] == stats["entities"] == stats["graph"]["vertices"]
+
+
+async def test_reupload_after_delete_while_processing_is_processed(settings: Settings, fake: FakeOllama,
+                                                                   facts: KnownFacts) -> None:
+    fake.reply_delay = 0.3  # keep the first run busy in extraction
+    async with gateway_client(settings.replace(gleaning=0), fake) as client:
+        first = await upload(client, "team.txt", TEAM)
+        import anyio
+        await anyio.sleep(0.1)
+        assert (await client.delete(f"/rag/documents/{first['id']}")).status_code == 200
+        again = await upload(client, "team.txt", TEAM)
+        assert again["outcome"] == "accepted" and again["id"] == first["id"]
+        assert (await settle(client, again["id"]))["status"] == "processed"

@@ -231,3 +231,11 @@ def test_weighted_quota_is_linear_and_prefers_shared_chunks() -> None:
 
 def test_round_robin_dedups() -> None:
     assert round_robin([[1, 2, 3], [2, 4], [5]], key=lambda x: x) == [1, 2, 5, 4, 3]
+
+
+async def test_an_oversized_only_entity_is_cut_to_its_budget(kb: httpx.AsyncClient) -> None:
+    from proxy.tokens import get_tokenizer
+
+    result = await query(kb, query="q", mode="local", ll_keywords=["Acme Corp"], hl_keywords=[], max_entity_tokens=12)
+    section = result["context"].split("## Entities (knowledge graph)\n")[1].split("\n\n")[0]
+    assert len(section.splitlines()) == 1 and get_tokenizer().count(section) <= 12

@@ -87,6 +87,7 @@ class Pipeline:
         self.queued: dict[str, None] = {}
         self.running: dict[str, Work] = {}   # being chunked and extracted
         self.merging: dict[str, Work] = {}   # extracted, waiting for (or in) the merge
+        self.requeue: set[str] = set()       # queued again while still running: picked up when it ends
         self.extraction_writer = BatchWriter(store.db, sql.record_extractions)
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
@@ -102,7 +103,10 @@ class Pipeline:
         group.start_soon(self.extraction_writer.run)
 
     def _enqueue(self, document_id: str) -> None:
-        if document_id not in self.queued and document_id not in self.running and document_id not in self.merging:
+        if document_id in self.running or document_id in self.merging:
+            self.requeue.add(document_id)  # e.g. deleted and uploaded again while its old run unwinds
+            return
+        if document_id not in self.queued:
             self.queued[document_id] = None
             self.idle = anyio.Event() if self.idle.is_set() else self.idle
             self._send.send_nowait(document_id)
@@ -123,11 +127,11 @@ class Pipeline:
                 except Exception as exc:  # noqa: BLE001 - a failure must not kill the worker
                     await self._fail_with(document_id, exc)
             self.running.pop(document_id, None)
-            if extracted and not work.scope.cancel_called:
+            if extracted and not work.scope.cancel_called and document_id not in self.requeue:
                 work.phase, work.scope = "waiting to merge", anyio.CancelScope()
                 self.merging[document_id] = work
                 self._merge_send.send_nowait(work)
-            self._check_idle()
+            self._finished(document_id)
 
     async def _merger(self) -> None:
         """Merge extracted documents, several per transaction when several are waiting."""
@@ -146,20 +150,36 @@ class Pipeline:
                     ready.append(work)
                 except Exception as exc:  # noqa: BLE001 - only this document failed to record
                     await self._fail_with(work.document_id, exc)
-            try:
-                async with self.merge_lock:
-                    for work in ready:
-                        work.phase = "merging"
-                    live = [w for w in ready if not w.scope.cancel_called
-                            and await self.store.db.read(sql.get_document, w.document_id) is not None]
-                    if live:
-                        await self._merge(live)
-            except Exception as exc:  # noqa: BLE001 - a failure must not stop merging
+            async with self.merge_lock:
                 for work in ready:
-                    await self._fail_with(work.document_id, exc)
+                    work.phase = "merging"
+                live = [w for w in ready if not w.scope.cancel_called
+                        and await self.store.db.read(sql.get_document, w.document_id) is not None]
+                await self._merge_or_split(live)
             for work in batch:
                 self.merging.pop(work.document_id, None)
-            self._check_idle()
+                self._finished(work.document_id)
+
+    async def _merge_or_split(self, works: list[Work]) -> None:
+        """Merge the batch; if that fails, each document alone, so one bad document fails alone."""
+        if not works:
+            return
+        try:
+            await self._merge(works)
+            return
+        except Exception as exc:  # noqa: BLE001 - a failure must not stop merging
+            if len(works) == 1:
+                await self._fail_with(works[0].document_id, exc)
+                return
+        for work in works:
+            await self._merge_or_split([work])
+
+    def _finished(self, document_id: str) -> None:
+        """A run of ``document_id`` ended: start the one asked for meanwhile, if any."""
+        if document_id in self.requeue and document_id not in self.running and document_id not in self.merging:
+            self.requeue.discard(document_id)
+            self._enqueue(document_id)
+        self._check_idle()
 
     def _check_idle(self) -> None:
         if not self.queued and not self.running and not self.merging:

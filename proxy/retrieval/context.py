@@ -41,11 +41,10 @@ def relation_line(r: FoundRelation) -> str:
 
 
 def fit(lines: list[str], budget: int, tokenizer: Tokenizer) -> tuple[list[int], int]:
-    """Indexes of the leading lines that fit ``budget`` (at least the first, cut to size if needed)."""
+    """Indexes of the leading lines that fit ``budget``; at least the first (``cut_first`` trims it)."""
     kept: list[int] = []
     used = 0
-    for i, line in enumerate(lines):
-        cost = tokenizer.count(line) + 1
+    for i, cost in enumerate(c + 1 for c in tokenizer.count_many(lines)):
         if used + cost > budget:
             break
         kept.append(i)
@@ -53,6 +52,12 @@ def fit(lines: list[str], budget: int, tokenizer: Tokenizer) -> tuple[list[int],
     if not kept and lines:
         kept, used = [0], min(tokenizer.count(lines[0]) + 1, max(budget, 1))
     return kept, used
+
+
+def cut_first(lines: list[str], kept: list[int], used: int, tokenizer: Tokenizer) -> None:
+    """A section's only line, when over its budget, is cut to fit (so the window is never exceeded)."""
+    if kept == [0] and tokenizer.count(lines[0]) + 1 > used:
+        lines[0] = tokenizer.truncate(lines[0], max(used - 1, 1))
 
 
 def references_for(chunks: list[FoundChunk]) -> list[tuple[int, str]]:
@@ -70,8 +75,10 @@ def build_context(entities: list[FoundEntity], relations: list[FoundRelation], c
     header_tokens = tokenizer.count(header)
     e_lines = [entity_line(e) for e in entities]
     e_keep, e_used = fit(e_lines, entity_budget, tokenizer)
+    cut_first(e_lines, e_keep, e_used, tokenizer)
     r_lines = [relation_line(r) for r in relations]
     r_keep, r_used = fit(r_lines, relation_budget, tokenizer)
+    cut_first(r_lines, r_keep, r_used, tokenizer)
     kept_entities = [entities[i] for i in e_keep]
     kept_relations = [relations[i] for i in r_keep]
     # chunks get what is left once instructions, graph and a reference list (about 12 tokens each) are counted
@@ -99,7 +106,7 @@ def build_context(entities: list[FoundEntity], relations: list[FoundRelation], c
         sections.append(reference_text)
     text = "\n\n".join(sections)
     # counted by parts (each line's count is cached): recounting 10k+ tokens per turn costs ~10 ms
-    chunk_tokens = sum(tokenizer.count(line) + 1 for line in passage_lines)
+    chunk_tokens = sum(c + 1 for c in tokenizer.count_many(passage_lines))
     tokens = {"instructions": header_tokens, "entities": e_used, "relations": r_used, "chunks": chunk_tokens}
     tokens["total"] = sum(tokens.values()) + tokenizer.count(reference_text) + 8 * (len(sections) - 1)
     return Context(text, kept_entities, kept_relations, kept_chunks, references, tokens)

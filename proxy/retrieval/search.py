@@ -115,7 +115,7 @@ def documents_of(store: KnowledgeStore, ids: list[str]) -> dict[str, list[str]]:
 
 def degrees(store: KnowledgeStore, keys: list[str]) -> dict[str, int]:
     with store.memory_lock:
-        return {key: store.graph.degree(key) for key in keys}
+        return store.graph.degrees(keys)
 
 
 def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:

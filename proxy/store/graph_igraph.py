@@ -80,6 +80,13 @@ class EntityGraph:
     def degree(self, key: str) -> int:
         return self.g.degree(key) if self.has(key) else 0
 
+    def degrees(self, keys: list[str]) -> dict[str, int]:
+        """Degrees of many vertices in one igraph call (0 for a name the graph does not have)."""
+        try:
+            return dict(zip(keys, self.g.degree(keys), strict=True))
+        except ValueError:  # some name is missing: one at a time
+            return {key: self.degree(key) for key in keys}
+
     def neighbourhood(self, key: str, depth: int = 1) -> list[str]:
         if not self.has(key):
             return []
