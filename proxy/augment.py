@@ -128,7 +128,8 @@ class Augmenter:
             return turn
         knowledge = self.gateway.knowledge
         if knowledge is None or len(knowledge.store.indexes["chunks"]) == 0:
-            return self._no_context(turn, control, "the knowledge base is empty or unavailable")
+            # the knowledge base is empty or unavailable
+            return self._context_reply(turn, NO_CONTEXT, time.perf_counter()) if control.context_only else turn
         try:
             info = await knowledge.model_info.get(turn.model)
         except GraphGateError:
@@ -156,11 +157,6 @@ class Augmenter:
         if final[0].get("role") == "system":
             out["system"] = final[0]["content"]
         return json_bytes(out)
-
-    def _no_context(self, turn: ChatTurn, control: TurnControl, reason: str) -> ChatTurn | Response:
-        if control.context_only:
-            return self._context_reply(turn, NO_CONTEXT, time.perf_counter())
-        return turn
 
     async def _augment(self, turn: ChatTurn, control: TurnControl, mode: str, info: Any, *,
                        cache: bool) -> ChatTurn | Response:
@@ -251,5 +247,5 @@ class Augmenter:
                             headers={"x-graphgate-cache": "hit"})
         response = await forward(turn.request, content=payload)
         if isinstance(response, Response) and response.status_code == 200:
-            knowledge.remember_answer(turn.model, key, payload, bytes(response.body), knowledge.store.generation)
+            knowledge.remember_answer(turn.model, key, payload, bytes(response.body))
         return response  # type: ignore[return-value]

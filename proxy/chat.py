@@ -10,7 +10,7 @@ may be rewritten before forwarding; a turn no stage changed reaches the upstream
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from starlette.datastructures import Headers
@@ -34,7 +34,6 @@ class ChatTurn:
     raw: bytes
     request: Request
     changed: bool = False
-    notes: dict[str, Any] = field(default_factory=dict)  # what stages learnt, for traces and logs
 
     @property
     def model(self) -> str:

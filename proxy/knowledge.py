@@ -54,7 +54,7 @@ class Knowledge:
     def remember(self, entry: CacheEntry) -> None:
         self.group.start_soon(_quietly, self.cache_writes.write, entry)
 
-    def remember_answer(self, model: str, key: str, request: bytes, response: bytes, generation: int) -> None:
+    def remember_answer(self, model: str, key: str, request: bytes, response: bytes) -> None:
         self.remember(CacheEntry("answer", key, model, request.decode("utf-8", "replace"),
                                  response.decode("utf-8", "replace")))
 

@@ -12,6 +12,7 @@ import pytest
 from starlette.applications import Starlette
 
 from proxy import Settings, create_app
+from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
 
@@ -29,6 +30,15 @@ def anyio_backend() -> str:
 @pytest.fixture
 def fake() -> FakeOllama:
     return FakeOllama()
+
+
+@pytest.fixture
+def facts(fake: FakeOllama) -> KnownFacts:
+    """The fake upstream answers structured requests like a perfect model on the test corpus."""
+    from tests.test_ingestion import PEOPLE
+
+    fake.structured = KnownFacts(PEOPLE)
+    return fake.structured
 
 
 @pytest.fixture

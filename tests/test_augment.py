@@ -15,17 +15,13 @@ from proxy import Settings
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_ingestion import CITY, PEOPLE, TEAM, settle, upload
+from tests.test_ingestion import CITY, TEAM, settle, upload
 
 pytestmark = pytest.mark.anyio
 
 MODEL = "llama3.2:latest"
 
 
-@pytest.fixture
-def facts(fake: FakeOllama) -> KnownFacts:
-    fake.structured = KnownFacts(PEOPLE)
-    return fake.structured
 
 
 async def ingest(client: httpx.AsyncClient) -> None:

@@ -22,11 +22,6 @@ TEAM = "Alice Smith leads the Orion project. Orion is run by Acme Corp. Bob Jone
 CITY = "# Berlin\n\nAcme Corp has its headquarters in Berlin. Carol White lives in Berlin."
 
 
-@pytest.fixture
-def facts(fake: FakeOllama) -> KnownFacts:
-    facts = KnownFacts(PEOPLE)
-    fake.structured = facts
-    return facts
 
 
 @pytest.fixture

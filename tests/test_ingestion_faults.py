@@ -12,15 +12,11 @@ from proxy import Settings
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_ingestion import PEOPLE, TEAM, graph, settle, store_of, upload
+from tests.test_ingestion import TEAM, graph, settle, store_of, upload
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def facts(fake: FakeOllama) -> KnownFacts:
-    fake.structured = KnownFacts(PEOPLE)
-    return fake.structured
 
 
 @pytest.fixture

@@ -15,17 +15,13 @@ from proxy.retrieval.select import round_robin, weighted_quota
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, fake_embedding
-from tests.test_ingestion import CITY, PEOPLE, TEAM, settle, store_of, upload
+from tests.test_ingestion import CITY, TEAM, settle, store_of, upload
 
 pytestmark = pytest.mark.anyio
 
 MORE = "Carol White founded the Berlin chess club. Alice Smith joined Carol White at the Berlin chess club."
 
 
-@pytest.fixture
-def facts(fake: FakeOllama) -> KnownFacts:
-    fake.structured = KnownFacts(PEOPLE)
-    return fake.structured
 
 
 @pytest.fixture

@@ -106,7 +106,7 @@ class Retriever:
                 return Retrieval(query, params.mode, None, None, timer.timings, skipped="no keywords in a long question")
         with timer.step("embedding"):
             vectors = await self._embed(query, keywords, params)
-        context = await anyio.to_thread.run_sync(self._search_and_build, query, keywords, vectors, params, budget,
+        context = await anyio.to_thread.run_sync(self._search_and_build, vectors, params, budget,
                                                  timer)
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
         return Retrieval(query, params.mode, keywords, context, timer.timings)
@@ -126,8 +126,8 @@ class Retriever:
 
     # --- everything below runs in a worker thread ---
 
-    def _search_and_build(self, query: str, keywords: Keywords | None, vectors: dict[str, np.ndarray],
-                          params: QueryParams, budget: Budget, timer: Timer) -> Context:
+    def _search_and_build(self, vectors: dict[str, np.ndarray], params: QueryParams, budget: Budget,
+                          timer: Timer) -> Context:
         entities: list[FoundEntity] = []
         relations: list[FoundRelation] = []
         with timer.step("graph"):
