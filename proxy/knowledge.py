@@ -17,8 +17,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .errors import UpstreamError
+from .ingest.curation import Curator
 from .ingest.inbox import watch_inbox
 from .ingest.pipeline import Pipeline
+from .ingest.suggestions import SuggestionFinder
 from .limiter import PriorityLimiter
 from .model_info import ModelInfoCache
 from .models import CacheEntry, ModelClient
@@ -46,6 +48,8 @@ class Knowledge:
     group: TaskGroup
     traces: BatchWriter[Trace]
     cache_writes: BatchWriter[CacheEntry]
+    curator: Curator
+    suggestions: SuggestionFinder
 
     def record(self, trace: Trace) -> None:
         """Keep a chat turn's trace, off the chat's path."""
@@ -117,7 +121,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
                 group.start_soon(watch_inbox, settings.inbox_dir, pipeline, settings)
             try:
                 knowledge = Knowledge(store, models, pipeline, tokenizer, retriever, model_info, group, traces,
-                                      cache_writes)
+                                      cache_writes, Curator(pipeline), SuggestionFinder(store))
                 retriever.remember = knowledge.remember
                 yield knowledge
             finally:

@@ -10,144 +10,35 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 
 class SettingsError(ValueError):
     """A setting has a value GraphGate cannot use; the message names the variable."""
 
 
-# --- parsers: each takes the raw string and returns the typed value or raises ValueError ---
+from .setting_parsers import (  # noqa: F401 - re-exported: parsers are part of the settings API
+    choice,
+    int_between,
+    parse_bool,
+    parse_db_memory,
+    parse_fraction,
+    parse_log_level,
+    parse_names,
+    parse_optional_path,
+    parse_optional_str,
+    parse_origins,
+    parse_path,
+    parse_port,
+    parse_positive_float,
+    parse_positive_int,
+    parse_size,
+    parse_url,
+)
 
-
-def parse_url(raw: str) -> str:
-    parts = urlsplit(raw.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError("expected an http:// or https:// URL")
-    return raw.strip().rstrip("/")
-
-
-def parse_port(raw: str) -> int:
-    port = int(raw)
-    if not 0 <= port <= 65535:
-        raise ValueError("expected a port number between 0 and 65535")
-    return port
-
-
-def parse_positive_float(raw: str) -> float:
-    value = float(raw)
-    if not value > 0:
-        raise ValueError("expected a number greater than 0")
-    return value
-
-
-def parse_positive_int(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise ValueError("expected a whole number of at least 1")
-    return value
-
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
-               "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
-
-
-def parse_size(raw: str) -> int:
-    """Bytes, optionally with a unit: 1048576, 512KiB, 50MB, 1GiB."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", raw)
-    if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError("expected a size such as 1048576, 512KiB, 50MB or 1GiB")
-    size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
-    if size < 1:
-        raise ValueError("expected a size of at least 1 byte")
-    return size
-
-
-def parse_origins(raw: str) -> tuple[str, ...]:
-    origins = tuple(o.strip() for o in raw.split(",") if o.strip())
-    for origin in origins:
-        if origin != "*" and "://" not in origin:
-            raise ValueError(f"origin {origin!r} needs a scheme, e.g. http://localhost:3000")
-    return origins
-
-
-_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
-def parse_log_level(raw: str) -> str:
-    level = raw.strip().lower()
-    if level not in _LOG_LEVELS:
-        raise ValueError(f"expected one of {', '.join(_LOG_LEVELS)}")
-    return level
-
-
-def parse_optional_str(raw: str) -> str | None:
-    return raw if raw.strip() else None
-
-
-def parse_optional_path(raw: str) -> Path | None:
-    return Path(raw).expanduser() if raw.strip() else None
-
-
-def parse_names(raw: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
-    if not names:
-        raise ValueError("expected a comma-separated list with at least one name")
-    return names
-
-
-def int_between(low: int, high: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        value = int(raw)
-        if not low <= value <= high:
-            raise ValueError(f"expected a whole number from {low} to {high}")
-        return value
-    return parse
-
-
-def choice(*options: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        value = raw.strip().lower()
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}")
-        return value
-    return parse
-
-
-def parse_bool(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError("expected true or false")
-
-
-def parse_fraction(raw: str) -> float:
-    value = float(raw)
-    if not 0 <= value <= 1:
-        raise ValueError("expected a number from 0 to 1")
-    return value
-
-
-def parse_db_memory(raw: str) -> str:
-    if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB|%)\s*", raw, re.I):
-        raise ValueError("expected an amount such as 512MB, 2GB or 25%")
-    return raw.strip()
-
-
-def parse_path(raw: str) -> Path:
-    if not raw.strip():
-        raise ValueError("expected a directory path")
-    return Path(raw).expanduser()
-
-
-# Ollama's own default OLLAMA_ORIGINS: local pages on any port plus app and extension schemes.
 DEFAULT_ORIGINS = ",".join(
     f"{scheme}://{host}{port}"
     for host in ("localhost", "127.0.0.1", "0.0.0.0")
@@ -274,6 +165,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("raise_num_ctx", "GRAPHGATE_RAISE_NUM_CTX", "false", parse_bool,
             "When a request sets no `num_ctx`, raise it so the full configured context fits (bounded by the "
             "model's trained context length)."),
+    Setting("admin_password", "GRAPHGATE_ADMIN_PASSWORD", "", parse_optional_str,
+            "Password of the console at /admin/ (and of mutating /rag/* calls without the API key). Unset: the "
+            "console answers loopback clients only.", secret=True),
+    Setting("session_hours", "GRAPHGATE_SESSION_HOURS", "12", parse_positive_float,
+            "How long a console login lasts."),
+    Setting("suggest_threshold", "GRAPHGATE_SUGGEST_THRESHOLD", "0.9", parse_fraction,
+            "Embedding similarity from which two entities are suggested as duplicates in the console."),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -337,6 +235,9 @@ class Settings:
     default_num_ctx: int = 4096
     answer_reserve: int = 1024
     raise_num_ctx: bool = False
+    admin_password: str | None = None
+    session_hours: float = 12.0
+    suggest_threshold: float = 0.9
     # where each value came from: "default", "env" or "cli" (shown by the console)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -145,7 +145,7 @@ def _sentences(line: str, ids: list[int], sep: str, heading: bool,
 class _Blob:
     """Text with no usable break, consumed as token windows sized to the room left in a chunk."""
 
-    __slots__ = ("text", "ids", "offsets", "start", "sep", "heading")
+    __slots__ = ("heading", "ids", "offsets", "sep", "start", "text")
 
     def __init__(self, text: str, ids: list[int], sep: str, heading: bool, tok: Tokenizer) -> None:
         self.text, self.ids, self.sep, self.heading = text, ids, sep, heading

@@ -264,8 +264,8 @@ def merge_passes(first: ExtractionResult, second: ExtractionResult) -> Extractio
 
 # --- parsing the reply ------------------------------------------------------------------------
 
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)(?:```|\Z)", re.S)
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _FAILED = object()
 
 

@@ -18,8 +18,10 @@ from ..store.changes import EntityRow, RelationRow
 from ..store.knowledge import KnowledgeStore
 from ..store.tables_duckdb import Con
 from ..tokens import Tokenizer
+from .edits import Edits, load_edits
 from .extraction import ExtractionResult
 from .merging import (
+    ChunkIndex,
     EntityState,
     ExistingEntity,
     RelationState,
@@ -91,12 +93,46 @@ class Integrator:
         for chunk_id, result in (await db.read(load_extractions, sorted(wanted))).items():
             indexes[chunk_id] = index_result(result, aliases)
 
+        edits = await db.read(load_edits, sorted(entity_sources), sorted(relation_sources))
+        await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out)
+        return out
+
+    async def rebuild(self, entity_sources: dict[str, list[str]], relation_sources: dict[str, list[str]],
+                      aliases: dict[str, str], edits: Edits, removed_entities: list[str],
+                      removed_relations: list[str]) -> GraphChanges:
+        """Recompute the given names from the given sources under ``aliases`` and ``edits`` (both
+        possibly not committed yet): what a merge, a rename or a hand edit commits."""
+        db = self.store.db
+        wanted = sorted({c for s in (*entity_sources.values(), *relation_sources.values()) for c in s})
+        indexes = {chunk_id: index_result(result, aliases)
+                   for chunk_id, result in (await db.read(load_extractions, wanted)).items()}
+        old_entities = await db.read(load_existing, "entities", "name_key", sorted(entity_sources))
+        old_relations = await db.read(load_existing, "relations", "pair_key", sorted(relation_sources))
+        out = GraphChanges(entities_removed=list(removed_entities), relations_removed=list(removed_relations))
+        await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out)
+        return out
+
+    async def _recompute(self, entity_sources: dict[str, list[str]], relation_sources: dict[str, list[str]],
+                         indexes: dict[str, ChunkIndex], old_entities: dict[str, ExistingEntity],
+                         old_relations: dict[str, ExistingEntity], edits: Edits, out: GraphChanges) -> None:
         entity_states = [entity_state(k, old_entities[k].name if k in old_entities else None, s, indexes)
                          for k, s in entity_sources.items()]
         relation_states = [relation_state(k, s, indexes) for k, s in relation_sources.items()]
-        names = {state.name_key: state.name for state in entity_states}
-        await self._build_rows(entity_states, relation_states, names, old_entities, old_relations, out)
-        return out
+        fixed = edits.apply(entity_states, relation_states)
+        names = self._endpoint_names(relation_states)
+        names.update({state.name_key: state.name for state in entity_states})
+        await self._build_rows(entity_states, relation_states, names, old_entities, old_relations, fixed, out)
+
+    def _endpoint_names(self, relations: list[RelationState]) -> dict[str, str]:
+        """Stored spellings of relation endpoints that are not being recomputed themselves."""
+        names = {}
+        with self.store.memory_lock:
+            for rel in relations:
+                for key in (rel.source, rel.target):
+                    meta = self.store.rows.entity(key)
+                    if meta is not None:
+                        names[key] = meta.name
+        return names
 
     @staticmethod
     def _sources(new: dict[str, list[str]], old: dict[str, ExistingEntity], removed: set[str],
@@ -127,26 +163,29 @@ class Integrator:
         out.cache_entries.append(reply.entry)
         return summary
 
-    async def _describe_all(self, subjects: list[str], fragments: list[list[str]], out: GraphChanges) -> list[str]:
-        """Every description at once: summaries run concurrently (the limiter caps them)."""
-        results: list[str] = [""] * len(subjects)
+    async def _describe_all(self, subjects: list[str], fragments: list[list[str]], fixed: dict[int, str],
+                            out: GraphChanges) -> list[str]:
+        """Every description at once: summaries run concurrently (the limiter caps them); a
+        description fixed by a hand edit is kept as it is."""
+        results: list[str] = [fixed.get(i, "") for i in range(len(subjects))]
 
         async def one(i: int) -> None:
             results[i] = await self._describe(subjects[i], fragments[i], out)
 
         async with anyio.create_task_group() as group:
             for i in range(len(subjects)):
-                group.start_soon(one, i)
+                if i not in fixed:
+                    group.start_soon(one, i)
         return results
 
     async def _build_rows(self, entities: list[EntityState], relations: list[RelationState], names: dict[str, str],
                           old_entities: dict[str, ExistingEntity], old_relations: dict[str, ExistingEntity],
-                          out: GraphChanges) -> None:
+                          fixed: dict[int, str], out: GraphChanges) -> None:
         model = self.settings.embed_model
         subjects = [state.name for state in entities] + [
             f"{names.get(r.source, r.source)} and {names.get(r.target, r.target)}" for r in relations]
         fragments = [state.fragments for state in entities] + [r.fragments for r in relations]
-        descriptions = await self._describe_all(subjects, fragments, out)
+        descriptions = await self._describe_all(subjects, fragments, fixed, out)
         pending: list[tuple[str, str, str, object, str]] = []  # kind, key, description, state, text
         for state, description in zip(entities, descriptions, strict=False):
             pending.append(("entity", state.name_key, description, state, entity_text(state.name, description)))

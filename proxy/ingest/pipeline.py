@@ -26,17 +26,22 @@ from ..errors import Conflict, GraphGateError, NotFound
 from ..limiter import Priority
 from ..models import CacheEntry, ModelClient
 from ..settings import Settings
-from ..store.changes import Changeset, ChunkRow, DocumentUpdate
 from ..store.batching import BatchWriter, Pending
+from ..store.changes import Changeset, ChunkRow, DocumentUpdate
 from ..store.knowledge import KnowledgeStore
 from ..store.tables_duckdb import set_meta
 from ..tokens import Tokenizer
 from . import documents as sql
 from .chunking import Chunk, chunk_text
-from .extraction import ExtractionFormatError, ExtractionResult, merge_passes, parse_extraction
-from .prompts import extraction_messages, extraction_schema, gleaning_messages
+from .extraction import (
+    ExtractionFormatError,
+    ExtractionResult,
+    merge_passes,
+    parse_extraction,
+)
 from .integrate import Integrator, load_extractions
 from .parsing import ParsedDocument
+from .prompts import extraction_messages, extraction_schema, gleaning_messages
 
 log = logging.getLogger("graphgate.ingest")
 

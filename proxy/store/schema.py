@@ -120,7 +120,30 @@ CREATE INDEX entities_key ON entities (key);
 CREATE INDEX relations_key ON relations (key);
 """
 
-MIGRATIONS: tuple[str, ...] = (V1, V2)
+# v3: hand edits from the console, re-applied whenever a name is recomputed from its sources (so an
+# edit survives re-ingestion), and merge suggestions someone dismissed
+V3 = """
+CREATE TABLE entity_edits (
+    name_key VARCHAR PRIMARY KEY,
+    name VARCHAR,                      -- NULL: keep what extraction says
+    type VARCHAR,
+    description VARCHAR,
+    updated_at TIMESTAMP NOT NULL
+);
+CREATE TABLE relation_edits (
+    pair_key VARCHAR PRIMARY KEY,
+    keywords VARCHAR[],
+    description VARCHAR,
+    weight DOUBLE,
+    updated_at TIMESTAMP NOT NULL
+);
+CREATE TABLE dismissed_suggestions (
+    pair_key VARCHAR PRIMARY KEY,      -- the two entity keys, sorted, as for relations
+    created_at TIMESTAMP NOT NULL
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -1,0 +1,124 @@
+"""Merge suggestions: pairs of entities that are probably the same thing.
+
+Two signals: the names agree once punctuation, case, articles and company suffixes are dropped
+("ACME Corp." / "Acme Corporation"), or the entities' embeddings (name + description) are close
+in the entity index. Embedding neighbours are looked up for the best-connected entities only
+(``EMBEDDING_PROBES``): a duplicate that matters is usually well connected, and a probe per
+entity of a 100k-entity graph would take seconds. The result is cached per store generation.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..store.changes import pair_key
+from ..store.knowledge import KnowledgeStore
+from ..store.tables_duckdb import Con
+
+EMBEDDING_PROBES = 2000
+NEIGHBOURS = 5
+# a similar-looking name lowers the embedding similarity needed
+NAME_SIMILAR = 0.85
+NAME_BONUS = 0.1
+
+_DROP_WORDS = {"the", "a", "an", "inc", "incorporated", "corp", "corporation", "co", "company", "ltd", "limited",
+               "llc", "plc", "gmbh", "ag", "sa"}
+
+
+def normalised(name: str) -> str:
+    """The comparable core of a name: no accents, punctuation, articles or legal suffixes."""
+    text = unicodedata.normalize("NFKD", name.casefold())
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    words = [w for w in re.split(r"[\W_]+", text) if w and w not in _DROP_WORDS]
+    return " ".join(words)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    a: str            # entity keys, sorted
+    b: str
+    score: float
+    reason: str       # "same name" | "similar meaning" | "similar name and meaning"
+
+    @property
+    def pair(self) -> str:
+        return pair_key(self.a, self.b)
+
+
+def dismissed(con: Con) -> set[str]:
+    return {r[0] for r in con.execute("SELECT pair_key FROM dismissed_suggestions").fetchall()}
+
+
+def dismiss(con: Con, a: str, b: str, stamp: object) -> None:
+    con.execute("INSERT OR REPLACE INTO dismissed_suggestions VALUES (?, ?)", [pair_key(a, b), stamp])
+
+
+class SuggestionFinder:
+    def __init__(self, store: KnowledgeStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._cached: tuple[tuple[int, float], list[Suggestion]] | None = None
+
+    def find(self, threshold: float) -> list[Suggestion]:
+        """All current suggestions, best first (blocking: run it in a worker thread)."""
+        with self._lock:
+            stamp = (self.store.generation, threshold)
+            if self._cached is None or self._cached[0] != stamp:
+                self._cached = (stamp, self._compute(threshold))
+            found = self._cached[1]
+        hidden = self.store.db.read_sync(dismissed)
+        return [s for s in found if s.pair not in hidden]
+
+    def _compute(self, threshold: float) -> list[Suggestion]:
+        with self.store.memory_lock:
+            names = {meta.name_key: meta.name for meta in self.store.rows.entities.values()}
+            by_vector = {meta.key: meta.name_key for meta in self.store.rows.entities.values()}
+        found: dict[str, Suggestion] = {}
+        groups: dict[str, list[str]] = {}
+        for key, name in names.items():
+            core = normalised(name)
+            if core:
+                groups.setdefault(core, []).append(key)
+        for members in groups.values():
+            members.sort()
+            for i, a in enumerate(members):
+                for b in members[i + 1:i + 6]:  # a big group of namesakes: neighbours only
+                    found[pair_key(a, b)] = Suggestion(a, b, 1.0, "same name")
+        for a, b, similarity in self._embedding_pairs(by_vector):
+            if pair_key(a, b) in found:
+                continue
+            name_ratio = difflib.SequenceMatcher(None, normalised(names[a]), normalised(names[b])).ratio()
+            if similarity >= threshold:
+                found[pair_key(a, b)] = Suggestion(*sorted((a, b)), round(similarity, 4), "similar meaning")
+            elif name_ratio >= NAME_SIMILAR and similarity >= threshold - NAME_BONUS:
+                found[pair_key(a, b)] = Suggestion(*sorted((a, b)), round(similarity, 4), "similar name and meaning")
+        return sorted(found.values(), key=lambda s: (-s.score, s.a, s.b))
+
+    def _embedding_pairs(self, by_vector: dict[int, str]) -> list[tuple[str, str, float]]:
+        index = self.store.indexes["entities"].index
+        if index is None or len(index) < 2:
+            return []
+        with self.store.memory_lock:
+            graph = self.store.graph.g
+            order = np.argsort(-np.asarray(graph.degree()), kind="stable")[:EMBEDDING_PROBES]
+            probe_keys = [graph.vs[int(i)]["name"] for i in order]
+            wanted = [k for k in probe_keys if k in self.store.rows.entity_keys]
+            vector_keys = np.asarray([self.store.rows.entity_keys[k] for k in wanted], dtype=np.uint64)
+            if not len(vector_keys):
+                return []
+            vectors = np.asarray(index.get(vector_keys), dtype=np.float32)
+            matches = index.search(vectors, min(NEIGHBOURS + 1, len(index)))
+        pairs = []
+        for row, key in enumerate(wanted):
+            for found, distance in zip(matches.keys[row], matches.distances[row], strict=True):
+                other = by_vector.get(int(found))
+                if other is None or other == key:
+                    continue
+                pairs.append((key, other, 1.0 - float(distance)))
+        return pairs
