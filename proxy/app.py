@@ -14,6 +14,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from admin.console import Console, build_console, error_page
+from admin.console import mount as admin_mount
+
 from . import routes_ollama, routes_openai, routes_query, routes_rag
 from .augment import Augmenter
 from .chat import ChatPipeline
@@ -41,24 +44,31 @@ class Gateway:
     augmenter: Augmenter | None = None
     knowledge_error: str | None = None  # why the knowledge store is unavailable, when it is
     tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
+    console: Console | None = None
+
+
+def _render_error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    if request.url.path.startswith("/admin"):
+        return error_page(request, status, message)
+    return error_response(request.url.path, status, message, headers=headers)
 
 
 async def on_graphgate_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GraphGateError)
     if exc.status >= 500:
         log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
-    return error_response(request.url.path, exc.status, exc.message)
+    return _render_error(request, exc.status, exc.message)
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     message = _ROUTING_MESSAGES.get(exc.status_code, str(exc.detail))
-    return error_response(request.url.path, exc.status_code, message, headers=exc.headers)
+    return _render_error(request, exc.status_code, message, headers=exc.headers)
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error in %s %s", request.method, request.url.path)
-    return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}")
+    return _render_error(request, 500, f"internal error: {type(exc).__name__}")
 
 
 def create_app(settings: Settings | None = None, *,
@@ -68,7 +78,7 @@ def create_app(settings: Settings | None = None, *,
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, transport=upstream_transport)
-        gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline())
+        gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings))
         gateway.augmenter = Augmenter(gateway)
         gateway.chat.stages.append(gateway.augmenter)
         app.state.gateway = gateway
@@ -85,7 +95,8 @@ def create_app(settings: Settings | None = None, *,
             await upstream.aclose()
 
     return Starlette(
-        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_rag.ROUTES, *routes_query.ROUTES],
+        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_rag.ROUTES, *routes_query.ROUTES,
+                *admin_mount()],
         middleware=build_middleware(settings),
         exception_handlers={
             GraphGateError: on_graphgate_error,

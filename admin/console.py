@@ -1,0 +1,72 @@
+"""The console as a whole: its resources (built in the app's lifespan), its routes under /admin,
+and how its errors look (a readable message in the page, never a stack trace)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from proxy.settings import Settings
+
+from . import (
+    routes_auth,
+    routes_cache,
+    routes_chats,
+    routes_dashboard,
+    routes_documents,
+    routes_entities,
+    routes_merge,
+    routes_playground,
+)
+from .auth import Auth
+from .guard import ConsoleGuard
+from .rendering import build_environment, is_htmx, render, templates_dir
+
+log = logging.getLogger("graphgate.admin")
+
+
+@dataclass
+class Console:
+    auth: Auth
+    env: jinja2.Environment
+
+
+def build_console(settings: Settings) -> Console:
+    return Console(Auth(settings), build_environment())
+
+
+def htmx_static() -> Path:
+    return Path(str(resources.files("js_lib_htmx") / "static" / "htmx"))
+
+
+def error_page(request: Request, status: int, message: str) -> Response:
+    """An error as the console shows it: in the flash area for htmx requests, a page otherwise."""
+    if request.app.state.gateway.console is None:
+        return HTMLResponse(f"<p>{status}</p>", status_code=status)
+    if is_htmx(request):
+        return render(request, "_error.html", {"status": status, "message": message}, status=status,
+                      headers={"hx-retarget": "#flash", "hx-reswap": "innerHTML"})
+    return render(request, "error.html", {"status": status, "message": message}, status=status)
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/admin/", status_code=308)
+
+
+def mount() -> list[Route | Mount]:
+    routes = [
+        *routes_auth.ROUTES, *routes_dashboard.ROUTES, *routes_documents.ROUTES, *routes_entities.ROUTES,
+        *routes_merge.ROUTES, *routes_cache.ROUTES, *routes_chats.ROUTES, *routes_playground.ROUTES,
+        Mount("/static/htmx", app=StaticFiles(directory=htmx_static()), name="htmx"),
+        Mount("/static", app=StaticFiles(directory=templates_dir() / "static"), name="static"),
+    ]
+    return [Route("/admin", home), Mount("/admin", routes=routes, middleware=[Middleware(ConsoleGuard)])]

@@ -1,0 +1,104 @@
+"""The console's gate (pure ASGI, on the /admin mount) and the CSRF check of its actions.
+
+The gate gives every browser a session cookie, lets through the login page and static files,
+and answers everyone else who may not see the console with a redirect to the login (a page), an
+HX-Redirect (an htmx request) or a 403 (no password set and not on loopback).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from urllib.parse import quote
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.errors import Forbidden
+
+from .auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
+
+PUBLIC = ("/admin/login", "/admin/static/")
+
+
+class ConsoleGuard:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        auth: Auth = scope["app"].state.gateway.console.auth
+        session = auth.read(scope)
+        new_cookie = None
+        if session is None:
+            session, value = auth.issue(authenticated=False)
+            new_cookie = auth.cookie_header(value, secure=scope.get("scheme") == "https")
+        state = scope.setdefault("state", {})
+        state.update(session=session, csrf=auth.csrf_token(session), api_key=auth.api_key_ok(scope))
+        path = scope["path"]
+        if not path.startswith(PUBLIC) and not auth.allowed(scope, session):
+            response = _refusal(scope, auth)
+            if new_cookie:
+                response.headers.append("set-cookie", new_cookie)
+            return await response(scope, receive, send)
+
+        async def send_with_cookie(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                if new_cookie:
+                    headers.append("set-cookie", new_cookie)
+                headers.setdefault("cache-control", "no-store")
+                headers.setdefault("x-frame-options", "DENY")
+                headers.setdefault("x-content-type-options", "nosniff")
+                headers.setdefault("referrer-policy", "same-origin")
+                headers.setdefault("content-security-policy",
+                                   "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+                                   "script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
+
+
+def _refusal(scope: Scope, auth: Auth) -> Response:
+    headers = Headers(scope=scope)
+    if auth.password is None:
+        return HTMLResponse("<!doctype html><title>GraphGate console</title><h1>Not available</h1>"
+                            "<p>Without <code>GRAPHGATE_ADMIN_PASSWORD</code> the console answers only on this "
+                            "machine (loopback). Set a password to use it from elsewhere.</p>", status_code=403)
+    target = scope["path"] + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
+    login = "/admin/login?next=" + quote(target, safe="")
+    if headers.get("hx-request") == "true":
+        return Response(status_code=401, headers={"hx-redirect": login})
+    if scope["method"] in SAFE_METHODS:
+        return RedirectResponse(login, status_code=303)
+    return HTMLResponse("<!doctype html><title>GraphGate console</title><h1>Log in first</h1>"
+                        f'<p><a href="{login}">Log in</a></p>', status_code=401)
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def action(endpoint: Endpoint) -> Endpoint:
+    """A state-changing console endpoint: the CSRF token must come with it (header or form
+    field), unless the caller authenticated with the API key (no cookie involved)."""
+
+    @functools.wraps(endpoint)
+    async def checked(request: Request) -> Response:
+        state = request.scope["state"]
+        if not state.get("api_key"):
+            given = request.headers.get(CSRF_HEADER)
+            if given is None and request.headers.get("content-type", "").startswith(
+                    ("application/x-www-form-urlencoded", "multipart/form-data")):
+                form = await request.form(max_files=100, max_fields=1000)
+                value = form.get(CSRF_FIELD)
+                given = value if isinstance(value, str) else None
+            auth: Auth = request.app.state.gateway.console.auth
+            if not auth.csrf_ok(state.get("session"), given):
+                raise Forbidden("the form has expired or did not come from this console (CSRF token missing "
+                                "or wrong): reload the page and try again")
+        return await endpoint(request)
+
+    return checked

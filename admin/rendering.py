@@ -1,0 +1,86 @@
+"""Jinja2 rendering for the console: one environment, autoescaping everything (entity names and
+document text are untrusted), full pages for browsers and fragments for htmx requests."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from proxy.errors import BadRequest
+
+
+def templates_dir() -> Path:
+    """``templates/`` of a source checkout, or the copy installed as package data."""
+    source = Path(__file__).resolve().parent.parent / "templates"
+    if (source / "base.html").exists():
+        return source
+    return Path(str(resources.files("admin.templates")))
+
+
+def ref(key: str) -> str:
+    """An entity or relation key as a URL path segment (keys may hold '/', '?', any character)."""
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def unref(token: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("malformed reference in the address") from None
+
+
+def human_bytes(size: int | float | None) -> str:
+    if size is None:
+        return "–"
+    units = ["B", "KB", "MB", "GB", "TB"]
+    value, unit = float(size), 0
+    while value >= 1000 and unit < len(units) - 1:
+        value, unit = value / 1000, unit + 1
+    return f"{value:.0f} {units[unit]}" if unit == 0 else f"{value:.1f} {units[unit]}"
+
+
+def when(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value).replace("T", " ").rstrip("Z")
+
+
+def build_environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir()), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(ref=ref, bytes=human_bytes, when=when,
+                       pretty=lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str),
+                       pages=lambda total, size: max(1, math.ceil(total / size)))
+    env.globals["query"] = lambda **kw: urlencode({k: v for k, v in kw.items() if v not in (None, "")})
+    return env
+
+
+def is_htmx(request: Request) -> bool:
+    return request.headers.get("hx-request") == "true" and request.headers.get("hx-history-restore-request") != "true"
+
+
+def render(request: Request, template: str, context: dict[str, Any] | None = None, *, status: int = 200,
+           headers: dict[str, str] | None = None) -> HTMLResponse:
+    console = request.app.state.gateway.console
+    state = request.scope.get("state", {})
+    page = console.env.get_template(template).render({
+        "request": request,
+        "csrf": state.get("csrf", ""),
+        "open_console": console.auth.password is None,
+        "nav": request.scope.get("root_path", "") and request.url.path,
+        "path": request.url.path,
+        **(context or {}),
+    })
+    return HTMLResponse(page, status_code=status, headers=headers)

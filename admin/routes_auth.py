@@ -1,0 +1,59 @@
+"""Logging in and out of the console."""
+
+from __future__ import annotations
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from .auth import Auth
+from .guard import action
+from .rendering import render
+
+FAILED_LOGIN_DELAY = 0.5  # seconds: slows password guessing down without a lockout to abuse
+
+
+def _next(request: Request, raw: object) -> str:
+    # only a path on this console: never an open redirect to another site
+    target = raw if isinstance(raw, str) else ""
+    return target if target.startswith("/admin") and not target.startswith("//") else "/admin/"
+
+
+async def login_page(request: Request) -> Response:
+    auth: Auth = request.app.state.gateway.console.auth
+    if auth.password is None:
+        return RedirectResponse("/admin/", status_code=303)
+    return render(request, "login.html", {"next": _next(request, request.query_params.get("next")), "error": None})
+
+
+@action
+async def login(request: Request) -> Response:
+    auth: Auth = request.app.state.gateway.console.auth
+    form = await request.form()
+    target = _next(request, form.get("next"))
+    password = form.get("password")
+    if auth.password is None:
+        return RedirectResponse("/admin/", status_code=303)
+    if not isinstance(password, str) or not auth.password_ok(password):
+        await anyio.sleep(FAILED_LOGIN_DELAY)
+        return render(request, "login.html", {"next": target, "error": "Wrong password."}, status=401)
+    _, value = auth.issue(authenticated=True)  # a fresh session id: no fixation
+    response = RedirectResponse(target, status_code=303)
+    response.headers.append("set-cookie", auth.cookie_header(value, secure=request.url.scheme == "https"))
+    return response
+
+
+@action
+async def logout(request: Request) -> Response:
+    auth: Auth = request.app.state.gateway.console.auth
+    response = RedirectResponse("/admin/login" if auth.password else "/admin/", status_code=303)
+    response.headers.append("set-cookie", auth.clear_cookie_header())
+    return response
+
+
+ROUTES = [
+    Route("/login", login_page, methods=["GET"]),
+    Route("/login", login, methods=["POST"]),
+    Route("/logout", logout, methods=["POST"]),
+]

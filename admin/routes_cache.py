@@ -1,0 +1,3 @@
+"""Console pages: cache (being written)."""
+
+ROUTES: list = []

@@ -1,0 +1,3 @@
+"""Console pages: chats (being written)."""
+
+ROUTES: list = []

@@ -1,0 +1,79 @@
+"""The dashboard (counts, pipeline, models, disk), its live fragments, and the settings page."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.errors import GraphGateError, UpstreamError
+from proxy.store.tables_duckdb import Con, get_meta
+
+from .rendering import render
+
+
+def _cache_kinds(con: Con) -> dict[str, int]:
+    return dict(con.execute("SELECT kind, count(*) FROM llm_cache GROUP BY kind").fetchall())
+
+
+def _embedding(con: Con) -> dict[str, str | None]:
+    return {"model": get_meta(con, "embed_model"), "dim": get_meta(con, "embed_dim")}
+
+
+async def _overview(request: Request) -> dict[str, Any]:
+    gateway = request.app.state.gateway
+    kb = gateway.knowledge
+    if kb is None:
+        return {"unavailable": gateway.knowledge_error}
+    stats = await kb.store.stats()
+    return {"unavailable": None, "stats": stats, "pipeline": kb.pipeline.status(),
+            "cache": await kb.store.db.read(_cache_kinds), "embedding": await kb.store.db.read(_embedding)}
+
+
+async def dashboard(request: Request) -> Response:
+    return render(request, "dashboard.html", {**await _overview(request), "settings": request.app.state.gateway.settings})
+
+
+async def pipeline_fragment(request: Request) -> Response:
+    kb = request.app.state.gateway.knowledge
+    if kb is None:
+        return render(request, "_pipeline.html", {"pipeline": None})
+    return render(request, "_pipeline.html", {"pipeline": kb.pipeline.status()})
+
+
+async def health_fragment(request: Request) -> Response:
+    """Asked for by the dashboard after it has rendered: a slow upstream never slows the page."""
+    gateway = request.app.state.gateway
+    started = time.perf_counter()
+    try:
+        tags = await gateway.upstream.call_json("GET", "/api/tags", deadline=gateway.settings.discovery_timeout)
+        models = [m.get("name") or m.get("model") for m in tags.get("models", [])]
+        health = {"ok": True, "models": models, "ms": round((time.perf_counter() - started) * 1000, 1)}
+    except UpstreamError as exc:
+        health = {"ok": False, "error": exc.message, "models": []}
+    chat_model = None
+    if gateway.knowledge is not None and health["ok"]:
+        try:
+            chat_model = await gateway.knowledge.models.chat_model()
+        except GraphGateError as exc:
+            chat_model = f"none ({exc.message})"
+    return render(request, "_health.html", {"health": health, "chat_model": chat_model,
+                                            "upstream": gateway.settings.upstream})
+
+
+async def settings_page(request: Request) -> Response:
+    settings = request.app.state.gateway.settings
+    rows = await anyio.to_thread.run_sync(settings.describe)
+    return render(request, "settings.html", {"rows": rows})
+
+
+ROUTES = [
+    Route("/", dashboard, methods=["GET"]),
+    Route("/fragments/pipeline", pipeline_fragment, methods=["GET"]),
+    Route("/fragments/health", health_fragment, methods=["GET"]),
+    Route("/settings", settings_page, methods=["GET"]),
+]

@@ -1,0 +1,3 @@
+"""Console pages: documents (being written)."""
+
+ROUTES: list = []

@@ -1,0 +1,3 @@
+"""Console pages: entities (being written)."""
+
+ROUTES: list = []

@@ -1,0 +1,3 @@
+"""Console pages: merge (being written)."""
+
+ROUTES: list = []

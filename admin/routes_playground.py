@@ -1,0 +1,3 @@
+"""Console pages: playground (being written)."""
+
+ROUTES: list = []
