@@ -55,7 +55,7 @@ class ConsoleGuard:
                 headers.setdefault("x-content-type-options", "nosniff")
                 headers.setdefault("referrer-policy", "same-origin")
                 headers.setdefault("content-security-policy",
-                                   "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+                                   "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
                                    "script-src 'self'; frame-ancestors 'none'; form-action 'self'")
             await send(message)
 

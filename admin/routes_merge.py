@@ -1,3 +1,143 @@
-"""Console pages: merge (being written)."""
+"""Merging entities: pick them, preview the result, confirm; and the merge suggestions."""
 
-ROUTES: list = []
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+from starlette.datastructures import FormData, QueryParams
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from proxy.errors import BadRequest
+from proxy.ingest.curation import MAX_MERGE
+from proxy.ingest.suggestions import dismiss
+from proxy.routes_rag import knowledge
+from proxy.store.knowledge import now
+
+from .entity_queries import list_entities
+from .guard import action
+from .paging import page_of
+from .rendering import is_htmx, ref, render, unref
+
+SUGGESTIONS_PER_PAGE = 20
+
+
+def _keys(values: QueryParams | FormData) -> list[str]:
+    keys = list(dict.fromkeys(unref(v) for v in values.getlist("key") if isinstance(v, str) and v))
+    if len(keys) > MAX_MERGE:
+        raise BadRequest(f"at most {MAX_MERGE} entities can be merged at once")
+    return keys
+
+
+def _picked(request: Request, keys: list[str]) -> list[dict[str, Any]]:
+    store = knowledge(request).store
+    with store.memory_lock:
+        degrees = store.graph.degrees(keys)
+        out = []
+        for key in keys:
+            meta = store.rows.entity(key)
+            if meta is not None:
+                out.append({"key": key, "name": meta.name, "type": meta.type, "description": meta.description,
+                            "degree": degrees.get(key, 0), "sources": len(meta.source_ids)})
+    return out
+
+
+async def merge_page(request: Request) -> Response:
+    """The selection: the picked entities, a search to add more, and the target to keep."""
+    kb = knowledge(request)
+    keys = _keys(request.query_params)
+    picked = _picked(request, keys)
+    target_token = request.query_params.get("target")
+    target = unref(target_token) if target_token else None
+    if picked and target not in {p["key"] for p in picked}:
+        target = max(picked, key=lambda p: (p["degree"], p["sources"]))["key"]
+    search = (request.query_params.get("q") or "").strip()[:200]
+    found = []
+    if search:
+        listing = await list_entities(kb.store, search=search, kind="", sort="degree", descending=True, limit=20,
+                                      offset=0)
+        found = [(meta, degree) for meta, degree in listing.rows if meta.name_key not in keys]
+    return render(request, "merge.html", {"picked": picked, "target": target, "q": search, "found": found,
+                                          "target_name": next((p["name"] for p in picked if p["key"] == target), "")})
+
+
+async def _plan(request: Request) -> tuple[Any, FormData]:
+    form = await request.form()
+    keys = _keys(form)
+    target_token = form.get("target")
+    if not isinstance(target_token, str) or not target_token:
+        raise BadRequest("pick the entity to keep")
+    target = unref(target_token)
+    if target not in keys:
+        keys.append(target)
+    name = form.get("name") or next((p["name"] for p in _picked(request, [target])), "")
+    plan = await knowledge(request).curator.plan_merge(keys, name, type=form.get("type") or None,
+                                                      description=form.get("description") or None)
+    return plan, form
+
+
+@action
+async def preview(request: Request) -> Response:
+    plan, form = await _plan(request)
+    context = {"plan": plan, "keys": [ref(k) for k in [*plan.merged, plan.target_key]],
+               "form": {k: form.get(k) or "" for k in ("name", "type", "description")},
+               "target": ref(plan.target_key)}
+    if is_htmx(request):
+        return render(request, "_merge_preview.html", context)
+    return render(request, "merge_preview.html", context)
+
+
+@action
+async def merge(request: Request) -> Response:
+    form = await request.form()
+    keys = _keys(form)
+    target_token = form.get("target")
+    if not isinstance(target_token, str) or not target_token:
+        raise BadRequest("pick the entity to keep")
+    target = unref(target_token)
+    name = form.get("name") or next((p["name"] for p in _picked(request, [target])), "")
+    result = await knowledge(request).curator.merge([*keys, target], name, type=form.get("type") or None,
+                                                   description=form.get("description") or None)
+    destination = f"/admin/entities/{ref(result['target'])}"
+    if is_htmx(request):
+        return Response(status_code=204, headers={"hx-redirect": destination})
+    return RedirectResponse(destination, status_code=303)
+
+
+async def suggestions_page(request: Request) -> Response:
+    kb = knowledge(request)
+    threshold = request.app.state.gateway.settings.suggest_threshold
+    page = page_of(request, size=SUGGESTIONS_PER_PAGE)
+    found = await anyio.to_thread.run_sync(kb.suggestions.find, threshold)
+    shown = found[page.offset:page.offset + page.size]
+    pairs = []
+    for suggestion in shown:
+        sides = _picked(request, [suggestion.a, suggestion.b])
+        if len(sides) == 2:
+            keep = max(sides, key=lambda p: (p["degree"], p["sources"]))
+            pairs.append({"suggestion": suggestion, "sides": sides, "keep": keep})
+    return render(request, "suggestions.html", {"pairs": pairs, "page": page.with_total(len(found)),
+                                                "threshold": threshold})
+
+
+@action
+async def dismiss_suggestion(request: Request) -> Response:
+    kb = knowledge(request)
+    keys = _keys(await request.form())
+    if len(keys) != 2:
+        raise BadRequest("a suggestion names exactly two entities")
+    await kb.store.db.write(dismiss, keys[0], keys[1], now())
+    if is_htmx(request):
+        return Response("")
+    return RedirectResponse("/admin/suggestions", status_code=303)
+
+
+ROUTES = [
+    Route("/merge", merge_page, methods=["GET"]),
+    Route("/merge/preview", preview, methods=["POST"]),
+    Route("/merge", merge, methods=["POST"]),
+    Route("/suggestions", suggestions_page, methods=["GET"]),
+    Route("/suggestions/dismiss", dismiss_suggestion, methods=["POST"]),
+]

@@ -94,8 +94,44 @@ class APIKeyMiddleware:
         await self.app(scope, receive, send)
 
 
+class RagAccessMiddleware:
+    """``/rag/*`` with a console password: a call that changes the store needs the API key or a
+    console login (whose CSRF token must come in X-CSRF-Token, since a cookie is ambient)."""
+
+    READS = frozenset({"GET", "HEAD", "OPTIONS"})
+    QUERIES = ("/rag/query",)  # a POST that reads
+
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode() if api_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/rag/"):
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        if self.expected and hmac.compare_digest(headers.get("authorization", "").encode(), self.expected):
+            return await self.app(scope, receive, send)
+        auth = scope["app"].state.gateway.console.auth
+        session = auth.read(scope)
+        logged_in = session is not None and session.authenticated
+        reading = scope["method"] in self.READS or scope["path"] in self.QUERIES
+        if logged_in and (reading or auth.csrf_ok(session, headers.get("x-csrf-token"))):
+            return await self.app(scope, receive, send)
+        if self.expected is None and reading:
+            return await self.app(scope, receive, send)
+        message = ("unauthorized: a valid API key is required (Authorization: Bearer <key>)" if self.expected else
+                   "unauthorized: this call changes the knowledge store; log in to the console (and send its "
+                   "X-CSRF-Token) or set GRAPHGATE_API_KEY and send it")
+        response = error_response(scope["path"], 401, message, headers={"www-authenticate": "Bearer"})
+        await response(scope, receive, send)
+
+
 def build_middleware(settings: Settings) -> list[Middleware]:
     stack = [Middleware(CORSMiddleware, origins=settings.cors_origins)]
-    if settings.api_key:
+    if settings.admin_password:
+        stack.append(Middleware(RagAccessMiddleware, api_key=settings.api_key))
+        if settings.api_key:  # /rag/ is the RagAccessMiddleware's: key or console login
+            stack.append(Middleware(APIKeyMiddleware, api_key=settings.api_key, prefixes=("/api/", "/v1/")))
+    elif settings.api_key:
         stack.append(Middleware(APIKeyMiddleware, api_key=settings.api_key))
     return stack

@@ -54,11 +54,12 @@ async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | Gra
     return [(name, text.encode())]
 
 
-async def upload(request: Request) -> Response:
+async def submit_uploads(request: Request) -> list[dict[str, Any]]:
+    """Parse and queue every uploaded file; one result per file (accepted, replaced, duplicate or
+    rejected with the reason and its status code)."""
     kb = knowledge(request)
     limit = request.app.state.gateway.settings.max_upload_bytes
     results: list[dict[str, Any]] = []
-    first_error: GraphGateError | None = None
     for name, data in await _uploaded(request, limit):
         try:
             if isinstance(data, GraphGateError):
@@ -70,10 +71,15 @@ async def upload(request: Request) -> Response:
                 result["duplicate_of"] = document["name"]
             results.append(result)
         except GraphGateError as exc:
-            first_error = first_error or exc
             results.append({"name": name, "outcome": "rejected", "error": exc.message, "status_code": exc.status})
-    if first_error is not None and all(r["outcome"] == "rejected" for r in results):
-        return json_response({"error": first_error.message, "documents": results}, first_error.status)
+    return results
+
+
+async def upload(request: Request) -> Response:
+    results = await submit_uploads(request)
+    if all(r["outcome"] == "rejected" for r in results):
+        first = results[0]
+        return json_response({"error": first["error"], "documents": results}, first["status_code"])
     accepted = any(r["outcome"] in ("accepted", "replaced") for r in results)
     return json_response({"documents": results}, 202 if accepted else 200)
 

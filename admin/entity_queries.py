@@ -1,0 +1,162 @@
+"""What the entity pages read: the sorted, filtered list (degrees from igraph, rows from the
+in-memory copy, filters in DuckDB), an entity's sources and relations, and its neighbourhood."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from proxy.store.knowledge import KnowledgeStore
+from proxy.store.rows_memory import EntityMeta
+from proxy.store.tables_duckdb import Con
+
+from .graph_svg import Edge, Node
+
+
+@dataclass
+class EntityListing:
+    rows: list[tuple[EntityMeta, int]]  # (entity, degree)
+    total: int
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def matching_keys(con: Con, search: str, kind: str) -> list[str]:
+    where, args = [], []
+    if search:
+        where.append("name ILIKE ? ESCAPE '\\'")
+        args.append(_like(search))
+    if kind:
+        where.append("type = ?")
+        args.append(kind)
+    clause = " AND ".join(where) or "true"
+    return [r[0] for r in con.execute(f"SELECT name_key FROM entities WHERE {clause}", args).fetchall()]
+
+
+def names_page(con: Con, search: str, kind: str, descending: bool, limit: int, offset: int) -> tuple[list[str], int]:
+    where, args = [], []
+    if search:
+        where.append("name ILIKE ? ESCAPE '\\'")
+        args.append(_like(search))
+    if kind:
+        where.append("type = ?")
+        args.append(kind)
+    clause = " AND ".join(where) or "true"
+    total = con.execute(f"SELECT count(*) FROM entities WHERE {clause}", args).fetchone()[0]
+    keys = [r[0] for r in con.execute(
+        f"SELECT name_key FROM entities WHERE {clause} ORDER BY lower(name) {'DESC' if descending else 'ASC'}, "
+        "name_key LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()]
+    return keys, total
+
+
+def entity_types(con: Con) -> list[tuple[str, int]]:
+    return [(r[0], r[1]) for r in con.execute(
+        "SELECT type, count(*) FROM entities GROUP BY type ORDER BY count(*) DESC, type LIMIT 100").fetchall()]
+
+
+async def list_entities(store: KnowledgeStore, *, search: str, kind: str, sort: str, descending: bool,
+                        limit: int, offset: int) -> EntityListing:
+    if sort == "name":
+        keys, total = await store.db.read(names_page, search, kind, descending, limit, offset)
+        with store.memory_lock:
+            degrees = store.graph.degrees(keys)
+            return EntityListing(_metas(store, keys, degrees), total)
+    if search or kind:
+        keys = await store.db.read(matching_keys, search, kind)
+        with store.memory_lock:
+            degrees = store.graph.degrees(keys)
+        ranked = sorted(keys, key=lambda k: (-degrees[k], k) if descending else (degrees[k], k))
+        page = ranked[offset:offset + limit]
+        with store.memory_lock:
+            return EntityListing(_metas(store, page, degrees), len(keys))
+    with store.memory_lock:  # no filter: the whole graph's degrees, ranked in numpy
+        graph = store.graph.g
+        total = graph.vcount()
+        if total == 0:
+            return EntityListing([], 0)
+        degree = np.asarray(graph.degree())
+        order = np.lexsort((np.arange(total), -degree if descending else degree))[offset:offset + limit]
+        keys = graph.vs.select([int(i) for i in order])["name"] if len(order) else []
+        return EntityListing(_metas(store, keys, dict(zip(keys, (int(degree[i]) for i in order), strict=True))),
+                             total)
+
+
+def _metas(store: KnowledgeStore, keys: list[str], degrees: dict[str, int]) -> list[tuple[EntityMeta, int]]:
+    out = []
+    for key in keys:
+        meta = store.rows.entity(key)
+        if meta is not None:
+            out.append((meta, degrees.get(key, 0)))
+    return out
+
+
+def entity_detail(con: Con, key: str) -> dict[str, Any] | None:
+    row = con.execute("SELECT name, type, description, source_ids, created_at, updated_at FROM entities "
+                      "WHERE name_key = ?", [key]).fetchone()
+    if row is None:
+        return None
+    sources = list(row[3])
+    documents = con.execute("""
+        SELECT d.id, d.name, count(*) FROM document_chunks dc JOIN documents d ON d.id = dc.document_id
+        WHERE dc.chunk_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY d.id, d.name ORDER BY d.name""",
+                            [sources]).fetchall()
+    chunks = con.execute("SELECT id, content FROM chunks WHERE id IN (SELECT unnest(?::VARCHAR[])) LIMIT 20",
+                         [sources]).fetchall()
+    relations = con.execute("""
+        SELECT r.pair_key, r.source, r.target, coalesce(s.name, r.source), coalesce(t.name, r.target),
+               r.keywords, r.description, r.weight
+        FROM relations r LEFT JOIN entities s ON s.name_key = r.source LEFT JOIN entities t ON t.name_key = r.target
+        WHERE r.source = $k OR r.target = $k ORDER BY r.weight DESC, r.pair_key LIMIT 200""", {"k": key}).fetchall()
+    aliases = [r[0] for r in con.execute("SELECT alias_key FROM aliases WHERE target_key = ? ORDER BY 1",
+                                         [key]).fetchall()]
+    edited = con.execute("SELECT count(*) FROM entity_edits WHERE name_key = ?", [key]).fetchone()[0] > 0
+    return {
+        "key": key, "name": row[0], "type": row[1], "description": row[2], "sources": sources,
+        "created_at": row[4], "updated_at": row[5], "aliases": aliases, "edited": edited,
+        "documents": [{"id": d[0], "name": d[1], "chunks": d[2]} for d in documents],
+        "chunks": [{"id": c[0], "content": c[1]} for c in chunks],
+        "relations": [{"pair": r[0], "other": r[4] if r[1] == key else r[3],
+                       "other_key": r[2] if r[1] == key else r[1], "keywords": list(r[5]),
+                       "description": r[6], "weight": r[7]} for r in relations],
+    }
+
+
+def resolve_name(con: Con, name_key: str) -> str | None:
+    """An entity key for a name as extracted: itself, or what it was merged into."""
+    row = con.execute("SELECT name_key FROM entities WHERE name_key = ?", [name_key]).fetchone()
+    if row:
+        return row[0]
+    row = con.execute("SELECT target_key FROM aliases WHERE alias_key = ?", [name_key]).fetchone()
+    return row[0] if row else None
+
+
+def neighbourhood(store: KnowledgeStore, key: str, depth: int, cap: int) -> tuple[list[Node], list[Edge]]:
+    """The entity and its neighbours up to ``depth`` hops, the nearest and best connected first,
+    at most ``cap`` nodes; the edges among them."""
+    with store.memory_lock:
+        graph = store.graph.g
+        if not store.graph.has(key):
+            return [], []
+        centre = graph.vs.find(name=key).index
+        layers = graph.neighborhood(centre, order=depth)
+        hops = dict(zip(layers, graph.distances(source=[centre], target=layers)[0], strict=True))
+        degree = graph.degree(layers)
+        ranked = sorted(zip(layers, degree, strict=True), key=lambda item: (hops[item[0]], -item[1], item[0]))
+        chosen = [v for v, _ in ranked[:cap]]
+        degrees = dict(zip(layers, degree, strict=True))
+        sub = graph.induced_subgraph(chosen)  # keeps the graph's vertex order, not ``chosen``'s
+        names = sub.vs["name"]
+        nodes = []
+        for name, vertex in zip(names, sorted(chosen), strict=True):
+            meta = store.rows.entity(name)
+            nodes.append(Node(name, meta.name if meta else name, meta.type if meta else "unknown", degrees[vertex]))
+        edges = []
+        for e in sub.es:
+            a, b = names[e.source], names[e.target]
+            relation = store.rows.relation("\x1f".join(sorted((a, b))))
+            edges.append(Edge(a, b, float(e["weight"] or 1.0), ", ".join(relation.keywords) if relation else ""))
+        return sorted(nodes, key=lambda n: n.key), edges
