@@ -34,7 +34,8 @@ def ref(key: str) -> str:
 
 def unref(token: str) -> str:
     try:
-        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        raw = token.replace("-", "+").replace("_", "/")
+        return base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True).decode()
     except (ValueError, UnicodeDecodeError):
         raise BadRequest("malformed reference in the address") from None
 
@@ -52,9 +53,9 @@ def human_bytes(size: int | float | None) -> str:
 def when(value: Any) -> str:
     if value is None:
         return "–"
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    return str(value).replace("T", " ").rstrip("Z")
+    if isinstance(value, datetime):  # stored as naive UTC
+        return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(value).replace("T", " ").rstrip("Z").split(".")[0] + " UTC"
 
 
 def build_environment() -> jinja2.Environment:
