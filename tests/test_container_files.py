@@ -244,10 +244,26 @@ def test_copies_cover_what_pyproject_needs(instructions):
     readme = pyproject["project"].get("readme")
     if isinstance(readme, str):
         assert readme in copied
-    patterns = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    for pattern in patterns:  # e.g. "proxy*": the top-level package directory must be copied
-        assert pattern.rstrip("*").rstrip(".") in copied
+    tool = pyproject["tool"]["setuptools"]
+    mapped = tool.get("package-dir", {})
+    for package in tool["packages"]:  # each package's top-level directory must be copied
+        top = package.split(".")[0]
+        directory = next((d for p, d in mapped.items() if package == p or package.startswith(p + ".")), top)
+        assert directory.split("/")[0] in copied, package
     assert "graphgate" in pyproject["project"]["scripts"]
+
+
+def test_every_package_directory_is_listed_for_installation():
+    """pip install . (not editable) ships only the listed packages: a new subpackage must be added."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    for top in ("proxy", "admin"):
+        for init in (ROOT / top).rglob("__init__.py"):
+            package = ".".join(init.parent.relative_to(ROOT).parts)
+            assert package in listed, f"{package} is missing from [tool.setuptools] packages"
+    assert tool["package-dir"]["admin.templates"] == "templates"
+    assert (ROOT / "templates" / "base.html").exists() and (ROOT / "templates" / "static" / "console.css").exists()
+    assert "*.html" in tool["package-data"]["admin.templates"]
 
 
 def test_install_is_regular_install_from_app(instructions):
