@@ -63,6 +63,9 @@ def serve(settings: Settings) -> int:
     if not is_loopback(settings.host) and not settings.api_key:
         log.warning("listening on %s without GRAPHGATE_API_KEY: anyone who can reach this address can "
                     "use the API", settings.host)
+    if not is_loopback(settings.host) and not settings.admin_password:
+        log.warning("listening on %s without GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ answers only "
+                    "clients on this machine", settings.host)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
                 timeout_graceful_shutdown=10, server_header=False)
     return 0
