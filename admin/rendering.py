@@ -80,7 +80,6 @@ def render(request: Request, template: str, context: dict[str, Any] | None = Non
         "request": request,
         "csrf": state.get("csrf", ""),
         "open_console": console.auth.password is None,
-        "nav": request.scope.get("root_path", "") and request.url.path,
         "path": request.url.path,
         **(context or {}),
     })

@@ -1,3 +1,277 @@
-"""Console pages: playground (being written)."""
+"""The playground: ``/rag/query`` from a form, every knob at hand, every step shown (keywords,
+entities, relations, chunks, the context, token counts, timings, budget); optionally the answer.
 
-ROUTES: list = []
+Retrieval runs exactly as ``POST /rag/query`` runs it (its own helpers). An htmx request gets the
+result fragment, in which the answer streams over SSE: the POST leaves a short-lived, single-use
+record (model and messages, the context injected) under a random token, and
+``GET /playground/answer/{token}`` streams the model's reply, HTML-escaped piece by piece, ending
+with a ``done`` (or ``error``) event that replaces the stream's container with the static answer,
+which removes the ``sse-connect`` element and so closes the EventSource. Without JavaScript the
+full page is rendered with the answer generated inline.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from sse_starlette.sse import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.augment import inject
+from proxy.errors import BadRequest, GraphGateError, NotFound, UpstreamProtocolError, UpstreamStatusError
+from proxy.retrieval.params import _NUMERIC, MODES, QueryParams
+from proxy.retrieval.retriever import Retrieval
+from proxy.routes_query import _budget, _history, describe
+from proxy.routes_rag import knowledge
+from proxy.settings import Settings
+from proxy.traces import Trace
+from proxy.upstream import Upstream, _error_message
+
+from .guard import action
+from .rendering import is_htmx, render
+
+ANSWER_TTL = 300.0          # seconds a pending answer waits for its stream
+ANSWER_SLOTS = 64           # pending answers kept at most (the oldest go first)
+RECONNECT_MS = 86_400_000   # an EventSource whose stream ended must not come back for the used token
+
+HELP = {
+    "top_k": "entities / relations taken from the vector search",
+    "chunk_top_k": "text chunks kept in the context",
+    "max_entity_tokens": "token ceiling of the entity table",
+    "max_relation_tokens": "token ceiling of the relation table",
+    "max_total_tokens": "token ceiling of the whole context",
+    "cosine_threshold": "minimum similarity of a vector match (0 to 1)",
+    "related_chunks": "source chunks taken per entity or relation",
+}
+CHOICES = {"mode": MODES, "chunk_selection": ("vector", "weight"), "keywords": ("llm", "off")}
+TEXT_FIELDS = ("query", "num_ctx", "hl_keywords", "ll_keywords", "history", "model", "answer")
+ROLES = ("user", "assistant", "system")
+
+
+def knobs() -> list[dict[str, Any]]:
+    return [{"name": name, "help": HELP.get(name, ""), "low": f"{low:g}", "high": f"{high:g}",
+             "step": "1" if kind is int else "any"} for name, (kind, low, high) in _NUMERIC.items()]
+
+
+def defaults(settings: Settings) -> dict[str, str]:
+    """The form's values: the effective settings for every knob, the rest empty."""
+    params = QueryParams.from_settings(settings)
+    values = {name: str(getattr(params, name)) for name in (*_NUMERIC, *CHOICES)}
+    return {**values, **dict.fromkeys(TEXT_FIELDS, "")}
+
+
+def submitted(form: Any) -> dict[str, str]:
+    values = {}
+    for name in (*_NUMERIC, *CHOICES, *TEXT_FIELDS):
+        value = form.get(name)
+        values[name] = (value if name in ("query", "history") else value.strip()) if isinstance(value, str) else ""
+    return values
+
+
+def _number(text: str) -> Any:
+    """A form field as a number when it reads as one; otherwise the text, which the API's own
+    validation refuses with its message (``top_k must be a whole number``)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def overrides(values: dict[str, str]) -> dict[str, Any]:
+    """The form as a /rag/query body (blank fields: the settings apply)."""
+    body: dict[str, Any] = {name: _number(values[name]) for name in (*_NUMERIC, "num_ctx") if values[name]}
+    body.update({name: values[name] for name in CHOICES if values[name]})
+    body.update({name: values[name].split(",") for name in ("hl_keywords", "ll_keywords") if values[name]})
+    return body
+
+
+def parse_history(text: str) -> list[dict[str, str]]:
+    """``user: ...`` / ``assistant: ...`` lines (``system:`` too) as chat messages."""
+    messages = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        role, colon, content = line.partition(":")
+        if not colon or role.strip().lower() not in ROLES or not content.strip():
+            raise BadRequest(f"history line {number} should read \"user: ...\" or \"assistant: ...\", "
+                             f"not {line.strip()[:80]!r}")
+        messages.append({"role": role.strip().lower(), "content": content.strip()})
+    return _history({"history": messages})
+
+
+# --- pending answers: in memory, bounded, short-lived, single use, bound to the session ---
+
+@dataclass
+class Pending:
+    expires: float
+    session: str | None
+    model: str
+    messages: list[dict[str, Any]]
+
+
+def _pending(request: Request) -> OrderedDict[str, Pending]:
+    store = getattr(request.app.state, "playground_answers", None)
+    if store is None:
+        store = request.app.state.playground_answers = OrderedDict()
+    return store
+
+
+def _session(request: Request) -> str | None:
+    session = request.scope.get("state", {}).get("session")
+    return getattr(session, "sid", None)
+
+
+def remember(request: Request, model: str, messages: list[dict[str, Any]]) -> str:
+    store, now = _pending(request), time.monotonic()
+    for token in [t for t, p in store.items() if p.expires <= now]:
+        del store[token]
+    while len(store) >= ANSWER_SLOTS:
+        store.popitem(last=False)
+    token = secrets.token_urlsafe(18)
+    store[token] = Pending(now + ANSWER_TTL, _session(request), model, messages)
+    return token
+
+
+def take(request: Request, token: str) -> Pending:
+    pending = _pending(request).pop(token, None)
+    if pending is None or pending.expires <= time.monotonic() or pending.session != _session(request):
+        raise NotFound("this answer has expired or was already shown; run the query again")
+    return pending
+
+
+# --- the answer from the upstream, as text pieces ---
+
+async def pieces(upstream: Upstream, model: str, messages: list[dict[str, Any]]) -> AsyncIterator[str]:
+    """The streamed /api/chat reply's content, piece by piece; UpstreamError on any failure."""
+    body = json.dumps({"model": model, "messages": messages, "stream": True}).encode()
+    response = await upstream.open("POST", "/api/chat", headers=[("content-type", "application/json")], content=body)
+    try:
+        if response.status_code >= 400:
+            raw = await upstream.read(response)
+            raise UpstreamStatusError(_error_message(raw, response.status_code), status=response.status_code)
+        buffer = b""
+        async for chunk in upstream.iter_raw(response):
+            *lines, buffer = (buffer + chunk).split(b"\n")
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    raise UpstreamProtocolError(f"upstream Ollama at {upstream.url} sent a line that is not "
+                                                f"JSON: {line[:80]!r}") from None
+                if isinstance(data, dict) and data.get("error"):
+                    raise UpstreamProtocolError(f"the model failed: {data['error']}")
+                content = ((data.get("message") or {}).get("content") or "") if isinstance(data, dict) else ""
+                if content:
+                    yield content
+                if isinstance(data, dict) and data.get("done"):
+                    return
+        raise UpstreamProtocolError(f"upstream Ollama at {upstream.url} ended the answer before it was done")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+
+
+def escaped(piece: str) -> str:
+    """Untrusted text as HTML, on one line (an SSE data field must not carry a line break)."""
+    return html.escape(piece).replace("\r", "&#13;").replace("\n", "&#10;")
+
+
+# --- routes ---
+
+async def page(request: Request) -> Response:
+    gateway = request.app.state.gateway
+    return render(request, "playground.html", {
+        "values": defaults(gateway.settings), "result": None, "answer": None, "knobs": knobs(), "choices": CHOICES,
+        "chat_model": gateway.settings.llm_model, "unavailable": gateway.knowledge_error})
+
+
+@action
+async def run(request: Request) -> Response:
+    kb = knowledge(request)
+    settings = request.app.state.gateway.settings
+    values = submitted(await request.form())
+    text = values["query"]
+    if not text.strip():
+        raise BadRequest("query is required")
+    history = parse_history(values["history"])
+    body = overrides(values)
+    params = QueryParams.from_settings(settings).with_overrides(body)
+    messages = [*history, {"role": "user", "content": text}]
+    budget = _budget(request, body, messages, params)
+    if budget.reason:
+        result = describe(Retrieval(text, params.mode, None, None, skipped=budget.reason), budget)
+    else:
+        retrieval = await kb.retriever.retrieve(text, [(m["role"], m["content"]) for m in history], params, budget)
+        result = describe(retrieval, budget)
+    kb.record(Trace("console", values["model"], params.mode, text, bool(result["context"]), result["skipped"],
+                    {k: result[k] for k in ("keywords", "tokens", "timings", "budget")}))
+    answer = None
+    if values["answer"] and not budget.reason:
+        answer = await prepare_answer(request, values["model"], messages, result["context"], stream=is_htmx(request))
+    context = {"values": values, "result": result, "answer": answer}
+    if is_htmx(request):
+        return render(request, "_playground_result.html", context)
+    return render(request, "playground.html", {**context, "knobs": knobs(), "choices": CHOICES,
+                                               "chat_model": settings.llm_model, "unavailable": None})
+
+
+async def prepare_answer(request: Request, model: str, messages: list[dict[str, Any]], context: str, *,
+                         stream: bool) -> dict[str, Any]:
+    """A token to stream the answer from (htmx), or the answer itself (a plain form post)."""
+    kb = knowledge(request)
+    try:
+        model = model or await kb.models.chat_model()
+    except GraphGateError as exc:
+        return {"model": "", "text": "", "error": exc.message}
+    final = inject(messages, context) if context else messages
+    if stream:
+        return {"model": model, "token": remember(request, model, final)}
+    text, error = [], None
+    try:
+        async for piece in pieces(kb.models.upstream, model, final):
+            text.append(piece)
+    except GraphGateError as exc:
+        error = exc.message
+    return {"model": model, "text": "".join(text), "error": error}
+
+
+async def answer_stream(request: Request) -> Response:
+    upstream = knowledge(request).models.upstream
+    pending = take(request, request.path_params["token"])
+    env = request.app.state.gateway.console.env
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(comment="answer", retry=RECONNECT_MS)
+        text, error = [], None
+        try:
+            async for piece in pieces(upstream, pending.model, pending.messages):
+                text.append(piece)
+                yield ServerSentEvent(escaped(piece), event="token")
+        except GraphGateError as exc:
+            error = exc.message
+        answer = {"model": pending.model, "text": "".join(text), "error": error}
+        yield ServerSentEvent(env.get_template("_answer.html").render(answer=answer),
+                              event="error" if error else "done")
+
+    return EventSourceResponse(events())
+
+
+ROUTES = [
+    Route("/playground", page, methods=["GET"]),
+    Route("/playground", run, methods=["POST"]),
+    Route("/playground/answer/{token}", answer_stream, methods=["GET"]),
+]
