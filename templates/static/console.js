@@ -16,3 +16,26 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
 });
+
+// The playground's answer, streamed as server-sent events: "token" events carry HTML-escaped
+// pieces to append, "done" / "error" the final fragment that replaces the whole container.
+// (Our own few lines: the SSE extension shipped beside htmx 2.0 is the htmx 1 one.)
+function streamAnswers(root) {
+  for (const box of root.querySelectorAll("[data-answer-stream]")) {
+    const url = box.getAttribute("data-answer-stream");
+    box.removeAttribute("data-answer-stream");
+    const target = box.querySelector(".answer");
+    const source = new EventSource(url);
+    source.addEventListener("token", (event) => target.insertAdjacentHTML("beforeend", event.data));
+    for (const name of ["done", "error"]) {
+      source.addEventListener(name, (event) => { source.close(); box.outerHTML = event.data; });
+    }
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED || !box.isConnected) return;
+      source.close();
+      box.insertAdjacentHTML("beforeend", '<p class="error" role="alert">The answer stream was interrupted.</p>');
+    };
+  }
+}
+document.addEventListener("htmx:load", (event) => streamAnswers(event.detail.elt));
+document.addEventListener("DOMContentLoaded", () => streamAnswers(document));
