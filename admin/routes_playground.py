@@ -6,14 +6,13 @@ result fragment, in which the answer streams over SSE: the POST leaves a short-l
 record (model and messages, the context injected) under a random token, and
 ``GET /playground/answer/{token}`` streams the model's reply, HTML-escaped piece by piece, ending
 with a ``done`` (or ``error``) event that replaces the stream's container with the static answer,
-which removes the ``sse-connect`` element and so closes the EventSource. Without JavaScript the
+after which the page's script (templates/static/console.js) closes the EventSource. Without JavaScript the
 full page is rendered with the answer generated inline.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import secrets
 import time
 from collections import OrderedDict
@@ -21,21 +20,19 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.augment import inject
-from proxy.errors import BadRequest, GraphGateError, NotFound, UpstreamProtocolError, UpstreamStatusError
+from proxy.errors import BadRequest, GraphGateError, NotFound
 from proxy.retrieval.params import _NUMERIC, MODES, QueryParams
 from proxy.retrieval.retriever import Retrieval
 from proxy.routes_query import _budget, _history, describe
 from proxy.routes_rag import knowledge
 from proxy.settings import Settings
 from proxy.traces import Trace
-from proxy.upstream import Upstream, _error_message
 
 from .guard import action
 from .rendering import is_htmx, render
@@ -151,40 +148,6 @@ def take(request: Request, token: str) -> Pending:
     return pending
 
 
-# --- the answer from the upstream, as text pieces ---
-
-async def pieces(upstream: Upstream, model: str, messages: list[dict[str, Any]]) -> AsyncIterator[str]:
-    """The streamed /api/chat reply's content, piece by piece; UpstreamError on any failure."""
-    body = json.dumps({"model": model, "messages": messages, "stream": True}).encode()
-    response = await upstream.open("POST", "/api/chat", headers=[("content-type", "application/json")], content=body)
-    try:
-        if response.status_code >= 400:
-            raw = await upstream.read(response)
-            raise UpstreamStatusError(_error_message(raw, response.status_code), status=response.status_code)
-        buffer = b""
-        async for chunk in upstream.iter_raw(response):
-            *lines, buffer = (buffer + chunk).split(b"\n")
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    raise UpstreamProtocolError(f"upstream Ollama at {upstream.url} sent a line that is not "
-                                                f"JSON: {line[:80]!r}") from None
-                if isinstance(data, dict) and data.get("error"):
-                    raise UpstreamProtocolError(f"the model failed: {data['error']}")
-                content = ((data.get("message") or {}).get("content") or "") if isinstance(data, dict) else ""
-                if content:
-                    yield content
-                if isinstance(data, dict) and data.get("done"):
-                    return
-        raise UpstreamProtocolError(f"upstream Ollama at {upstream.url} ended the answer before it was done")
-    finally:
-        with anyio.CancelScope(shield=True):
-            await response.aclose()
-
-
 def escaped(piece: str) -> str:
     """Untrusted text as HTML, on one line (an SSE data field must not carry a line break)."""
     return html.escape(piece).replace("\r", "&#13;").replace("\n", "&#10;")
@@ -242,7 +205,7 @@ async def prepare_answer(request: Request, model: str, messages: list[dict[str, 
         return {"model": model, "token": remember(request, model, final)}
     text, error = [], None
     try:
-        async for piece in pieces(kb.models.upstream, model, final):
+        async for piece in kb.models.upstream.chat_text(model, final):
             text.append(piece)
     except GraphGateError as exc:
         error = exc.message
@@ -258,7 +221,7 @@ async def answer_stream(request: Request) -> Response:
         yield ServerSentEvent(comment="answer", retry=RECONNECT_MS)
         text, error = [], None
         try:
-            async for piece in pieces(upstream, pending.model, pending.messages):
+            async for piece in upstream.chat_text(pending.model, pending.messages):
                 text.append(piece)
                 yield ServerSentEvent(escaped(piece), event="token")
         except GraphGateError as exc:

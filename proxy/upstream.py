@@ -107,6 +107,41 @@ class Upstream:
         except ValueError as exc:
             raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent invalid JSON for {path}: {exc}") from exc
 
+    async def chat_text(self, model: str, messages: list[dict[str, Any]]) -> AsyncIterator[str]:
+        """A streamed /api/chat reply's text, piece by piece (GraphGate's own call, e.g. the
+        console's playground); an UpstreamError on an error status, an error line, a line that is
+        not JSON, or a stream that ends before ``done``."""
+        body = json.dumps({"model": model, "messages": messages, "stream": True}).encode()
+        response = await self.open("POST", "/api/chat", headers=[("content-type", "application/json")], content=body)
+        try:
+            if response.status_code >= 400:
+                raw = await self.read(response)
+                raise UpstreamStatusError(_error_message(raw, response.status_code), status=response.status_code)
+            buffer = b""
+            async for chunk in self.iter_raw(response):
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        data = json.loads(line)
+                    except ValueError:
+                        raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent a line that is not "
+                                                    f"JSON: {line[:80]!r}") from None
+                    if not isinstance(data, dict):
+                        continue
+                    if data.get("error"):
+                        raise UpstreamProtocolError(f"the model failed: {data['error']}")
+                    content = (data.get("message") or {}).get("content") or ""
+                    if content:
+                        yield content
+                    if data.get("done"):
+                        return
+            raise UpstreamProtocolError(f"upstream Ollama at {self.url} ended the answer before it was done")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
 
 def _error_message(raw: bytes, status: int) -> str:
     try:
