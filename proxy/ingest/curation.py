@@ -44,6 +44,7 @@ class MergePlan:
     target_key: str
     target_name: str
     merged: list[str]                                   # keys of the entities folded into the target
+    merged_names: list[str] = field(default_factory=list)  # their names, for the preview
     type: str = ""
     description: str = ""
     will_summarise: bool = False
@@ -151,7 +152,7 @@ class Curator:
         merged = sorted(k for k in rows if k != target)
         if not merged:
             raise BadRequest("nothing to merge: the target is the only entity picked")
-        plan = MergePlan(target, name, merged)
+        plan = MergePlan(target, name, merged, [rows[k]["name"] for k in merged])
         plan.aliases = await db.read(load_aliases)
         for alias, points_to in list(plan.aliases.items()):
             if points_to in merged:
