@@ -17,7 +17,7 @@ from starlette.responses import Response
 from admin.console import Console, build_console, error_page
 from admin.console import mount as admin_mount
 
-from . import routes_ollama, routes_openai, routes_query, routes_rag
+from . import routes_graph, routes_ollama, routes_openai, routes_query, routes_rag
 from .augment import Augmenter
 from .chat import ChatPipeline
 from .errors import GraphGateError
@@ -96,7 +96,7 @@ def create_app(settings: Settings | None = None, *,
 
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_rag.ROUTES, *routes_query.ROUTES,
-                *admin_mount()],
+                *routes_graph.ROUTES, *admin_mount()],
         middleware=build_middleware(settings),
         exception_handlers={
             GraphGateError: on_graphgate_error,

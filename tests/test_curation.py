@@ -155,3 +155,27 @@ def test_names_compare_without_case_punctuation_or_legal_suffixes() -> None:
     assert normalised("Café Müller") == normalised("cafe muller")
     assert normalised("Alice") != normalised("Alicia")
 
+
+
+async def test_the_json_api_edits_merges_and_deletes(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest(client, ("team.txt", TEAM), ("city.md", CITY))
+        orion = (await client.get("/rag/entities/ORION")).json()
+        assert orion["name"] == "Orion" and orion["degree"] == 2
+        edited = await client.patch("/rag/entities/orion", json={"type": "Project"})
+        assert edited.status_code == 200 and edited.json()["type"] == "Project"
+        assert (await client.patch("/rag/entities/orion", json={"colour": "red"})).status_code == 400
+        assert (await client.patch("/rag/entities/orion", json={"name": "Acme Corp"})).status_code == 409
+        preview = await client.post("/rag/merge", json={"entities": ["Orion"], "target": "Acme Corp", "dry_run": True})
+        assert preview.json()["self_loops_dropped"] == 1 and preview.json()["merged"] == ["Orion"]
+        assert (await client.get("/rag/entities/orion")).status_code == 200  # a dry run changes nothing
+        merged = await client.post("/rag/merge", json={"entities": ["Orion"], "target": "Acme Corp"})
+        assert merged.status_code == 200 and (await client.get("/rag/entities/orion")).status_code == 404
+        relation = {"source": "Alice Smith", "target": "Acme Corp"}
+        assert (await client.patch("/rag/relations", json={**relation, "weight": 3})).status_code == 200
+        assert (await client.patch("/rag/relations", json={**relation, "weight": "x"})).status_code == 400
+        assert (await client.request("DELETE", "/rag/relations", json=relation)).status_code == 200
+        assert (await client.request("DELETE", "/rag/relations", json=relation)).status_code == 404
+        assert (await client.delete("/rag/entities/berlin")).json()["relations_removed"] == 2
+        assert (await client.post("/rag/merge", json={"entities": "x", "target": "y"})).status_code == 400
+    await anyio.to_thread.run_sync(check_store, settings.data_dir)
