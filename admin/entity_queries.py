@@ -15,6 +15,9 @@ from proxy.store.tables_duckdb import Con
 from .graph_svg import Edge, Node
 
 
+SHOWN_CHUNKS = 20
+
+
 @dataclass
 class EntityListing:
     rows: list[tuple[EntityMeta, int]]  # (entity, degree)
@@ -69,8 +72,8 @@ async def list_entities(store: KnowledgeStore, *, search: str, kind: str, sort: 
         keys = await store.db.read(matching_keys, search, kind)
         with store.memory_lock:
             degrees = store.graph.degrees(keys)
-        ranked = sorted(keys, key=lambda k: (-degrees[k], k) if descending else (degrees[k], k))
-        page = ranked[offset:offset + limit]
+        order = _ranked(np.asarray([degrees[k] for k in keys]), np.asarray(keys, dtype=object), descending)
+        page = [keys[int(i)] for i in order[offset:offset + limit]]
         with store.memory_lock:
             return EntityListing(_metas(store, page, degrees), len(keys))
     with store.memory_lock:  # no filter: the whole graph's degrees, ranked in numpy
@@ -79,10 +82,17 @@ async def list_entities(store: KnowledgeStore, *, search: str, kind: str, sort: 
         if total == 0:
             return EntityListing([], 0)
         degree = np.asarray(graph.degree())
-        order = np.lexsort((np.arange(total), -degree if descending else degree))[offset:offset + limit]
+        order = _ranked(degree, np.asarray(graph.vs["name"], dtype=object), descending)[offset:offset + limit]
         keys = graph.vs.select([int(i) for i in order])["name"] if len(order) else []
         return EntityListing(_metas(store, keys, dict(zip(keys, (int(degree[i]) for i in order), strict=True))),
                              total)
+
+
+def _ranked(degree: np.ndarray, keys: np.ndarray, descending: bool) -> np.ndarray:
+    """Positions by degree, ties by key: the same order whether or not a filter applies."""
+    if not len(degree):
+        return np.empty(0, dtype=np.int64)
+    return np.lexsort((keys.astype(str), -degree if descending else degree))
 
 
 def _metas(store: KnowledgeStore, keys: list[str], degrees: dict[str, int]) -> list[tuple[EntityMeta, int]]:
@@ -104,13 +114,8 @@ def entity_detail(con: Con, key: str) -> dict[str, Any] | None:
         SELECT d.id, d.name, count(*) FROM document_chunks dc JOIN documents d ON d.id = dc.document_id
         WHERE dc.chunk_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY d.id, d.name ORDER BY d.name""",
                             [sources]).fetchall()
-    chunks = con.execute("SELECT id, content FROM chunks WHERE id IN (SELECT unnest(?::VARCHAR[])) LIMIT 20",
-                         [sources]).fetchall()
-    relations = con.execute("""
-        SELECT r.pair_key, r.source, r.target, coalesce(s.name, r.source), coalesce(t.name, r.target),
-               r.keywords, r.description, r.weight
-        FROM relations r LEFT JOIN entities s ON s.name_key = r.source LEFT JOIN entities t ON t.name_key = r.target
-        WHERE r.source = $k OR r.target = $k ORDER BY r.weight DESC, r.pair_key LIMIT 200""", {"k": key}).fetchall()
+    chunks = con.execute("SELECT id, content FROM chunks WHERE id IN (SELECT unnest(?::VARCHAR[]))",
+                         [sources[:SHOWN_CHUNKS]]).fetchall()
     aliases = [r[0] for r in con.execute("SELECT alias_key FROM aliases WHERE target_key = ? ORDER BY 1",
                                          [key]).fetchall()]
     edited = con.execute("SELECT count(*) FROM entity_edits WHERE name_key = ?", [key]).fetchone()[0] > 0
@@ -119,10 +124,29 @@ def entity_detail(con: Con, key: str) -> dict[str, Any] | None:
         "created_at": row[4], "updated_at": row[5], "aliases": aliases, "edited": edited,
         "documents": [{"id": d[0], "name": d[1], "chunks": d[2]} for d in documents],
         "chunks": [{"id": c[0], "content": c[1]} for c in chunks],
-        "relations": [{"pair": r[0], "other": r[4] if r[1] == key else r[3],
-                       "other_key": r[2] if r[1] == key else r[1], "keywords": list(r[5]),
-                       "description": r[6], "weight": r[7]} for r in relations],
     }
+
+
+def entity_relations(store: KnowledgeStore, key: str, limit: int) -> tuple[list[dict[str, Any]], int]:
+    """The entity's relations, heaviest first, from the graph and the in-memory rows (a scan of
+    the relations table costs tens of milliseconds at 200k relations)."""
+    with store.memory_lock:
+        if not store.graph.has(key):
+            return [], 0
+        graph = store.graph.g
+        others = graph.vs.select(graph.neighbors(key))["name"]
+        found = []
+        for other in others:
+            meta = store.rows.relation("\x1f".join(sorted((key, other))))
+            if meta is not None:
+                found.append((meta, other))
+        found.sort(key=lambda item: (-item[0].weight, item[1]))
+        shown = []
+        for meta, other in found[:limit]:
+            entity = store.rows.entity(other)
+            shown.append({"pair": meta.pair, "other": entity.name if entity else other, "other_key": other,
+                          "keywords": list(meta.keywords), "description": meta.description, "weight": meta.weight})
+        return shown, len(found)
 
 
 def resolve_name(con: Con, name_key: str) -> str | None:
@@ -135,19 +159,25 @@ def resolve_name(con: Con, name_key: str) -> str | None:
 
 
 def neighbourhood(store: KnowledgeStore, key: str, depth: int, cap: int) -> tuple[list[Node], list[Edge]]:
-    """The entity and its neighbours up to ``depth`` hops, the nearest and best connected first,
-    at most ``cap`` nodes; the edges among them."""
+    """The entity and its neighbours up to ``depth`` hops, at most ``cap`` nodes: ring by ring,
+    the best connected of each ring first, stopping when the cap is reached (a hub's second ring
+    can hold half the graph)."""
     with store.memory_lock:
         graph = store.graph.g
         if not store.graph.has(key):
             return [], []
         centre = graph.vs.find(name=key).index
-        layers = graph.neighborhood(centre, order=depth)
-        hops = dict(zip(layers, graph.distances(source=[centre], target=layers)[0], strict=True))
-        degree = graph.degree(layers)
-        ranked = sorted(zip(layers, degree, strict=True), key=lambda item: (hops[item[0]], -item[1], item[0]))
-        chosen = [v for v, _ in ranked[:cap]]
-        degrees = dict(zip(layers, degree, strict=True))
+        chosen = [centre]
+        for ring in range(1, depth + 1):
+            if len(chosen) >= cap:
+                break
+            members = np.asarray(graph.neighborhood(centre, order=ring, mindist=ring), dtype=np.int64)
+            if not len(members):
+                break
+            degree = np.asarray(graph.degree(members.tolist()))
+            room = cap - len(chosen)
+            chosen.extend(int(v) for v in members[np.lexsort((members, -degree))][:room])
+        degrees = dict(zip(chosen, graph.degree(chosen), strict=True))
         sub = graph.induced_subgraph(chosen)  # keeps the graph's vertex order, not ``chosen``'s
         names = sub.vs["name"]
         nodes = []

@@ -24,9 +24,16 @@ PER_PAGE = 50
 ROWS_TARGET = "cache-rows"
 ENTRY_COLUMNS = ("key", "model", "hits", "kb_version", "created_at", "last_hit_at", "size")
 
-# entries matching $q (all of them when $q is NULL): a case-insensitive substring, no wildcards
-_MATCHES = """kind = $kind AND ($q IS NULL OR contains(lower(key), lower($q)) OR contains(lower(model), lower($q))
-              OR contains(lower(request), lower($q)) OR contains(lower(response), lower($q)))"""
+# entries matching $q (all of them when $q is NULL): a case-insensitive substring, its % _ \ taken
+# literally (ILIKE scans the texts about twice as fast as contains(lower(...)))
+_MATCHES = """kind = $kind AND ($q IS NULL OR key ILIKE $q ESCAPE '\\' OR model ILIKE $q ESCAPE '\\'
+              OR request ILIKE $q ESCAPE '\\' OR response ILIKE $q ESCAPE '\\')"""
+
+
+def _pattern(search: str | None) -> str | None:
+    if not search:
+        return None
+    return "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def kind_summary(con: Con) -> dict[str, dict[str, int]]:
@@ -38,14 +45,18 @@ def kind_summary(con: Con) -> dict[str, dict[str, int]]:
 
 
 def list_entries(con: Con, kind: str, search: str | None, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-    params = {"kind": kind, "q": search or None}
-    total = con.execute(f"SELECT count(*) FROM llm_cache WHERE {_MATCHES}", params).fetchone()[0]
+    params = {"kind": kind, "q": _pattern(search)}
+    # one scan for the page and the total (a search reads every request and response)
     rows = con.execute(f"""SELECT key, model, hits, kb_version, created_at, last_hit_at,
-                                  strlen(request) + strlen(response)
+                                  strlen(request) + strlen(response), count(*) OVER ()
                            FROM llm_cache WHERE {_MATCHES}
                            ORDER BY created_at DESC, key LIMIT $limit OFFSET $offset""",
                        {**params, "limit": limit, "offset": offset}).fetchall()
-    return [dict(zip(ENTRY_COLUMNS, row, strict=True)) for row in rows], total
+    if rows:
+        total = rows[0][-1]
+    else:
+        total = con.execute(f"SELECT count(*) FROM llm_cache WHERE {_MATCHES}", params).fetchone()[0]
+    return [dict(zip(ENTRY_COLUMNS, row[:-1], strict=True)) for row in rows], total
 
 
 def get_entry(con: Con, kind: str, key: str) -> dict[str, Any] | None:

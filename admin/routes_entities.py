@@ -13,12 +13,20 @@ from proxy.ingest.extraction import name_key
 from proxy.routes_rag import knowledge
 
 from . import graph_svg
-from .entity_queries import entity_detail, entity_types, list_entities, neighbourhood, resolve_name
+from .entity_queries import (
+    entity_detail,
+    entity_relations,
+    entity_types,
+    list_entities,
+    neighbourhood,
+    resolve_name,
+)
 from .guard import action
 from .paging import page_of
 from .rendering import is_htmx, ref, render, unref
 
 PAGE_SIZE = 50
+SHOWN_RELATIONS = 50  # a hub's page stays readable (and fast); the graph view shows the rest
 
 
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -65,10 +73,11 @@ async def _entity_context(request: Request, key: str) -> dict:
     entity = await kb.store.db.read(entity_detail, key)
     if entity is None:
         raise NotFound("no such entity (it may have been merged or deleted)")
+    relations, total = await anyio.to_thread.run_sync(entity_relations, kb.store, key, SHOWN_RELATIONS)
     nodes, edges = await anyio.to_thread.run_sync(neighbourhood, kb.store, key, 1, 30)
     svg = graph_svg.render_svg(nodes, edges, key, link=lambda k: f"/admin/entities/{ref(k)}")
-    return {"entity": entity, "svg": svg, "legend": graph_svg.legend(n.type for n in nodes),
-            "degree": kb.store.graph.degree(key)}
+    return {"entity": entity, "relations": relations, "relation_total": total, "svg": svg,
+            "legend": graph_svg.legend(n.type for n in nodes), "degree": kb.store.graph.degree(key)}
 
 
 async def entity_page(request: Request) -> Response:
@@ -100,7 +109,7 @@ async def confirm_delete(request: Request) -> Response:
     entity = await kb.store.db.read(entity_detail, key)
     if entity is None:
         raise NotFound("no such entity")
-    return render(request, "entity_delete.html", {"entity": entity})
+    return render(request, "entity_delete.html", {"entity": entity, "relation_total": kb.store.graph.degree(key)})
 
 
 @action

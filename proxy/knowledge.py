@@ -122,6 +122,8 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
             try:
                 knowledge = Knowledge(store, models, pipeline, tokenizer, retriever, model_info, group, traces,
                                       cache_writes, Curator(pipeline), SuggestionFinder(store))
+                # merge suggestions take seconds on a big graph: have them ready before anyone asks
+                knowledge.suggestions.refresh_in_background(settings.suggest_threshold)
                 retriever.remember = knowledge.remember
                 yield knowledge
             finally:
