@@ -45,7 +45,8 @@ def task_reason(turn: ChatTurn) -> str | None:
     if task and not task.startswith("{{"):  # an unsubstituted template means "no task"
         return f"background task ({task})"
     messages = turn.messages
-    if (not turn.streaming and len(messages) == 1 and messages[0].get("role") == "user"):
+    if (not turn.streaming and len(messages) == 1 and isinstance(messages[0], dict)
+            and messages[0].get("role") == "user"):
         text = message_text(messages[0])
         if text.startswith("### Task:") and "<chat_history>" in text:
             return "background task (### Task: template)"
@@ -56,6 +57,8 @@ def shape_reason(turn: ChatTurn) -> str | None:
     messages = turn.messages
     if not messages:
         return "no messages (model load or unload)"
+    if not all(isinstance(m, dict) for m in messages):
+        return "malformed messages (left for the upstream to refuse)"
     role = messages[-1].get("role")
     if role == "assistant":
         return "continuation of an assistant message"
@@ -70,7 +73,8 @@ def first_text(message: dict[str, Any]) -> str:
     """Where a prefix can stand: the content, or the first text part of an OpenAI parts list."""
     content = message.get("content")
     if isinstance(content, list):
-        return next((p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"), "")
+        text = next((p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"), "")
+        return text if isinstance(text, str) else ""
     return content if isinstance(content, str) else ""
 
 

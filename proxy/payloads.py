@@ -36,6 +36,8 @@ def parse_object(raw: bytes) -> dict[str, Any]:
         data = json.loads(raw)
     except ValueError as exc:  # json.JSONDecodeError and bad UTF-8 alike
         raise InvalidJSON(f"invalid JSON: {exc}") from None
+    except RecursionError:  # "[[[[...": Python's parser gives up on deep nesting
+        raise InvalidJSON("invalid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidJSON(f"invalid JSON: expected an object, got {type(data).__name__}")
     return data

@@ -255,6 +255,10 @@ class Curator:
                 raise Conflict(f"an entity named {existing['name']!r} already exists: merge into it instead")
             return await self.merge([key], new_name, type=kind, description=text)
         async with self.pipeline.merge_lock:
+            # read again under the lock: a document merged meanwhile may have added sources
+            current = (await self.store.db.read(_entity_rows, [key])).get(key)
+            if current is None:
+                raise NotFound(f"no entity {key!r}")
             old = (await self.store.db.read(load_edits, [key], [])).entities.get(key, EntityEdit())
             edit = EntityEdit(new_name or old.name, kind or old.type,
                               text if description is not None else old.description)
