@@ -67,7 +67,7 @@ def serve(settings: Settings) -> int:
         log.warning("listening on %s without GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ answers only "
                     "clients on this machine", settings.host)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=10, server_header=False)
+                timeout_graceful_shutdown=settings.shutdown_grace, server_header=False)
     return 0
 
 

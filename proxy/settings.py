@@ -84,6 +84,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cors_origins", "GRAPHGATE_CORS_ORIGINS", DEFAULT_ORIGINS, parse_origins,
             "Comma-separated browser origins allowed to call the API (`*` wildcards allowed, `*` alone "
             "allows all). The default is Ollama's: localhost pages on any port and app/extension schemes."),
+    Setting("shutdown_grace", "GRAPHGATE_SHUTDOWN_GRACE", "5", parse_positive_float,
+            "Seconds open requests (a streaming chat) get to finish after SIGTERM before they are cut; "
+            "ingestion is then checkpointed, so a stop stays well within 10 s."),
     Setting("log_level", "GRAPHGATE_LOG_LEVEL", "info", parse_log_level,
             "Logging level: debug, info, warning, error or critical."),
     # --- knowledge store and ingestion ---
@@ -197,6 +200,7 @@ class Settings:
     read_timeout: float = 600.0
     discovery_timeout: float = 5.0
     cors_origins: tuple[str, ...] = field(default_factory=lambda: parse_origins(DEFAULT_ORIGINS))
+    shutdown_grace: float = 5.0
     log_level: str = "info"
     llm_model: str | None = None
     embed_model: str = "nomic-embed-text"

@@ -49,15 +49,23 @@ class BatchWriter(Generic[T]):
         return pending
 
     async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            if len(self._pending) < self.max_items:
-                await anyio.sleep(self.max_delay)  # let concurrent writers join this transaction
-            batch, self._pending = self._pending[:self.max_items], self._pending[self.max_items:]
-            if self._pending:
-                self._wake.set()
-            await self._commit(batch)
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                if len(self._pending) < self.max_items:
+                    await anyio.sleep(self.max_delay)  # let concurrent writers join this transaction
+                batch, self._pending = self._pending[:self.max_items], self._pending[self.max_items:]
+                if self._pending:
+                    self._wake.set()
+                await self._commit(batch)
+        finally:
+            # shutdown cancels us: what callers already handed over is committed, not dropped
+            # (an answered extraction lost here would be paid for again after the restart)
+            with anyio.CancelScope(shield=True):
+                while self._pending:
+                    batch, self._pending = self._pending[:self.max_items], self._pending[self.max_items:]
+                    await self._commit(batch)
 
     async def _commit(self, batch: list[tuple[T, anyio.Event, list[BaseException]]]) -> None:
         try:
