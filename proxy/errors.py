@@ -13,6 +13,7 @@
     ├── PayloadTooLarge (413)
     ├── UnsupportedMedia (415)
     ├── ServiceUnavailable (503)
+    │   └── StorageError           the knowledge store could not write (507 when the disk is full)
     └── UpstreamError (502)        raised only by proxy.upstream, which translates httpx errors
         ├── UpstreamUnavailable (502)
         ├── UpstreamProtocolError (502)
@@ -82,6 +83,10 @@ class UnsupportedMedia(GraphGateError):
 
 class ServiceUnavailable(GraphGateError):
     status = 503
+
+
+class StorageError(ServiceUnavailable):
+    """DuckDB could not write: raised only by proxy.store.tables_duckdb, which translates its errors."""
 
 
 class UpstreamError(GraphGateError):

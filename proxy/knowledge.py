@@ -90,8 +90,8 @@ async def _save_periodically(store: KnowledgeStore, seconds: float) -> None:
         await anyio.sleep(seconds)
         try:
             await store.save()
-        except OSError as exc:
-            log.error("could not save the vector indexes: %s", exc)
+        except OSError as exc:  # e.g. a full disk: try again next time, keep serving
+            log.warning("could not save the vector indexes: %s", exc)
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
-from ..errors import Conflict, GraphGateError, NotFound
+from ..errors import Conflict, GraphGateError, NotFound, StorageError
 from ..limiter import Priority
 from ..models import CacheEntry, ModelClient
 from ..settings import Settings
@@ -93,6 +93,7 @@ class Pipeline:
         self.running: dict[str, Work] = {}   # being chunked and extracted
         self.merging: dict[str, Work] = {}   # extracted, waiting for (or in) the merge
         self.requeue: set[str] = set()       # queued again while still running: picked up when it ends
+        self.unrecorded_failures: dict[str, str] = {}  # document id -> error the disk would not take
         self.extraction_writer = BatchWriter(store.db, sql.record_extractions)
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
@@ -108,6 +109,7 @@ class Pipeline:
         group.start_soon(self.extraction_writer.run)
 
     def _enqueue(self, document_id: str) -> None:
+        self.unrecorded_failures.pop(document_id, None)
         if document_id in self.running or document_id in self.merging:
             self.requeue.add(document_id)  # e.g. deleted and uploaded again while its old run unwinds
             return
@@ -198,8 +200,23 @@ class Pipeline:
 
     async def _fail(self, document_id: str, message: str) -> None:
         log.warning("document %s failed: %s", document_id, message)
-        with anyio.CancelScope(shield=True):
-            await self.store.db.write(sql.set_status, document_id, "failed", message)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.store.db.write(sql.set_status, document_id, "failed", message)
+        except StorageError as exc:
+            # the disk refuses even this (full): show the failure from memory; the stored row still
+            # says unfinished, so a restart resumes the document
+            log.warning("could not record that document %s failed: %s", document_id, exc.message)
+            self.unrecorded_failures[document_id] = message
+            return
+        self.unrecorded_failures.pop(document_id, None)
+
+    def with_unrecorded_failure(self, document: dict[str, Any]) -> dict[str, Any]:
+        """``document`` as the pipeline knows it: failed, if that failure could not be written."""
+        message = self.unrecorded_failures.get(document["id"])
+        if message is not None and document["status"] in ("pending", "processing"):
+            return {**document, "status": "failed", "error": message}
+        return document
 
     async def wait_idle(self) -> None:
         if self.queued or self.running or self.merging:
@@ -263,7 +280,7 @@ class Pipeline:
         document = await self.store.db.read(sql.get_document, document_id)
         if document is None:
             raise NotFound(f"document {document_id} not found")
-        return document
+        return self.with_unrecorded_failure(document)
 
     # --- processing one document ---
 

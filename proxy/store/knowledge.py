@@ -117,7 +117,10 @@ class KnowledgeStore:
             await anyio.to_thread.run_sync(self._save_sync)
 
     async def close(self) -> None:
-        await self.save()
+        try:
+            await self.save()
+        except OSError as exc:  # the tables are the truth: the next start heals the indexes from them
+            log.warning("vector indexes not saved at shutdown (%s); they are rebuilt at the next start", exc)
         self.db.close()
 
     # --- committing ---

@@ -6,6 +6,7 @@ cursor (DuckDB's MVCC means a reader sees either all of a commit or none of it).
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -16,12 +17,24 @@ import anyio
 import anyio.to_thread
 import duckdb
 
+from ..errors import StorageError
 from .schema import migrate
 
 T = TypeVar("T")
 Con = duckdb.DuckDBPyConnection
 
 READERS = 4
+# what DuckDB raises when the disk refuses a write (full, read-only, gone); other errors are bugs
+WRITE_FAILURES = (duckdb.IOException, duckdb.TransactionException, duckdb.FatalException)
+
+
+def storage_error(exc: duckdb.Error) -> StorageError:
+    """The one place DuckDB's write failures become GraphGate errors, with a message for a person."""
+    detail = str(exc).split("Error: ", 1)[-1]
+    if "No space left" in detail or "Disk quota" in detail:
+        return StorageError(f"the disk holding the data directory is full ({detail}); free some space, "
+                            "then retry", status=507)
+    return StorageError(f"the knowledge store could not write: {detail}")
 
 
 class Database:
@@ -57,8 +70,11 @@ class Database:
                 result = fn(self.con, *args)
                 self.con.execute("COMMIT")
                 return result
-            except BaseException:
-                self.con.execute("ROLLBACK")
+            except BaseException as exc:
+                with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already ended it
+                    self.con.execute("ROLLBACK")
+                if isinstance(exc, WRITE_FAILURES):
+                    raise storage_error(exc) from exc
                 raise
 
     # --- async entry points ---

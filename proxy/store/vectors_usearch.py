@@ -83,11 +83,16 @@ class VectorIndex:
         if self.index is None:
             return
         tmp = self.path.with_suffix(".tmp")
-        self.index.save(str(tmp))
-        os.replace(tmp, self.path)
         gen_tmp = self.path.with_suffix(".gen.tmp")
-        gen_tmp.write_text(str(generation))
-        os.replace(gen_tmp, self.path.with_suffix(".gen"))
+        try:
+            self.index.save(str(tmp))
+            os.replace(tmp, self.path)
+            gen_tmp.write_text(str(generation))
+            os.replace(gen_tmp, self.path.with_suffix(".gen"))
+        except (OSError, RuntimeError) as exc:  # usearch reports a failed write as RuntimeError
+            for leftover in (tmp, gen_tmp):  # a half-written copy would hold the space a full disk lacks
+                leftover.unlink(missing_ok=True)
+            raise OSError(f"could not save {self.path.name}: {exc}") from exc
         self.generation = generation
 
     def reset(self, ndim: int | None) -> None:

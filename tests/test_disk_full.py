@@ -1,0 +1,177 @@
+"""Disk full: the data directory on a real, small tmpfs that fills up while GraphGate runs.
+
+A real ``graphgate serve`` process ingests a document, then the rest of the file system is taken by
+a filler file, so every write of DuckDB, the WAL and the vector indexes gets ENOSPC from the kernel
+(no simulated error). While the disk is full:
+
+* chats still work: plain proxying, and augmented turns (retrieval only reads);
+* an upload is either refused with a readable 5xx naming the lack of space, or accepted and then
+  failed with a readable error: never a stack trace, never a hang;
+* the process stays up.
+
+Then space is freed and the process restarted (DuckDB refuses further writes on a connection that
+hit a write error until it is reopened): the store passes every cross-store invariant, the first
+document is intact, and the second one can be ingested (retried or uploaded again) to ``processed``.
+
+The mount needs root; CI runs as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.invariants import check_store
+from tests.reliability_harness import (
+    GRACEFUL_EXIT_CODES,
+    Gateway,
+    ScriptedUpstream,
+    document,
+    read_state,
+    wait_until,
+)
+
+DISK_MB = 48
+SPACE_WORDS = ("no space", "disk", "space left", "storage")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.fail("this test mounts a tmpfs and must run as root (CI does)")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of ``disk`` with one file; returns it."""
+    filler = disk / "filler"
+    block = b"\0" * (1 << 16)
+    with open(filler, "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(block)
+        except OSError:  # ENOSPC: the disk is full
+            pass
+    # smaller writes may still fit in the last partial block: take those too
+    with open(filler, "ab", buffering=0) as out:
+        try:
+            while True:
+                out.write(b"\0" * 512)
+        except OSError:
+            pass
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+def readable(message: str) -> bool:
+    return any(word in message.lower() for word in SPACE_WORDS) and "Traceback" not in message
+
+
+def answer(response: httpx.Response) -> str:
+    return "".join(json.loads(line)["message"]["content"] for line in response.text.splitlines())
+
+
+def status_of(gateway: Gateway, document_id: str, status: str) -> dict | None:
+    found = httpx.get(f"{gateway.url}/rag/documents/{document_id}", timeout=10).json()
+    return found if found.get("status") == status else None
+
+
+def chat(url: str, *, stream: bool) -> httpx.Response:
+    body = {"model": "llama3.2", "stream": stream,
+            "messages": [{"role": "user", "content": "What did Alfa talk about?"}]}
+    return httpx.post(url + "/api/chat", json=body, timeout=30)
+
+
+@pytest.mark.slow
+def test_a_full_disk_keeps_chats_working_fails_ingestion_readably_and_corrupts_nothing(
+        small_disk: Path, tmp_path: Path) -> None:
+    upstream = ScriptedUpstream(reply_delay=0.01)
+    data = small_disk / "data"
+    log = tmp_path / "gateway.log"  # not on the full disk: what the process says must be readable
+    with upstream.serve():
+        gateway = Gateway(data, upstream.url, log_path=log).start()
+        with gateway:
+            first_name, first_text = document(0)
+            first = httpx.post(gateway.url + "/rag/documents", json={"name": first_name, "text": first_text},
+                               timeout=30).json()["documents"][0]["id"]
+            gateway.wait_processed({first}, timeout=60)
+            gateway.terminate()
+        before = read_state(data)  # the files are free while no process runs
+
+        gateway = Gateway(data, upstream.url, log_path=log).start()
+        with gateway:
+            filler = fill(small_disk)
+            for stream in (False, True):
+                response = chat(gateway.url, stream=stream)
+                assert response.status_code == 200, response.text
+                assert answer(response) == "Hello from the fake model."
+                sent = upstream.fake.requests[-1].json
+                assert sent["messages"][0]["role"] == "system" and "doc000.md" in sent["messages"][0]["content"]
+
+            second_name, second_text = document(1)
+            second = {"name": second_name, "text": second_text}
+            response = httpx.post(gateway.url + "/rag/documents", json=second, timeout=30)
+            # a document is stored before it is acknowledged: with no room, no acknowledgement
+            assert response.status_code == 507, response.text
+            assert readable(response.json()["error"]), response.text
+            listed = httpx.get(gateway.url + "/rag/documents", timeout=30)
+            assert listed.status_code == 200 and [d["id"] for d in listed.json()["documents"]] == [first]
+            assert chat(gateway.url, stream=False).status_code == 200  # still up and answering
+            page = httpx.get(gateway.url + "/admin/documents", timeout=30)
+            assert page.status_code == 200 and "doc000.md" in page.text
+
+            filler.unlink()  # space again: the same process takes the document now
+            response = httpx.post(gateway.url + "/rag/documents", json=second, timeout=30)
+            assert response.status_code == 202, response.text
+            ids = {first, response.json()["documents"][0]["id"]}
+            gateway.wait_processed(ids, timeout=60)
+            gateway.check_live_stats()
+
+            # the disk fills up while a document is being extracted: it fails, readably, and a retry
+            # after space is freed finishes it
+            upstream.fake.reply_delay = 0.3
+            third_name, third_text = document(2)
+            response = httpx.post(gateway.url + "/rag/documents", json={"name": third_name, "text": third_text},
+                                  timeout=30)
+            assert response.status_code == 202, response.text
+            third = response.json()["documents"][0]["id"]
+            wait_until(lambda: upstream.extractions(), 30, "the first extraction call")
+            filler = fill(small_disk)
+            failed = wait_until(lambda: status_of(gateway, third, "failed"), 60, "the document to fail")
+            assert readable(failed["error"]), failed
+            filler.unlink()
+            upstream.fake.reply_delay = 0.01
+            retried = httpx.post(f"{gateway.url}/rag/documents/{third}/retry", timeout=30)
+            assert retried.status_code in (200, 202), retried.text
+            ids.add(third)
+            gateway.wait_processed(ids, timeout=60)
+            gateway.check_live_stats()
+            code, _ = gateway.terminate()
+            assert code in GRACEFUL_EXIT_CODES, gateway.log_tail()
+        assert not gateway.log_errors(), gateway.log_tail()
+
+        check_store(data)
+        after = read_state(data)
+        assert after.status_counts() == {"processed": 3}
+        assert after.documents[first] == before.documents[first]
+        assert after.links[first] == before.links[first]
+        first_only = {k for k, v in after.entities.items() if set(v["sources"]) <= set(before.links[first])}
+        assert {k: after.entities[k] for k in first_only} == {k: before.entities[k] for k in first_only}
+
+        gateway = Gateway(data, upstream.url, log_path=log).start()  # and it starts again on those files
+        with gateway:
+            gateway.wait_processed(ids, timeout=30)
+            gateway.check_live_stats()
+            gateway.terminate()
