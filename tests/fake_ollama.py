@@ -11,8 +11,8 @@ response: in-process, streams arrive all at once and httpx timeouts are not
 enforced. Tests about timing, timeouts or disconnects need ``serve()``.
 
 Special model names (accepted by the inference endpoints, never listed in tags):
-``fail-500``, ``busy-503``, ``hang``, ``slow-first``, ``disconnect`` and
-``midstream-error``; see ``_resolve_inference``.
+``fail-500``, ``busy-503``, ``hang``, ``slow-first``, ``disconnect``,
+``midstream-error`` and ``garbled``; see ``_resolve_inference``.
 """
 
 from __future__ import annotations
@@ -55,7 +55,10 @@ SPECIAL_ERRORS = {
     "fail-500": (500, "llama runner process has terminated: exit status 2"),
     "busy-503": (503, "server busy, please try again.  maximum pending requests exceeded"),
 }
-SPECIAL_MODELS = {*SPECIAL_ERRORS, "hang", "slow-first", "disconnect", "midstream-error"}
+SPECIAL_MODELS = {*SPECIAL_ERRORS, "hang", "slow-first", "disconnect", "midstream-error", "garbled"}
+# what ``garbled`` sends after two good lines: a line cut short, then a proxy's HTML error page
+GARBLED_LINES = (b'{"model":"garbled","message":{"role":"assistant","conte\n',
+                 b"<html><body>502 Bad Gateway</body></html>\n")
 TAG_FIELDS = ("name", "model", "modified_at", "size", "digest", "details")
 ZERO_DURATION = re.compile(r"^[+-]?0+(\.0*)?(ns|us|µs|ms|s|m|h)?$")
 
@@ -318,9 +321,9 @@ class FakeOllama(OpenAIEndpoints):
         return httpx.ASGITransport(app=self.app, client=("127.0.0.1", 40000))
 
     @contextlib.contextmanager
-    def serve(self) -> Iterator[str]:
-        """Run the app under uvicorn on 127.0.0.1 (free port) in a thread; yield its base url."""
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    def serve(self, port: int = 0) -> Iterator[str]:
+        """Run the app under uvicorn on 127.0.0.1 (a free port unless told) in a thread; yield its base url."""
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, name="fake-ollama", daemon=True)
         thread.start()
@@ -411,7 +414,8 @@ class FakeOllama(OpenAIEndpoints):
 
         fail-500 / busy-503 answer with their error; hang waits until the client
         leaves (or the task is cancelled); slow-first waits 1 s before anything is
-        sent; disconnect and midstream-error break the reply after two lines.
+        sent; disconnect and midstream-error break the reply after two lines;
+        garbled sends two good lines and then lines that are not JSON (a whole reply: JSON cut short).
         """
         mode = _special(name)
         if mode is None:
@@ -493,6 +497,10 @@ class FakeOllama(OpenAIEndpoints):
                     if i == 2 and mode == "midstream-error":
                         yield error_line
                         return
+                    if i == 2 and mode == "garbled":
+                        for garbage in GARBLED_LINES:
+                            yield garbage
+                        return
                     if isinstance(line, dict):
                         line = _line({**line, "created_at": now_rfc3339()} if "created_at" in line else line)
                     yield line
@@ -508,6 +516,9 @@ class FakeOllama(OpenAIEndpoints):
             raise _HTTPError(500, MODEL_ERROR)
         if mode == "disconnect":
             return _dropped(_dumps(payload))
+        if mode == "garbled":  # a body cut short, still labelled JSON
+            body = _dumps(payload)
+            return Response(body[: len(body) // 2], media_type="application/json")
         return _JSON(payload)
 
     # --------------------------------------------------------------- discovery
