@@ -92,8 +92,9 @@ class Gateway:
     """One GraphGate server process on ``data_dir``; its stdout and stderr go to ``log_path``."""
 
     def __init__(self, data_dir: Path, upstream: str, *, log_path: Path | None = None,
-                 env: dict[str, str] | None = None, ready_timeout: float = 30) -> None:
+                 env: dict[str, str] | None = None, ready_timeout: float = 30, cwd: Path = ROOT) -> None:
         self.data_dir = data_dir
+        self.cwd = cwd
         self.upstream = upstream
         self.log_path = log_path or data_dir.parent / "gateway.log"
         self.extra_env = env or {}
@@ -124,14 +125,14 @@ class Gateway:
             log.write(f"--- start {time.strftime('%H:%M:%S')} port {self.port}\n".encode())
             log.flush()
             self.started_at = time.monotonic()
-            self.process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env, cwd=ROOT,
+            self.process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env, cwd=self.cwd,
                                             stdout=log, stderr=subprocess.STDOUT)
         deadline = self.started_at + self.ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 return False
             try:
-                if httpx.get(self.url + "/rag/stats", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/rag/stats", headers=self.auth, timeout=1).status_code == 200:
                     self.ready_seconds = time.monotonic() - self.started_at
                     return True
             except httpx.HTTPError:
@@ -139,6 +140,12 @@ class Gateway:
             time.sleep(0.05)
         self.kill()
         raise AssertionError(f"graphgate did not answer within {self.ready_timeout} s:\n{self.log_tail()}")
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The API key header, when the process has one."""
+        key = self.extra_env.get("GRAPHGATE_API_KEY")
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     @property
     def alive(self) -> bool:
