@@ -103,7 +103,8 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
         async def lookup(kind: str, key: str) -> str | None:
             return await store.db.read(cached_response, kind, key)
 
-        models = ModelClient(upstream, limiter, settings, cache_lookup=lookup)
+        models = ModelClient(upstream, limiter, settings, cache_lookup=lookup,
+                             embed_limiter=PriorityLimiter(settings.embed_concurrency))
         models.expected_dim = store.embedding_dim()
         await check_embedding_model(store, models, settings)
         tokenizer = await anyio.to_thread.run_sync(get_tokenizer)

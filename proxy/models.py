@@ -1,6 +1,7 @@
 """GraphGate's own calls to the upstream models: structured chat and embeddings.
 
-Every call takes a slot from the shared priority limiter, is retried with backoff when the
+Every call takes a slot from a priority limiter shared with ingestion (one for the chat model, one
+for the embedding model), is retried with backoff when the
 failure is transient (unreachable, timeout, 5xx), and structured replies are looked up in and
 offered to the LLM cache. Embedding vectors are checked against the dimension the store holds.
 """
@@ -65,9 +66,12 @@ CacheLookup = Callable[[str, str], Awaitable[str | None]]
 
 class ModelClient:
     def __init__(self, upstream: Upstream, limiter: PriorityLimiter, settings: Settings,
-                 cache_lookup: CacheLookup | None = None) -> None:
+                 cache_lookup: CacheLookup | None = None, embed_limiter: PriorityLimiter | None = None) -> None:
         self.upstream = upstream
         self.limiter = limiter
+        # the embedding model runs beside the chat model upstream: its quick calls never queue
+        # behind generations
+        self.embed_limiter = embed_limiter or limiter
         self.settings = settings
         self.cache_lookup = cache_lookup
         self._chat_model: str | None = settings.llm_model
@@ -106,8 +110,10 @@ class ModelClient:
                           "(e.g. `ollama pull llama3.2`) or set GRAPHGATE_LLM_MODEL")
 
     async def structured(self, kind: str, messages: list[dict[str, Any]], schema: dict[str, Any], *,
-                         priority: Priority, model: str | None = None, lookup: bool = True) -> StructuredReply:
-        """``lookup=False`` skips the cache read (the reply is still offered to the cache)."""
+                         priority: Priority, model: str | None = None, lookup: bool = True,
+                         slot_wait: float | None = None) -> StructuredReply:
+        """``lookup=False`` skips the cache read (the reply is still offered to the cache);
+        ``slot_wait`` bounds the wait for an upstream slot (``Busy`` past it)."""
         model = model or await self.chat_model()
         payload = {"messages": messages, "format": schema}
         key = cache_key(model, payload)
@@ -120,7 +126,7 @@ class ModelClient:
                 "options": {"temperature": 0}}
 
         async def call() -> str:
-            async with self.limiter.slot(priority):
+            async with self.limiter.slot(priority, wait=slot_wait):
                 self.calls["chat"] += 1
                 reply = await self.upstream.call_json("POST", "/api/chat", body)
             content = (reply.get("message") or {}).get("content")
@@ -145,7 +151,7 @@ class ModelClient:
         model = self.settings.embed_model
 
         async def call() -> Any:
-            async with self.limiter.slot(priority):
+            async with self.embed_limiter.slot(priority):
                 self.calls["embed"] += 1
                 return await self.upstream.call_json("POST", "/api/embed", {"model": model, "input": batch})
 

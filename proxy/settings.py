@@ -112,9 +112,12 @@ SETTINGS: tuple[Setting, ...] = (
             "An entity or relation description is summarised by the LLM once it has this many fragments..."),
     Setting("summary_tokens", "GRAPHGATE_SUMMARY_TOKENS", "1200", int_between(100, 100000),
             "...or once its joined fragments exceed this many tokens."),
+    Setting("embed_concurrency", "GRAPHGATE_EMBED_CONCURRENCY", "4", int_between(1, 64),
+            "Embedding calls GraphGate sends the upstream at once (their own limit: the embedding model "
+            "runs beside the chat model, so its quick calls never queue behind generations)."),
     Setting("llm_concurrency", "GRAPHGATE_LLM_CONCURRENCY", "2", int_between(1, 64),
-            "GraphGate's own upstream calls at once (extraction, summaries, embeddings, keywords); "
-            "chat-time calls get the next free slot first."),
+            "GraphGate's own chat-model calls at once (extraction, summaries, keywords); chat-time calls "
+            "get the next free slot first, but while both wait, ingestion gets every other slot."),
     Setting("parallel_documents", "GRAPHGATE_PARALLEL_DOCUMENTS", "4", int_between(1, 64),
             "Documents processed at once (their chunks share the LLM slots)."),
     Setting("llm_retries", "GRAPHGATE_LLM_RETRIES", "3", int_between(1, 10),
@@ -152,6 +155,10 @@ SETTINGS: tuple[Setting, ...] = (
             "`llm`: one model call per turn extracts keywords; `off`: search with the question's embedding alone."),
     Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),
+    Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
+            "Longest wait, in seconds, for an upstream slot for a turn's keyword extraction; past it the "
+            "turn is searched with the question's embedding alone (as with keywords=off), so a saturated "
+            "upstream never holds a chat back for long."),
     Setting("history_turns", "GRAPHGATE_HISTORY_TURNS", "3", int_between(0, 50),
             "Previous conversation turns the keyword extraction sees, so follow-up questions resolve."),
     Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,
@@ -213,6 +220,7 @@ class Settings:
     gleaning: int = 1
     summary_fragments: int = 8
     summary_tokens: int = 1200
+    embed_concurrency: int = 4
     llm_concurrency: int = 2
     parallel_documents: int = 4
     llm_retries: int = 3
@@ -232,6 +240,7 @@ class Settings:
     chunk_selection: str = "vector"
     keywords: str = "llm"
     keyword_model: str | None = None
+    keyword_wait: float = 1.0
     history_turns: int = 3
     retrieval_timeout: float = 10.0
     augment_generate: bool = False

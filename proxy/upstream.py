@@ -34,9 +34,11 @@ class Upstream:
                                       write=settings.read_timeout, pool=None).as_dict()
         # The transport, not an AsyncClient: a client would keep one cookie jar for all users and
         # add headers of its own (User-Agent, Accept); the proxy must forward what it was sent.
-        # No pool cap: a waiting pool slot would look like a hang to a chatting user.
+        # No pool cap: a waiting pool slot would look like a hang to a chatting user. Idle
+        # connections are dropped well before a server's keep-alive timeout (uvicorn's is 5 s, the
+        # same as httpx's default): reusing one the server is closing fails the request.
         self._transport = transport or httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0))
 
     async def aclose(self) -> None:
         await self._transport.aclose()

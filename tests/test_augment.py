@@ -373,3 +373,21 @@ async def test_generate_with_answer_cache_calls_the_model_once_with_context(sett
                                                  "stream": False})
         [sent] = fake.requests_to("/api/generate")
         assert "messages" not in sent.json and "## Entities" in sent.json["system"]
+
+
+async def test_a_saturated_upstream_skips_the_keyword_call_instead_of_delaying_the_turn(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    from proxy.limiter import Priority
+
+    async with gateway_client(settings.replace(keyword_wait=0.2, llm_concurrency=1), fake) as client:
+        await ingest(client)
+        limiter = client._transport.app.state.gateway.knowledge.models.limiter  # type: ignore[attr-defined]
+        async with limiter.slot(Priority.INGEST):  # an extraction call holds the only slot
+            with anyio.fail_after(5):
+                response = await client.post("/api/chat", json=body("Who works at Acme Corp?"))
+        assert response.status_code == 200
+        system = chats(fake)[-1].json["messages"][0]
+        assert system["role"] == "system" and "Acme Corp" in system["content"]  # augmented all the same
+        [trace] = await traces(client)
+        assert trace["augmented"] and trace["detail"]["keywords"]["source"] == "busy"
+        assert not [c for c in facts.calls if c == "keywords"]  # no keyword call reached the model

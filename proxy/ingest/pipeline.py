@@ -87,6 +87,7 @@ class Pipeline:
         self.tokenizer = tokenizer
         self.integrator = Integrator(store, models, settings, tokenizer)
         self.merge_lock = anyio.Lock()
+        self.submit_lock = anyio.Lock()  # serialises uploads among themselves (not with merges)
         self._send, self._receive = anyio.create_memory_object_stream[str](max_buffer_size=1_000_000)
         self._merge_send, self._merge_receive = anyio.create_memory_object_stream[Work](max_buffer_size=1_000_000)
         self.queued: dict[str, None] = {}
@@ -227,24 +228,35 @@ class Pipeline:
     async def submit(self, parsed: ParsedDocument) -> tuple[dict[str, Any], str]:
         """Store the document durably and queue it; ("accepted" | "duplicate" | "replaced")."""
         document_id = "doc-" + hashlib.sha256(parsed.text.encode()).hexdigest()
-        async with self.merge_lock:
+        async with self.submit_lock:  # uploads one at a time: duplicates and versions are seen
             existing = await self.store.db.read(sql.get_document, document_id)
             if existing is not None:
                 return existing, "duplicate"
-            replaces = None
-            for older in await self.store.db.read(sql.documents_named, parsed.name):
-                if older["status"] == "processed":
-                    replaces = older["id"]
-                else:  # an unfinished older version has contributed nothing: drop it
-                    self._cancel(older["id"])
-                    await self.store.db.write(sql.delete_unprocessed, older["id"])
-            record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
-                      "replaces": replaces}
-            await self.store.db.write(sql.insert_document, record, parsed.text)
+            olders = await self.store.db.read(sql.documents_named, parsed.name)
+            if all(older["status"] == "processed" for older in olders):
+                # the usual case: nothing to cancel, so no need to wait for a merge in progress
+                # (that can take seconds of summaries and embeddings)
+                await self._insert(document_id, parsed, olders)
+            else:
+                async with self.merge_lock:  # an unfinished older version may be merging right now
+                    await self._insert(document_id, parsed,
+                                       await self.store.db.read(sql.documents_named, parsed.name))
         self._enqueue(document_id)
         document = await self.store.db.read(sql.get_document, document_id)
         assert document is not None
-        return document, "replaced" if replaces else "accepted"
+        return document, "replaced" if document.get("replaces") else "accepted"
+
+    async def _insert(self, document_id: str, parsed: ParsedDocument, olders: list[dict[str, Any]]) -> None:
+        replaces = None
+        for older in olders:
+            if older["status"] == "processed":
+                replaces = older["id"]
+            else:  # an unfinished older version has contributed nothing: drop it
+                self._cancel(older["id"])
+                await self.store.db.write(sql.delete_unprocessed, older["id"])
+        record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
+                  "replaces": replaces}
+        await self.store.db.write(sql.insert_document, record, parsed.text)
 
     async def retry(self, document_id: str) -> dict[str, Any]:
         document = await self.get(document_id)
@@ -393,6 +405,9 @@ class Pipeline:
                         for w in (*self.running.values(), *self.merging.values())],
             "chunks_per_minute": recent,
             "llm": {"capacity": self.models.limiter.capacity, "busy": self.models.limiter.running,
-                    "waiting": self.models.limiter.waiting, "calls": dict(self.models.calls)},
+                    "waiting": self.models.limiter.waiting, "calls": dict(self.models.calls),
+                    "embed_capacity": self.models.embed_limiter.capacity,
+                    "embed_busy": self.models.embed_limiter.running,
+                    "embed_waiting": self.models.embed_limiter.waiting},
         }
 

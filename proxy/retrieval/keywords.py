@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..limiter import Priority
+from ..limiter import Busy, Priority
 from ..models import CacheEntry, ModelClient
 
 KEYWORD_SCHEMA: dict[str, Any] = {
@@ -34,8 +34,13 @@ SHORT_QUERY = 50  # a question shorter than this becomes its own keyword when no
 class Keywords:
     high: tuple[str, ...]
     low: tuple[str, ...]
-    source: str                 # "llm", "cache", "given", "off", "fallback"
+    source: str                 # "llm", "cache", "given", "off", "busy", "fallback"
     entry: CacheEntry | None = None
+
+    @property
+    def from_question(self) -> bool:
+        """No keyword lists: the question's own embedding stands in for both (off, or upstream busy)."""
+        return self.source in ("off", "busy")
 
     def as_dict(self) -> dict[str, Any]:
         return {"high_level": list(self.high), "low_level": list(self.low), "source": self.source}
@@ -60,10 +65,14 @@ def _clean(values: Any) -> tuple[str, ...]:
 
 
 async def extract_keywords(models: ModelClient, query: str, history: list[tuple[str, str]],
-                           model: str | None) -> Keywords:
+                           model: str | None, slot_wait: float | None = None) -> Keywords:
     # normalised text in the prompt: equivalent questions share one cache entry
     messages = keyword_messages(" ".join(query.split()), [(r, " ".join(t.split())) for r, t in history])
-    reply = await models.structured("keywords", messages, KEYWORD_SCHEMA, priority=Priority.CHAT, model=model)
+    try:
+        reply = await models.structured("keywords", messages, KEYWORD_SCHEMA, priority=Priority.CHAT, model=model,
+                                        slot_wait=slot_wait)
+    except Busy:  # the upstream is saturated: search with the question itself rather than delay the chat
+        return Keywords((), (), "busy")
     try:
         data = json.loads(reply.content)
     except ValueError:

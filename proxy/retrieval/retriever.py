@@ -87,7 +87,10 @@ class Retriever:
             return Keywords((), (), "off")
         else:
             turns = history[-2 * self.settings.history_turns:] if self.settings.history_turns else []
-            found = await extract_keywords(self.models, query, turns, self.settings.keyword_model)
+            found = await extract_keywords(self.models, query, turns, self.settings.keyword_model,
+                                           self.settings.keyword_wait)
+            if found.from_question:
+                return found
             if found.entry is not None:
                 self.remember(found.entry)
         return fallback(found, query)
@@ -113,14 +116,14 @@ class Retriever:
 
     async def _embed(self, query: str, keywords: Keywords | None, params: QueryParams) -> dict[str, np.ndarray]:
         texts: dict[str, str] = {"query": query}
-        if keywords is not None and keywords.source != "off":
+        if keywords is not None and not keywords.from_question:
             if keywords.low:
                 texts["low"] = ", ".join(keywords.low)
             if keywords.high:
                 texts["high"] = ", ".join(keywords.high)
         rows = await self.models.embed(list(texts.values()), priority=Priority.CHAT)
         vectors = dict(zip(texts, rows, strict=True))
-        if keywords is not None and keywords.source == "off":  # the question stands in for both lists
+        if keywords is not None and keywords.from_question:  # the question stands in for both lists
             vectors["low"] = vectors["high"] = vectors["query"]
         return vectors
 
