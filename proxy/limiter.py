@@ -10,6 +10,8 @@ work always gets about one slot in two turns.
 
 A chat-time caller may also bound its wait (``slot(..., wait=s)``): past it, ``Busy`` is raised
 and the caller does without (retrieval then skips the keyword call rather than delay the chat).
+Such a caller gets ``Busy`` at once when as many calls of its priority already queue as there
+are slots: under a sustained overload it would only wait out its whole budget to give up.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class PriorityLimiter:
             self.running += 1
             self.background_running += background
             return
+        if wait is not None and sum(e[0] <= priority for e in self._waiters) >= self.capacity:
+            raise Busy(f"{self.capacity} upstream calls already wait for a slot")
         entry = (int(priority), next(self._order), anyio.Event())
         heapq.heappush(self._waiters, entry)
         try:

@@ -157,8 +157,9 @@ SETTINGS: tuple[Setting, ...] = (
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),
     Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
             "Longest wait, in seconds, for an upstream slot for a turn's keyword extraction; past it the "
-            "turn is searched with the question's embedding alone (as with keywords=off), so a saturated "
-            "upstream never holds a chat back for long."),
+            "turn is searched with the question's embedding alone (as with keywords=off), at once when "
+            "as many such calls already queue as there are slots: a saturated upstream never holds a "
+            "chat back for long."),
     Setting("history_turns", "GRAPHGATE_HISTORY_TURNS", "3", int_between(0, 50),
             "Previous conversation turns the keyword extraction sees, so follow-up questions resolve."),
     Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,

@@ -105,3 +105,19 @@ async def test_a_waiter_cancelled_in_the_queue_leaves_it() -> None:
             await anyio.sleep(0.01)
             assert limiter.waiting == 1
     assert done == ["second"] and limiter.running == 0
+
+
+async def test_a_bounded_wait_gives_up_at_once_when_the_queue_is_already_full() -> None:
+    limiter = PriorityLimiter(1)
+    async with anyio.create_task_group() as group, limiter.slot(Priority.INGEST):
+        group.start_soon(_hold, limiter)  # one chat-time call already queued: as many as there are slots
+        await anyio.sleep(0.01)
+        with anyio.fail_after(0.05), pytest.raises(Busy, match="already wait"):
+            async with limiter.slot(Priority.CHAT, wait=10):
+                pass
+        assert limiter.waiting == 1
+
+
+async def _hold(limiter: PriorityLimiter) -> None:
+    async with limiter.slot(Priority.CHAT):
+        pass
