@@ -151,13 +151,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="build each store in DIR/<size> and keep it; a store already there is reused")
     args = parser.parse_args()
     env = {**os.environ, "TIKTOKEN_CACHE_DIR": ""}
     for size in args.sizes:
-        data = Path(tempfile.mkdtemp(prefix=f"gg-retrieval-{size}-"))
+        data = args.keep / str(size) if args.keep else Path(tempfile.mkdtemp(prefix=f"gg-retrieval-{size}-"))
         try:
             t = time.perf_counter()
-            build(data, size)
+            if not (data / "graphgate.duckdb").exists():
+                data.mkdir(parents=True, exist_ok=True)
+                build(data, size)
             built = time.perf_counter() - t
             disk = sum(p.stat().st_size for p in data.iterdir() if p.is_file()) / 1e9
             out = subprocess.run([sys.executable, "-c", MEASURE, str(data), str(ROOT), str(args.queries)],
@@ -168,7 +172,8 @@ def main() -> None:
                   f"{m['entities']} entities, {m['relations']} relations, {m['chunks']} chunks, {m['tokens']} tokens",
                   flush=True)
         finally:
-            shutil.rmtree(data, ignore_errors=True)
+            if not args.keep:
+                shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

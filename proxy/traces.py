@@ -24,11 +24,11 @@ class Trace:
 
 
 def record_traces(con: Con, traces: list[Trace]) -> None:
-    for t in traces:
-        con.execute("INSERT INTO traces (created_at, api, model, mode, query, augmented, reason, detail) "
+    stamp = now()
+    con.executemany("INSERT INTO traces (created_at, api, model, mode, query, augmented, reason, detail) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [now(), t.api, t.model, t.mode, t.query, t.augmented, t.reason,
-                     json.dumps(t.detail, ensure_ascii=False, default=str)])
+                    [[stamp, t.api, t.model, t.mode, t.query, t.augmented, t.reason,
+                      json.dumps(t.detail, ensure_ascii=False, default=str)] for t in traces])
     con.execute("DELETE FROM traces WHERE id <= (SELECT max(id) FROM traces) - ?", [KEEP])
 
 

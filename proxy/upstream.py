@@ -36,9 +36,12 @@ class Upstream:
         # add headers of its own (User-Agent, Accept); the proxy must forward what it was sent.
         # No pool cap: a waiting pool slot would look like a hang to a chatting user. Idle
         # connections are dropped well before a server's keep-alive timeout (uvicorn's is 5 s, the
-        # same as httpx's default): reusing one the server is closing fails the request.
+        # same as httpx's default): reusing one the server is closing fails the request. The
+        # keep-alive cap is high because httpcore compares it with *all* connections, idle or not:
+        # with more streams open than the cap, every freed connection would be closed and the next
+        # request would pay for a new one.
         self._transport = transport or httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0))
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024, keepalive_expiry=2.0))
 
     async def aclose(self) -> None:
         await self._transport.aclose()
