@@ -83,7 +83,7 @@ async def documents_page(request: Request) -> Response:
     rows, total = await kb.store.db.read(
         lambda con: sql.list_documents(con, status=status, search=search or None, sort=sort,
                                        descending=order == "desc", limit=page.size, offset=page.offset))
-    rows = [kb.pipeline.with_unrecorded_failure(r) for r in rows]
+    rows = [kb.pipeline.as_known(r) for r in rows]
     counts = await kb.store.db.read(entity_counts, [r["id"] for r in rows])
     context = {"documents": rows, "entity_counts": counts, "page": page.with_total(total), "status": status,
                "sort": sort, "order": order, "q": search, "sorts": SORTS, "statuses": sql.STATUSES,

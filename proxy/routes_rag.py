@@ -109,7 +109,7 @@ async def list_documents(request: Request) -> Response:
                                        sort=request.query_params.get("sort", "created_at"),
                                        descending=request.query_params.get("order", "desc") != "asc",
                                        limit=limit, offset=offset))
-    rows = [kb.pipeline.with_unrecorded_failure(r) for r in rows]
+    rows = [kb.pipeline.as_known(r) for r in rows]
     return json_response({"documents": rows, "total": total, "limit": limit, "offset": offset})
 
 

@@ -212,8 +212,12 @@ class Pipeline:
             return
         self.unrecorded_failures.pop(document_id, None)
 
-    def with_unrecorded_failure(self, document: dict[str, Any]) -> dict[str, Any]:
-        """``document`` as the pipeline knows it: failed, if that failure could not be written."""
+    def as_known(self, document: dict[str, Any]) -> dict[str, Any]:
+        """A stored document row as the pipeline knows it: still processing while its merge, committed
+        to the tables, is being applied to the indexes and the graph (so "processed" means a chat
+        can already find it); failed, if that failure could not be written."""
+        if document["status"] == "processed" and document["id"] in self.merging:
+            return {**document, "status": "processing"}
         message = self.unrecorded_failures.get(document["id"])
         if message is not None and document["status"] in ("pending", "processing"):
             return {**document, "status": "failed", "error": message}
@@ -292,7 +296,7 @@ class Pipeline:
         document = await self.store.db.read(sql.get_document, document_id)
         if document is None:
             raise NotFound(f"document {document_id} not found")
-        return self.with_unrecorded_failure(document)
+        return self.as_known(document)
 
     # --- processing one document ---
 
