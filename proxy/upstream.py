@@ -60,7 +60,10 @@ class Upstream:
     async def open(self, method: str, path: str, *, headers: Headers = (), content: Any = None,
                    params: Any = None) -> httpx.Response:
         """Send a request and return the response with its body not yet read."""
-        request = httpx.Request(method, self.url + path, params=params, headers=list(headers),
+        # header values go as the bytes the client sent (ASGI decodes them as latin-1); httpx would
+        # refuse a non-ASCII str value
+        raw = [(_latin1(k), _latin1(v)) for k, v in headers]
+        request = httpx.Request(method, self.url + path, params=params, headers=raw,
                                 content=content, extensions={"timeout": self._timeout})
         try:
             return await self._transport.handle_async_request(request)
@@ -158,3 +161,7 @@ def _error_message(raw: bytes, status: int) -> str:
         pass
     text = raw.decode("utf-8", "replace").strip()
     return text or f"upstream answered HTTP {status}"
+
+
+def _latin1(value: str | bytes) -> bytes:
+    return value.encode("latin-1") if isinstance(value, str) else value

@@ -118,3 +118,10 @@ async def test_upstream_unreachable_gives_502_naming_it(settings: Settings) -> N
                 response = await client.request(method, path, json=body)
                 error = assert_ollama_error(response, 502)
                 assert error.startswith("upstream Ollama at http://127.0.0.1:9 is unreachable: ")
+
+
+async def test_a_non_ascii_header_value_is_forwarded_as_sent(client: httpx.AsyncClient, fake: FakeOllama) -> None:
+    """Found by the long fuzzing run: a latin-1 header value made httpx raise (a 500)."""
+    response = await client.get("/api/version", headers=[(b"x-note", "é".encode("latin-1"))])
+    assert response.status_code == 200
+    assert fake.requests[-1].headers["x-note"] == "é"
