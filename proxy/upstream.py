@@ -16,6 +16,7 @@ import anyio
 import httpx
 
 from .errors import (
+    BadRequest,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
@@ -63,8 +64,11 @@ class Upstream:
         # header values go as the bytes the client sent (ASGI decodes them as latin-1); httpx would
         # refuse a non-ASCII str value
         raw = [(_latin1(k), _latin1(v)) for k, v in headers]
-        request = httpx.Request(method, self.url + path, params=params, headers=raw,
-                                content=content, extensions={"timeout": self._timeout})
+        try:
+            request = httpx.Request(method, self.url + path, params=params, headers=raw,
+                                    content=content, extensions={"timeout": self._timeout})
+        except httpx.InvalidURL as exc:
+            raise BadRequest(f"cannot forward {path!r}: {exc}") from None
         try:
             return await self._transport.handle_async_request(request)
         except (httpx.HTTPError, OSError) as exc:

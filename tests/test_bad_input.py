@@ -125,3 +125,13 @@ async def test_a_non_ascii_header_value_is_forwarded_as_sent(client: httpx.Async
     response = await client.get("/api/version", headers=[(b"x-note", "é".encode("latin-1"))])
     assert response.status_code == 200
     assert fake.requests[-1].headers["x-note"] == "é"
+
+
+async def test_escapes_in_a_path_reach_the_upstream_as_sent(client: httpx.AsyncClient, fake: FakeOllama) -> None:
+    """Found by the long fuzzing run: /v1/models/%1F was decoded to a control character and httpx
+    refused the URL (a 500)."""
+    response = await client.get("/v1/models/%1F")
+    assert response.status_code == 404  # the upstream's answer: no such model
+    assert fake.requests[-1].path == "/v1/models/\x1f"  # the fake decodes, as Ollama would
+    odd = await client.get("/v1/models/llama3.2%3Alatest")
+    assert odd.status_code == 200 and odd.json()["id"] == "llama3.2:latest"
