@@ -204,10 +204,11 @@ class Pipeline:
         try:
             with anyio.CancelScope(shield=True):
                 await self.store.db.write(sql.set_status, document_id, "failed", message)
-        except StorageError as exc:
+        except Exception as exc:  # noqa: BLE001 - this runs in the workers: it must never raise
             # the disk refuses even this (full): show the failure from memory; the stored row still
             # says unfinished, so a restart resumes the document
-            log.warning("could not record that document %s failed: %s", document_id, exc.message)
+            reason = exc.message if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
+            log.warning("could not record that document %s failed: %s", document_id, reason)
             self.unrecorded_failures[document_id] = message
             return
         self.unrecorded_failures.pop(document_id, None)
@@ -235,7 +236,7 @@ class Pipeline:
         async with self.submit_lock:  # uploads one at a time: duplicates and versions are seen
             existing = await self.store.db.read(sql.get_document, document_id)
             if existing is not None:
-                return existing, "duplicate"
+                return self.as_known(existing), "duplicate"
             olders = await self.store.db.read(sql.documents_named, parsed.name)
             if all(older["status"] == "processed" for older in olders):
                 # the usual case: nothing to cancel, so no need to wait for a merge in progress

@@ -58,7 +58,8 @@ class BatchWriter(Generic[T]):
                 batch, self._pending = self._pending[:self.max_items], self._pending[self.max_items:]
                 if self._pending:
                     self._wake.set()
-                await self._commit(batch)
+                with anyio.CancelScope(shield=True):  # a batch taken out of the queue is committed whole
+                    await self._commit(batch)
         finally:
             # shutdown cancels us: what callers already handed over is committed, not dropped
             # (an answered extraction lost here would be paid for again after the restart)

@@ -77,7 +77,11 @@ class KnowledgeStore:
         self.db.read_sync(self.rows.load)
         self.saved_generation = self.generation
         if any(index.generation != self.generation for index in self.indexes.values()):
-            self._save_sync()
+            try:
+                self._save_sync()
+            except OSError as exc:  # e.g. a full disk: serve from the healed indexes in memory
+                log.warning("repaired vector indexes not saved (%s); they are repaired again at the next "
+                            "start", exc)
 
     def embedding_dim(self) -> int | None:
         raw = self.db.read_sync(get_meta, "embed_dim")

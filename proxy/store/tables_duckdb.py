@@ -65,8 +65,8 @@ class Database:
 
     def write_sync(self, fn: Callable[..., T], *args: Any) -> T:
         with self._thread_lock:
-            self.con.execute("BEGIN TRANSACTION")
             try:
+                self.con.execute("BEGIN TRANSACTION")
                 result = fn(self.con, *args)
                 self.con.execute("COMMIT")
                 return result
