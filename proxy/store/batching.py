@@ -55,7 +55,7 @@ class BatchWriter(Generic[T]):
                 self._wake = anyio.Event()
                 if len(self._pending) < self.max_items:
                     await anyio.sleep(self.max_delay)  # let concurrent writers join this transaction
-                batch, self._pending = self._pending[:self.max_items], self._pending[self.max_items:]
+                batch = self._take()
                 if self._pending:
                     self._wake.set()
                 with anyio.CancelScope(shield=True):  # a batch taken out of the queue is committed whole
@@ -65,8 +65,11 @@ class BatchWriter(Generic[T]):
             # (an answered extraction lost here would be paid for again after the restart)
             with anyio.CancelScope(shield=True):
                 while self._pending:
-                    batch, self._pending = self._pending[:self.max_items], self._pending[self.max_items:]
-                    await self._commit(batch)
+                    await self._commit(self._take())
+
+    def _take(self) -> list[tuple[T, anyio.Event, list[BaseException]]]:
+        batch, self._pending = self._pending[:self.max_items], self._pending[self.max_items:]
+        return batch
 
     async def _commit(self, batch: list[tuple[T, anyio.Event, list[BaseException]]]) -> None:
         try:
