@@ -256,7 +256,8 @@ class Curator:
             return await self.merge([key], new_name, type=kind, description=text)
         async with self.pipeline.merge_lock:
             # read again under the lock: a document merged meanwhile may have added sources
-            if key not in await self.store.db.read(_entity_rows, [key]):
+            current = (await self.store.db.read(_entity_rows, [key])).get(key)
+            if current is None:
                 raise NotFound(f"no entity {key!r}")
             old = (await self.store.db.read(load_edits, [key], [])).entities.get(key, EntityEdit())
             edit = EntityEdit(new_name or old.name, kind or old.type,
