@@ -47,12 +47,14 @@ def column(matrix: np.ndarray) -> pa.Array:
 
 def build(data: Path, n_chunks: int) -> None:
     """Tables, indexes and graph exactly as the gateway stores them, written in bulk."""
+    from proxy.settings import Settings
     from proxy.store.knowledge import KnowledgeStore, now
     from proxy.store.tables_duckdb import bump_generation, set_meta
 
     rng = np.random.default_rng(7)
     centers = rng.standard_normal((500, DIM)).astype(np.float32)
-    store = KnowledgeStore(data)
+    settings = Settings.load()  # GRAPHGATE_VECTOR_DTYPE and GRAPHGATE_DB_MEMORY apply, as in the gateway
+    store = KnowledgeStore(data, settings.vector_dtype, settings.db_memory)
     store._open_sync()
     con = store.db.con
     stamp = now()
@@ -98,7 +100,6 @@ def build(data: Path, n_chunks: int) -> None:
     for name, index in store.indexes.items():
         index.reset(DIM)
         store._heal_index(name, index, trust=False)
-    store._load_graph()
     store._save_sync()
     store.db.close()
 
@@ -117,8 +118,8 @@ from proxy.retrieval.budget import Budget
 from proxy.tokens import get_tokenizer
 
 async def main():
-    store = await KnowledgeStore.open(Path(sys.argv[1]))
-    settings = Settings()
+    settings = Settings.load()
+    store = await KnowledgeStore.open(Path(sys.argv[1]), settings.vector_dtype, settings.db_memory)
     retriever = Retriever(store, None, settings, get_tokenizer())
     rng = np.random.default_rng(11)
     async def embed(query, keywords, params):  # a local function: the upstream is not timed

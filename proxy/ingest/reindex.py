@@ -13,7 +13,6 @@ from ..limiter import Priority
 from ..models import ModelClient
 from ..settings import Settings
 from ..store.knowledge import INDEXED_TABLES, KnowledgeStore
-from ..store.rows_memory import MemoryRows
 from ..store.tables_duckdb import Con, bump_generation, get_meta, next_keys, set_meta
 from .merging import embed_hash, entity_text, relation_text
 
@@ -79,9 +78,7 @@ def rebuild_indexes(store: KnowledgeStore) -> dict[str, int]:
         for table, index in store.indexes.items():
             index.reset(ndim)
             store._heal_index(table, index, trust=False)
-        store._load_graph()
-        store.rows = MemoryRows()
-        store.db.read_sync(store.rows.load)
+        store._load_memory()
     store.saved_generation = -1
     store._save_sync()
     return {table: len(index) for table, index in store.indexes.items()}

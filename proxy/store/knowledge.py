@@ -44,7 +44,7 @@ class IndexDelta:
 
 
 class KnowledgeStore:
-    def __init__(self, data_dir: Path, dtype: str = "f16", memory_limit: str = "1GB") -> None:
+    def __init__(self, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB") -> None:
         self.data_dir = data_dir
         self.memory_limit = memory_limit
         self.db: Database
@@ -58,7 +58,7 @@ class KnowledgeStore:
     # --- opening, healing, saving ---
 
     @classmethod
-    async def open(cls, data_dir: Path, dtype: str = "f16", memory_limit: str = "1GB") -> KnowledgeStore:
+    async def open(cls, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB") -> KnowledgeStore:
         store = cls(data_dir, dtype, memory_limit)
         await anyio.to_thread.run_sync(store._open_sync)
         return store
@@ -73,8 +73,7 @@ class KnowledgeStore:
             healed = self._heal_index(name, index, trust=loaded and index.generation == self.generation)
             if healed:
                 log.info("vector index %s was out of step with the tables and has been repaired", name)
-        self._load_graph()
-        self.db.read_sync(self.rows.load)
+        self._load_memory()
         self.saved_generation = self.generation
         if any(index.generation != self.generation for index in self.indexes.values()):
             try:
@@ -102,11 +101,12 @@ class KnowledgeStore:
         index.generation = -1
         return bool(len(missing) or len(extra)) or not trust
 
-    def _load_graph(self) -> None:
-        entities = self.db.read_sync(lambda c: [r[0] for r in c.execute("SELECT name_key FROM entities").fetchall()])
-        edges = self.db.read_sync(
-            lambda c: c.execute("SELECT source, target, weight FROM relations").fetchall())
-        self.graph.load(entities, [(s, t, float(w)) for s, t, w in edges])
+    def _load_memory(self) -> None:
+        """The in-memory rows from the tables, then the graph from the rows (sharing their strings)."""
+        rows = MemoryRows()
+        self.db.read_sync(rows.load)
+        self.graph.load(list(rows.entity_keys), [(m.source, m.target, m.weight) for m in rows.relations.values()])
+        self.rows = rows
 
     def _save_sync(self) -> None:
         with self.memory_lock:
@@ -162,12 +162,13 @@ class KnowledgeStore:
         for name_key in changes.entities_removed:
             rows.drop_entity(name_key)
         for e in changes.entities_upserted:
-            rows.put_entity(EntityMeta(e.key, e.name_key, e.name, e.type, e.description, tuple(e.source_ids)))
+            rows.put_entity(EntityMeta(e.key, e.name_key, e.name, e.type, e.description, rows.sources(e.source_ids)))
         for pair in changes.relations_removed:
             rows.drop_relation(pair)
         for r in changes.relations_upserted:
-            rows.put_relation(RelationMeta(r.key, r.pair_key, r.source, r.target, tuple(r.keywords), r.description,
-                                           r.weight, tuple(r.source_ids)))
+            rows.put_relation(RelationMeta(r.key, r.pair_key, rows.entity_name_key(r.source),
+                                           rows.entity_name_key(r.target), tuple(r.keywords), r.description,
+                                           r.weight, rows.sources(r.source_ids)))
 
     def _apply_graph(self, changes: Changeset) -> None:
         self.graph.add_entities(row.name_key for row in changes.entities_upserted)
