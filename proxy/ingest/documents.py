@@ -121,16 +121,17 @@ def record_extractions(con: Con, records: list[ExtractionRecord]) -> None:
         "chunk_id": [r[0] for r in rows.values()], "model": [r[1] for r in rows.values()],
         "result": [r[2] for r in rows.values()], "raw": [r[3] for r in rows.values()],
         "created_at": [r[4] for r in rows.values()]}))
-    con.execute("INSERT INTO extractions SELECT * FROM new_extractions n "
-                "WHERE NOT EXISTS (SELECT 1 FROM extractions e WHERE e.chunk_id = n.chunk_id)")
+    # OR IGNORE checks the primary key's index; NOT EXISTS would scan every stored extraction
+    con.execute("INSERT OR IGNORE INTO extractions SELECT * FROM new_extractions")
     con.unregister("new_extractions")
     write_cache(con, [e for r in records for e in r[5]], [h for r in records for h in r[6]])
     progress: dict[str, int] = {}
     for document_id, *_ in records:
         progress[document_id] = progress.get(document_id, 0) + 1
-    for document_id, count in progress.items():
-        con.execute("UPDATE documents SET chunks_done = chunks_done + ?, updated_at = ? WHERE id = ?",
-                    [count, stamp, document_id])
+    con.register("progress", pa.table({"id": list(progress), "done": list(progress.values())}))
+    con.execute("UPDATE documents SET chunks_done = chunks_done + p.done, updated_at = ? FROM progress p "
+                "WHERE documents.id = p.id", [stamp])
+    con.unregister("progress")
 
 
 def write_cache(con: Con, entries: list[CacheEntry], hits: list[CacheEntry]) -> None:
@@ -140,9 +141,8 @@ def write_cache(con: Con, entries: list[CacheEntry], hits: list[CacheEntry]) -> 
         con.register("new_cache", pa.table({
             "kind": [e.kind for e in fresh], "key": [e.key for e in fresh], "model": [e.model for e in fresh],
             "request": [e.request for e in fresh], "response": [e.response for e in fresh]}))
-        con.execute("""INSERT INTO llm_cache (kind, key, model, request, response, created_at)
-                       SELECT kind, key, model, request, response, ? FROM new_cache n WHERE NOT EXISTS
-                       (SELECT 1 FROM llm_cache c WHERE c.kind = n.kind AND c.key = n.key)""", [stamp])
+        con.execute("""INSERT OR IGNORE INTO llm_cache (kind, key, model, request, response, created_at)
+                       SELECT kind, key, model, request, response, ? FROM new_cache""", [stamp])
         con.unregister("new_cache")
     for e in hits:
         con.execute("UPDATE llm_cache SET hits = hits + 1, last_hit_at = ? WHERE kind = ? AND key = ?",
