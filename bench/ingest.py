@@ -103,6 +103,12 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency: int) -> dict[str, float]:
     data = Path(tempfile.mkdtemp(prefix="gg-bench-"))
     fake_port, gate_port = free_port(), free_port()
@@ -130,12 +136,13 @@ def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency
             elapsed = time.perf_counter() - start
             calls = httpx.get(upstream + "/__stats").json()
         rss = peak_rss_mb(gate.pid)
+        cpu = {"gateway": cpu_seconds(gate.pid), "upstream": cpu_seconds(fake.pid)}
         gate.terminate()
         gate.wait(30)
         size = sum(p.stat().st_size for p in data.iterdir() if p.is_file())
         return {"seconds": elapsed, "chunks": stats["chunks"], "failed": stats["documents"]["failed"],
                 "entities": stats["entities"], "relations": stats["relations"], "rss_mb": rss,
-                "bytes": size, "llm_calls": calls["calls"], "llm_span": calls["last"] - calls["first"]}
+                "bytes": size, "llm_calls": calls["calls"], "llm_span": calls["last"] - calls["first"], "cpu": cpu}
     finally:
         for process in (gate, fake):
             if process.poll() is None:
@@ -161,6 +168,8 @@ def main() -> None:
               f"{a['chunks'] / a['seconds']:.0f} chunks/s (target >= 100); failed {a['failed']}")
         print(f"    {a['entities']} entities, {a['relations']} relations; peak RSS {a['rss_mb']:.0f} MB; "
               f"store {a['bytes'] / 1e6:.1f} MB = {a['bytes'] / 1e6 / a['chunks'] * 1000:.1f} MB per 1,000 chunks")
+        print(f"    CPU per chunk: gateway {1000 * a['cpu']['gateway'] / a['chunks']:.1f} ms, fake upstream "
+              f"{1000 * a['cpu']['upstream'] / a['chunks']:.1f} ms (both on the same 2 cores)")
     if not args.skip_b:
         b = run(make_documents(args.docs_b, names, rng), names_file, 0.2, 4)
         rate = b["llm_calls"] / b["llm_span"] if b["llm_span"] else 0

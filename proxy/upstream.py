@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import httpx
+import orjson
 
 from .errors import (
     BadRequest,
@@ -115,7 +116,7 @@ class Upstream:
             raise UpstreamStatusError(_error_message(raw, response.status_code),
                                       status=response.status_code)
         try:
-            return json.loads(raw)
+            return orjson.loads(raw)  # embeddings: thousands of floats a reply, ~10x faster than json
         except ValueError as exc:
             raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent invalid JSON for {path}: {exc}") from exc
 

@@ -35,6 +35,7 @@ from typing import Any, AsyncIterator, Callable, Iterator
 import anyio
 import httpx
 import numpy as np
+import orjson
 import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -644,9 +645,12 @@ class FakeOllama(OpenAIEndpoints):
         if not texts:
             return _JSON({"model": name, "embeddings": []})
         metrics = self._metrics(sum(map(_word_count, texts)), 1, started)
-        return self._reply({"model": name, "embeddings": self._vectors(name, texts, req.get("dimensions")),
-                            "total_duration": metrics["total_duration"], "load_duration": metrics["load_duration"],
-                            "prompt_eval_count": metrics["prompt_eval_count"]}, mode)
+        payload = {"model": name, "embeddings": self._vectors(name, texts, req.get("dimensions")),
+                   "total_duration": metrics["total_duration"], "load_duration": metrics["load_duration"],
+                   "prompt_eval_count": metrics["prompt_eval_count"]}
+        if mode is None:  # thousands of floats: orjson writes them ~10x faster (the benches share the CPU)
+            return Response(orjson.dumps(payload), media_type=_JSON.media_type)
+        return self._reply(payload, mode)
 
     async def _embeddings(self, request: Request) -> Response:
         req = await self._body(request)
