@@ -30,6 +30,12 @@ def get_document(con: Con, document_id: str) -> dict[str, Any] | None:
     return _row(row) if row else None
 
 
+def get_documents(con: Con, document_ids: list[str]) -> dict[str, dict[str, Any]]:
+    rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM documents WHERE id = ANY(?::VARCHAR[])",
+                       [document_ids]).fetchall()
+    return {row[0]: _row(row) for row in rows}
+
+
 def get_text(con: Con, document_id: str) -> str | None:
     row = con.execute("SELECT text FROM documents WHERE id = ?", [document_id]).fetchone()
     return row[0] if row else None

@@ -161,26 +161,26 @@ class Pipeline:
             async with self.merge_lock:
                 for work in ready:
                     work.phase = "merging"
-                live = [w for w in ready if not w.scope.cancel_called
-                        and await self.store.db.read(sql.get_document, w.document_id) is not None]
-                await self._merge_or_split(live)
+                stored = await self.store.db.read(sql.get_documents, [w.document_id for w in ready])
+                live = [w for w in ready if not w.scope.cancel_called and w.document_id in stored]
+                await self._merge_or_split(live, stored)
             for work in batch:
                 self.merging.pop(work.document_id, None)
                 self._finished(work.document_id)
 
-    async def _merge_or_split(self, works: list[Work]) -> None:
+    async def _merge_or_split(self, works: list[Work], documents: dict[str, dict[str, Any]]) -> None:
         """Merge the batch; if that fails, each document alone, so one bad document fails alone."""
         if not works:
             return
         try:
-            await self._merge(works)
+            await self._merge(works, documents)
             return
         except Exception as exc:  # noqa: BLE001 - a failure must not stop merging
             if len(works) == 1:
                 await self._fail_with(works[0].document_id, exc)
                 return
         for work in works:
-            await self._merge_or_split([work])
+            await self._merge_or_split([work], documents)
 
     def _finished(self, document_id: str) -> None:
         """A run of ``document_id`` ended: start the one asked for meanwhile, if any."""
@@ -368,11 +368,11 @@ class Pipeline:
             result = merge_passes(result, extra)
         return result, raw, entries, hits
 
-    async def _merge(self, works: list[Work]) -> None:
-        """One transaction for the documents in ``works``: their new chunks, the graph changes,
-        the chunks of the versions they replace, and their status."""
+    async def _merge(self, works: list[Work], stored: dict[str, dict[str, Any]]) -> None:
+        """One transaction for the documents in ``works`` (their rows in ``stored``): their new
+        chunks, the graph changes, the chunks of the versions they replace, and their status."""
         db = self.store.db
-        documents = {w.document_id: await self.get(w.document_id) for w in works}
+        documents = {w.document_id: stored[w.document_id] for w in works}
         unique = {c.id: c for w in works for c in w.chunks}
         stored = await db.read(sql.stored_chunk_ids, list(unique))
         new_chunks = [c for c in unique.values() if c.id not in stored]
