@@ -197,7 +197,8 @@ class Retriever:
         relation_ids = self._pick([r.source_ids for r in relations], query_vector, params, set(entity_ids))
         merged = round_robin([[(i, s, "vector") for i, s in vector_ids], [(i, 0.0, "entity") for i in entity_ids],
                               [(i, 0.0, "relation") for i in relation_ids]], key=lambda c: c[0])[:params.chunk_top_k]
-        texts = self._read(search.chunk_texts, [c[0] for c in merged])
+        keys = search.chunk_keys(self.store, [c[0] for c in merged])
+        texts = self._read(search.chunk_texts, list(keys.values()))
         documents = search.documents_of(self.store, [c[0] for c in merged])
         return [FoundChunk(i, texts[i][0], texts[i][1], score, origin, documents.get(i, []))
                 for i, score, origin in merged if i in texts]

@@ -100,11 +100,13 @@ def chunk_ids(store: KnowledgeStore, keys: list[int]) -> dict[int, str]:
         return {k: store.rows.chunk_ids[k] for k in keys if k in store.rows.chunk_ids}
 
 
-def chunk_texts(con: Con, ids: list[str]) -> dict[str, tuple[str, int]]:
-    """id -> (content, tokens): the one DuckDB read of a retrieval."""
-    if not ids:
+def chunk_texts(con: Con, keys: list[int]) -> dict[str, tuple[str, int]]:
+    """id -> (content, tokens) of the chunks with these vector keys: the one DuckDB read of a
+    retrieval. By key, through the key index: matching ids would scan every chunk id (16 ms at 1M)."""
+    if not keys:
         return {}
-    rows = con.execute("SELECT id, content, tokens FROM chunks WHERE id = ANY(?::VARCHAR[])", [ids]).fetchall()
+    rows = con.execute("SELECT id, content, tokens FROM chunks WHERE key IN (SELECT unnest(?::BIGINT[]))",
+                       [keys]).fetchall()
     return {r[0]: (r[1], r[2]) for r in rows}
 
 

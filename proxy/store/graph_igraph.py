@@ -9,17 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import igraph
+import numpy as np
 
 
 class EntityGraph:
     def __init__(self) -> None:
         self.g = igraph.Graph(directed=False)
 
-    def load(self, entities: list[str], edges: list[tuple[str, str, float]]) -> None:
-        graph = igraph.Graph(directed=False)
-        graph.add_vertices(len(entities), attributes={"name": entities})
-        if edges:
-            graph.add_edges([(s, t) for s, t, _ in edges], attributes={"weight": [w for _, _, w in edges]})
+    def load(self, names: list[str], ends: np.ndarray, weights: list[float]) -> None:
+        """A new graph: vertex i is named ``names[i]``; edge j joins the vertices in ``ends[j]``."""
+        graph = igraph.Graph(n=len(names), edges=ends.reshape(-1, 2), directed=False)
+        graph.vs["name"] = names
+        graph.es["weight"] = weights
         self.g = graph
 
     @property
@@ -90,5 +91,10 @@ class EntityGraph:
     def neighbourhood(self, key: str, depth: int = 1) -> list[str]:
         if not self.has(key):
             return []
+        if depth == 1:  # igraph's neighborhood() costs ~0.15 ms a call at 500k vertices, neighbors() ~1 us
+            vertex = self.g.vs.find(name=key).index
+            ids = list(dict.fromkeys([vertex, *self.g.neighbors(vertex)]))
+        else:
+            ids = self.g.neighborhood(key, order=depth)
         # only the neighbours' names: g.vs["name"] would copy every vertex's name each call
-        return self.g.vs.select(self.g.neighborhood(key, order=depth))["name"]
+        return self.g.vs.select(ids)["name"]

@@ -16,15 +16,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .tables_duckdb import Con
 
-BATCH = 20_000  # rows fetched at a time: one big fetchall leaves its freed memory to the process
+BATCH = 20_000  # rows converted at a time: one big fetchall leaves its freed memory to the process
 
 
 def fetch_rows(con: Con, query: str, args: list[Any] | None = None) -> Iterator[tuple[Any, ...]]:
-    cursor = con.execute(query, args or [])
-    while rows := cursor.fetchmany(BATCH):
-        yield from rows
+    """The query's rows as tuples, converted a batch at a time column by column through Arrow
+    (2-3x faster than DuckDB's row-wise fetch for millions of rows)."""
+    finish = getattr(con, "complete", None)  # DuckDB 2 refuses con.sql while an execute() result is open
+    if finish is not None:
+        finish()
+    for batch in con.sql(query, params=args or None).to_arrow_reader(BATCH):
+        yield from zip(*[column.to_pylist() for column in batch.columns], strict=True)
 
 
 @dataclass(slots=True)  # treated as immutable: replaced whole, never changed in place
@@ -40,13 +46,21 @@ class EntityMeta:
 @dataclass(slots=True)  # treated as immutable: replaced whole, never changed in place
 class RelationMeta:
     key: int
-    pair: str
-    source: str
-    target: str
+    pair: str            # "<source key>\x1f<target key>", endpoints sorted
     keywords: tuple[str, ...]
     description: str
     weight: float
     source_ids: tuple[str, ...]
+
+    # the endpoints are the pair's two halves: derived, not stored (two strings per relation less
+    # to hold, and none to look up while a million relations load)
+    @property
+    def source(self) -> str:
+        return self.pair.split("\x1f", 1)[0]
+
+    @property
+    def target(self) -> str:
+        return self.pair.split("\x1f", 1)[1]
 
 
 @dataclass
@@ -66,34 +80,29 @@ class MemoryRows:
         chunk_keys, chunk_ids = self.chunk_keys, self.chunk_ids
         for chunk_id, key in fetch_rows(con, "SELECT id, key FROM chunks"):
             chunk_keys[chunk_id], chunk_ids[key] = key, chunk_id
-        # chunks first, so that the source ids below are the chunk id strings already held, and
-        # entities before relations, whose endpoints are then the entity keys already held
+        # chunks first, so that the source ids below are the chunk id strings already held; entities
+        # in key order, which the graph's vertices follow (``graph_edges``)
         key_of, id_of = chunk_keys.get, chunk_ids.get
         entities, entity_keys = self.entities, self.entity_keys
         types: dict[str, str] = {}  # a dozen distinct values over millions of rows
         for key, name_key, name, kind, description, sources in fetch_rows(
-                con, "SELECT key, name_key, name, type, description, source_ids FROM entities"):
+                con, "SELECT key, name_key, name, type, description, source_ids FROM entities ORDER BY key"):
             entities[key] = EntityMeta(key, name_key, name_key if name == name_key else name,
                                        types.setdefault(kind, kind), description,
                                        tuple([id_of(key_of(c), c) for c in sources]))
             entity_keys[name_key] = key
-        entity_of, vector_key_of = entities.get, entity_keys.get
         relations, relation_keys = self.relations, self.relation_keys
         keyword_lists: dict[tuple[str, ...], tuple[str, ...]] = {}  # only while loading: many repeat
-        for key, pair, source, target, keywords, description, weight, sources in fetch_rows(
-                con, "SELECT key, pair_key, source, target, keywords, description, weight, source_ids "
-                "FROM relations"):
+        for key, pair, keywords, description, weight, sources in fetch_rows(
+                con, "SELECT key, pair_key, keywords, description, weight, source_ids FROM relations"):
             keywords = tuple(keywords)
-            ends = [entity_of(vector_key_of(source)), entity_of(vector_key_of(target))]
-            relations[key] = RelationMeta(key, pair, ends[0].name_key if ends[0] else source,
-                                          ends[1].name_key if ends[1] else target,
-                                          keyword_lists.setdefault(keywords, keywords), description, float(weight),
-                                          tuple([id_of(key_of(c), c) for c in sources]))
+            relations[key] = RelationMeta(key, pair, keyword_lists.setdefault(keywords, keywords), description,
+                                          float(weight), tuple([id_of(key_of(c), c) for c in sources]))
             relation_keys[pair] = key
         self.load_documents(con, None)
 
     def load_documents(self, con: Con, chunk_ids: list[str] | None) -> None:
-        # plain pairs, grouped here: a GROUP BY over a million chunk ids costs DuckDB seconds
+        # plain pairs, grouped here in one pass: a GROUP BY over a million chunk ids costs DuckDB seconds
         query = "SELECT chunk_id, document_id FROM document_chunks"
         args: list[Any] = []
         if chunk_ids is not None:
@@ -103,22 +112,23 @@ class MemoryRows:
             args = [chunk_ids]
             for chunk_id in chunk_ids:
                 self.chunk_documents.pop(chunk_id, None)
-        names = dict(con.execute("SELECT id, name FROM documents").fetchall())
-        grouped: dict[str, Any] = {}
+        shared = self._names
+        names = {}
+        for document_id, name in con.execute("SELECT id, name FROM documents").fetchall():
+            names[document_id] = shared.setdefault((name,), (name,))
+        key_of, id_of = self.chunk_keys.get, self.chunk_ids.get
+        documents = self.chunk_documents
         for chunk_id, document_id in fetch_rows(con, query, args):
-            name = names.get(document_id)
-            if name is None:
+            found = names.get(document_id)
+            if found is None:
                 continue
-            seen = grouped.get(chunk_id)
+            chunk_id = id_of(key_of(chunk_id), chunk_id)
+            seen = documents.get(chunk_id)
             if seen is None:
-                grouped[chunk_id] = name            # most chunks belong to one document
-            elif isinstance(seen, str):
-                grouped[chunk_id] = {seen, name}
-            else:
-                seen.add(name)
-        for chunk_id, found in grouped.items():
-            names_tuple = (found,) if isinstance(found, str) else tuple(sorted(found))
-            self.chunk_documents[self.chunk_id(chunk_id)] = self._names.setdefault(names_tuple, names_tuple)
+                documents[chunk_id] = found          # most chunks belong to one document
+            elif found[0] not in seen:
+                both = tuple(sorted((*seen, found[0])))
+                documents[chunk_id] = shared.setdefault(both, both)
 
     # --- sharing repeated strings ---
 
@@ -129,10 +139,6 @@ class MemoryRows:
 
     def sources(self, chunk_ids: Any) -> tuple[str, ...]:
         return tuple(self.chunk_id(c) for c in chunk_ids)
-
-    def entity_name_key(self, name_key: str) -> str:
-        meta = self.entity(name_key)
-        return name_key if meta is None else meta.name_key
 
     # --- changes ---
 
@@ -176,3 +182,14 @@ class MemoryRows:
     def relation(self, pair: str) -> RelationMeta | None:
         key = self.relation_keys.get(pair)
         return None if key is None else self.relations.get(key)
+
+
+def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:
+    """Every relation as a pair of vertex numbers (entities numbered in key order, as ``load``
+    reads them) and its weight: the join runs in DuckDB, not over a million Python strings."""
+    result = con.execute("""
+        WITH vertex AS (SELECT name_key, row_number() OVER (ORDER BY key) - 1 AS i FROM entities)
+        SELECT s.i AS s, t.i AS t, r.weight FROM relations r
+        JOIN vertex s ON s.name_key = r.source JOIN vertex t ON t.name_key = r.target""").fetchnumpy()
+    ends = np.stack([np.asarray(result["s"], dtype=np.int64), np.asarray(result["t"], dtype=np.int64)], axis=1)
+    return ends, np.asarray(result["weight"], dtype=np.float64).tolist()
