@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from proxy.store.knowledge import KnowledgeStore
-from proxy.store.rows_memory import EntityMeta
+from proxy.store.rows_memory import EntityMeta, descriptions
 from proxy.store.tables_duckdb import Con
 
 from .graph_svg import Edge, Node
@@ -19,8 +19,17 @@ SHOWN_CHUNKS = 20
 
 
 @dataclass
+class ListedEntity:
+    name_key: str
+    name: str
+    type: str
+    source_ids: tuple[str, ...]
+    description: str
+
+
+@dataclass
 class EntityListing:
-    rows: list[tuple[EntityMeta, int]]  # (entity, degree)
+    rows: list[tuple[ListedEntity, int]]  # (entity, degree)
     total: int
 
 
@@ -63,11 +72,21 @@ def entity_types(con: Con) -> list[tuple[str, int]]:
 
 async def list_entities(store: KnowledgeStore, *, search: str, kind: str, sort: str, descending: bool,
                         limit: int, offset: int) -> EntityListing:
+    """One page of entities with their degrees and descriptions (the page's rows read from DuckDB)."""
+    metas, total = await _listing(store, search=search, kind=kind, sort=sort, descending=descending,
+                                  limit=limit, offset=offset)
+    text = await store.db.read(descriptions, "entities", [meta.key for meta, _ in metas])
+    return EntityListing([(ListedEntity(m.name_key, m.name, m.type, m.source_ids, text.get(m.key, "")), degree)
+                          for m, degree in metas], total)
+
+
+async def _listing(store: KnowledgeStore, *, search: str, kind: str, sort: str, descending: bool,
+                   limit: int, offset: int) -> tuple[list[tuple[EntityMeta, int]], int]:
     if sort == "name":
         keys, total = await store.db.read(names_page, search, kind, descending, limit, offset)
         with store.memory_lock:
             degrees = store.graph.degrees(keys)
-            return EntityListing(_metas(store, keys, degrees), total)
+            return _metas(store, keys, degrees), total
     if search or kind:
         keys = await store.db.read(matching_keys, search, kind)
         with store.memory_lock:
@@ -75,17 +94,16 @@ async def list_entities(store: KnowledgeStore, *, search: str, kind: str, sort: 
         order = _ranked(np.asarray([degrees[k] for k in keys]), np.asarray(keys, dtype=object), descending)
         page = [keys[int(i)] for i in order[offset:offset + limit]]
         with store.memory_lock:
-            return EntityListing(_metas(store, page, degrees), len(keys))
+            return _metas(store, page, degrees), len(keys)
     with store.memory_lock:  # no filter: the whole graph's degrees, ranked in numpy
         graph = store.graph.g
         total = graph.vcount()
         if total == 0:
-            return EntityListing([], 0)
+            return [], 0
         degree = np.asarray(graph.degree())
         order = _ranked(degree, np.asarray(graph.vs["name"], dtype=object), descending)[offset:offset + limit]
         keys = graph.vs.select([int(i) for i in order])["name"] if len(order) else []
-        return EntityListing(_metas(store, keys, dict(zip(keys, (int(degree[i]) for i in order), strict=True))),
-                             total)
+        return _metas(store, keys, dict(zip(keys, (int(degree[i]) for i in order), strict=True))), total
 
 
 def _ranked(degree: np.ndarray, keys: np.ndarray, descending: bool) -> np.ndarray:
@@ -129,10 +147,19 @@ def entity_detail(con: Con, key: str) -> dict[str, Any] | None:
 
 def entity_relations(store: KnowledgeStore, key: str, limit: int) -> tuple[list[dict[str, Any]], int]:
     """The entity's relations, heaviest first, from the graph and the in-memory rows (a scan of
-    the relations table costs tens of milliseconds at 200k relations)."""
+    the relations table costs tens of milliseconds at 200k relations); the shown ones' descriptions
+    by their vector keys."""
+    shown, total, keys = _entity_relations(store, key, limit)
+    text = store.db.read_sync(descriptions, "relations", keys)
+    for relation, vector_key in zip(shown, keys, strict=True):
+        relation["description"] = text.get(vector_key, "")
+    return shown, total
+
+
+def _entity_relations(store: KnowledgeStore, key: str, limit: int) -> tuple[list[dict[str, Any]], int, list[int]]:
     with store.memory_lock:
         if not store.graph.has(key):
-            return [], 0
+            return [], 0, []
         graph = store.graph.g
         others = graph.vs.select(graph.neighbors(key))["name"]
         found = []
@@ -145,8 +172,8 @@ def entity_relations(store: KnowledgeStore, key: str, limit: int) -> tuple[list[
         for meta, other in found[:limit]:
             entity = store.rows.entity(other)
             shown.append({"pair": meta.pair, "other": entity.name if entity else other, "other_key": other,
-                          "keywords": list(meta.keywords), "description": meta.description, "weight": meta.weight})
-        return shown, len(found)
+                          "keywords": list(meta.keywords), "weight": meta.weight})
+        return shown, len(found), [meta.key for meta, _ in found[:limit]]
 
 
 def resolve_name(con: Con, name_key: str) -> str | None:

@@ -15,6 +15,7 @@ from proxy.ingest.curation import MAX_MERGE
 from proxy.ingest.suggestions import dismiss
 from proxy.routes_rag import knowledge
 from proxy.store.knowledge import now
+from proxy.store.rows_memory import descriptions
 
 from .entity_queries import list_entities
 from .guard import action
@@ -31,16 +32,20 @@ def _keys(values: QueryParams | FormData) -> list[str]:
     return keys
 
 
-def _picked(request: Request, keys: list[str]) -> list[dict[str, Any]]:
+async def _picked(request: Request, keys: list[str]) -> list[dict[str, Any]]:
     store = knowledge(request).store
     with store.memory_lock:
         degrees = store.graph.degrees(keys)
-        out = []
+        out, vector_keys = [], []
         for key in keys:
             meta = store.rows.entity(key)
             if meta is not None:
-                out.append({"key": key, "name": meta.name, "type": meta.type, "description": meta.description,
+                out.append({"key": key, "name": meta.name, "type": meta.type,
                             "degree": degrees.get(key, 0), "sources": len(meta.source_ids)})
+                vector_keys.append(meta.key)
+    text = await store.db.read(descriptions, "entities", vector_keys)
+    for item, vector_key in zip(out, vector_keys, strict=True):
+        item["description"] = text.get(vector_key, "")
     return out
 
 
@@ -48,7 +53,7 @@ async def merge_page(request: Request) -> Response:
     """The selection: the picked entities, a search to add more, and the target to keep."""
     kb = knowledge(request)
     keys = _keys(request.query_params)
-    picked = _picked(request, keys)
+    picked = await _picked(request, keys)
     target_token = request.query_params.get("target")
     target = unref(target_token) if target_token else None
     if picked and target not in {p["key"] for p in picked}:
@@ -72,7 +77,7 @@ async def _plan(request: Request) -> tuple[Any, FormData]:
     target = unref(target_token)
     if target not in keys:
         keys.append(target)
-    name = form.get("name") or next((p["name"] for p in _picked(request, [target])), "")
+    name = form.get("name") or next((p["name"] for p in await _picked(request, [target])), "")
     plan = await knowledge(request).curator.plan_merge(keys, name, type=form.get("type") or None,
                                                       description=form.get("description") or None)
     return plan, form
@@ -97,7 +102,7 @@ async def merge(request: Request) -> Response:
     if not isinstance(target_token, str) or not target_token:
         raise BadRequest("pick the entity to keep")
     target = unref(target_token)
-    name = form.get("name") or next((p["name"] for p in _picked(request, [target])), "")
+    name = form.get("name") or next((p["name"] for p in await _picked(request, [target])), "")
     result = await knowledge(request).curator.merge([*keys, target], name, type=form.get("type") or None,
                                                    description=form.get("description") or None)
     destination = f"/admin/entities/{ref(result['target'])}"
@@ -114,7 +119,7 @@ async def suggestions_page(request: Request) -> Response:
     shown = found[page.offset:page.offset + page.size]
     pairs = []
     for suggestion in shown:
-        sides = _picked(request, [suggestion.a, suggestion.b])
+        sides = await _picked(request, [suggestion.a, suggestion.b])
         if len(sides) == 2:
             keep = max(sides, key=lambda p: (p["degree"], p["sources"]))
             pairs.append({"suggestion": suggestion, "sides": sides, "keep": keep})

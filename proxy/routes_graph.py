@@ -16,24 +16,27 @@ from .payloads import parse_object, read_body
 from .responses import json_response
 from .routes_rag import knowledge
 from .store.changes import pair_key
+from .store.rows_memory import descriptions
 
 
 async def _body(request: Request) -> dict[str, Any]:
     return parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
 
 
-def _entity_json(request: Request, key: str) -> dict[str, Any]:
+async def _entity_json(request: Request, key: str) -> dict[str, Any]:
     store = knowledge(request).store
     with store.memory_lock:
         meta = store.rows.entity(key)
         if meta is None:
             raise NotFound(f"no entity named {key!r}")
-        return {"name": meta.name, "type": meta.type, "description": meta.description,
-                "sources": list(meta.source_ids), "degree": store.graph.degree(key)}
+        found = {"name": meta.name, "type": meta.type, "description": "",
+                 "sources": list(meta.source_ids), "degree": store.graph.degree(key)}
+    found["description"] = (await store.db.read(descriptions, "entities", [meta.key])).get(meta.key, "")
+    return found
 
 
 async def get_entity(request: Request) -> Response:
-    return json_response(_entity_json(request, name_key(request.path_params["name"])))
+    return json_response(await _entity_json(request, name_key(request.path_params["name"])))
 
 
 async def edit_entity(request: Request) -> Response:
@@ -42,7 +45,7 @@ async def edit_entity(request: Request) -> Response:
     if unknown:
         raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))} (name, type, description can be changed)")
     result = await knowledge(request).curator.edit_entity(name_key(request.path_params["name"]), **body)
-    return json_response(_entity_json(request, result["target"]))
+    return json_response(await _entity_json(request, result["target"]))
 
 
 async def delete_entity(request: Request) -> Response:

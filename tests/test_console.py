@@ -92,6 +92,11 @@ async def test_entity_list_search_sort_and_fragment(console: httpx.AsyncClient) 
     assert re.findall(r'<td><a href="/admin/entities/[\w-]+">([^<]+)</a></td>', by_name.text) == sorted(names)
     found = await console.get("/admin/entities?q=ali", headers={"HX-Request": "true", "HX-Target": "entity-table"})
     assert "<html" not in found.text and "Alice Smith" in found.text and "Bob Jones" not in found.text
+    stored = dict(kb(console).store.db.read_sync(
+        lambda c: c.execute("SELECT name, description FROM entities").fetchall()))
+    listed = re.findall(r'<td><a href="/admin/entities/[\w-]+">([^<]+)</a></td>.*?<small>([^<]*)</small>', page.text,
+                        re.S)
+    assert len(listed) == 6 and all(shown and shown == stored[name] for name, shown in listed)  # read per page
     typed = await console.get("/admin/entities?type=Location")
     assert re.findall(r'<td><a href="/admin/entities/[\w-]+">([^<]+)</a></td>', typed.text) == ["Berlin"]
     hostile = await console.get("/admin/entities", params={"q": "%' OR 1=1 --"})

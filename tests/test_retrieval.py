@@ -3,6 +3,7 @@ a brute-force oracle over the stored embeddings, merges, budgets, keywords and /
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -235,3 +236,22 @@ async def test_an_oversized_only_entity_is_cut_to_its_budget(kb: httpx.AsyncClie
     result = await query(kb, query="q", mode="local", ll_keywords=["Acme Corp"], hl_keywords=[], max_entity_tokens=12)
     section = result["context"].split("## Entities (knowledge graph)\n")[1].split("\n\n")[0]
     assert len(section.splitlines()) == 1 and get_tokenizer().count(section) <= 12
+
+
+async def test_descriptions_are_the_stored_ones(kb: httpx.AsyncClient) -> None:
+    """Descriptions are not kept in memory: a retrieval reads the chosen rows' from DuckDB."""
+    store = store_of(kb)
+    entities = dict(store.db.read_sync(lambda c: c.execute("SELECT name, description FROM entities").fetchall()))
+    relations = {(s, t): d for s, t, d in store.db.read_sync(lambda c: c.execute(
+        "SELECT s.name, t.name, r.description FROM relations r JOIN entities s ON s.name_key = r.source "
+        "JOIN entities t ON t.name_key = r.target").fetchall())}
+    result = await query(kb, query="Berlin chess club", mode="mix", ll_keywords=["Berlin"], hl_keywords=["club"])
+    assert result["entities"] and result["relations"]
+    for entity in result["entities"]:
+        assert entity["description"] and entity["description"] == entities[entity["name"]]
+        assert json.dumps(entity["description"], ensure_ascii=False) in result["context"]
+    for relation in result["relations"]:
+        assert relation["description"] and relation["description"] == relations[(relation["source"], relation["target"])]
+        assert json.dumps(relation["description"], ensure_ascii=False) in result["context"]
+    berlin = (await kb.get("/rag/entities/berlin")).json()
+    assert berlin["description"] == entities["Berlin"]

@@ -144,6 +144,7 @@ class Retriever:
                 global_ = ([], [])
             entities = round_robin([local[0], global_[0]], key=lambda e: e.key)
             relations = round_robin([local[1], global_[1]], key=lambda r: r.pair)
+            self._read(search.fill_descriptions, entities, relations)
         with timer.step("chunks"):
             chunks = self._chunks(vectors["query"], entities, relations, params)
         with timer.step("context"):

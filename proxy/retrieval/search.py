@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..store.knowledge import KnowledgeStore
-from ..store.rows_memory import EntityMeta, RelationMeta
+from ..store.rows_memory import EntityMeta, RelationMeta, descriptions
 from ..store.tables_duckdb import Con
 
 
@@ -20,8 +20,9 @@ class FoundEntity:
     key: str
     name: str
     type: str
-    description: str
     source_ids: list[str]
+    vector_key: int
+    description: str = ""  # read for the candidates only, once they are chosen (``fill_descriptions``)
     score: float = 0.0
     degree: int = 0
 
@@ -34,9 +35,10 @@ class FoundRelation:
     source_name: str
     target_name: str
     keywords: list[str]
-    description: str
     weight: float
     source_ids: list[str]
+    vector_key: int
+    description: str = ""
     score: float = 0.0
     degree: int = 0      # degree(source) + degree(target): how central the edge is
 
@@ -59,13 +61,21 @@ def vector_search(store: KnowledgeStore, table: str, vector: np.ndarray, count: 
 
 
 def _entity(meta: EntityMeta) -> FoundEntity:
-    return FoundEntity(meta.name_key, meta.name, meta.type, meta.description, list(meta.source_ids))
+    return FoundEntity(meta.name_key, meta.name, meta.type, list(meta.source_ids), meta.key)
 
 
 def _relation(store: KnowledgeStore, meta: RelationMeta) -> FoundRelation:
-    names = [(store.rows.entity(k) or EntityMeta(0, k, k, "", "", ())).name for k in (meta.source, meta.target)]
+    names = [(store.rows.entity(k) or EntityMeta(0, k, k, "", ())).name for k in (meta.source, meta.target)]
     return FoundRelation(meta.pair, meta.source, meta.target, names[0], names[1], list(meta.keywords),
-                         meta.description, meta.weight, list(meta.source_ids))
+                         meta.weight, list(meta.source_ids), meta.key)
+
+
+def fill_descriptions(con: Con, entities: list[FoundEntity], relations: list[FoundRelation]) -> None:
+    """Read the descriptions of the chosen entities and relations (two indexed reads)."""
+    for table, found in (("entities", entities), ("relations", relations)):
+        text = descriptions(con, table, [f.vector_key for f in found])
+        for item in found:
+            item.description = text.get(item.vector_key, "")
 
 
 def entities_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundEntity]:

@@ -169,12 +169,11 @@ class KnowledgeStore:
         for name_key in changes.entities_removed:
             rows.drop_entity(name_key)
         for e in changes.entities_upserted:
-            rows.put_entity(EntityMeta(e.key, e.name_key, e.name, e.type, e.description, rows.sources(e.source_ids)))
+            rows.put_entity(EntityMeta(e.key, e.name_key, e.name, e.type, rows.sources(e.source_ids)))
         for pair in changes.relations_removed:
             rows.drop_relation(pair)
         for r in changes.relations_upserted:
-            rows.put_relation(RelationMeta(r.key, r.pair_key, tuple(r.keywords), r.description, r.weight,
-                                           rows.sources(r.source_ids)))
+            rows.put_relation(RelationMeta(r.key, r.pair_key, tuple(r.keywords), r.weight, rows.sources(r.source_ids)))
 
     def _apply_graph(self, changes: Changeset) -> None:
         self.graph.add_entities(row.name_key for row in changes.entities_upserted)

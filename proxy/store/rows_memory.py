@@ -1,9 +1,11 @@
 """What retrieval reads about entities, relations and chunks, kept in memory beside the graph.
 
 DuckDB answers a point lookup in about a millisecond at best, and a retrieval needs a dozen of
-them; so the small, hot metadata (names, types, descriptions, keywords, weights, source chunk ids,
-vector keys, chunk-to-document names) lives here, loaded at start-up and changed with every commit
-under the store's memory lock. Chunk texts stay in DuckDB and are read once per retrieval.
+them; so the small, hot metadata (names, types, keywords, weights, source chunk ids, vector keys,
+chunk-to-document names) lives here, loaded at start-up and changed with every commit under the
+store's memory lock. Texts stay in DuckDB: chunk contents and descriptions (often the largest
+strings, up to a summary's length) are read for the few rows a retrieval or a page shows
+(``descriptions``).
 
 At a million chunks this is millions of Python objects, so it is kept lean: slotted records, and
 every repeated string or tuple (a chunk id cited as a source, an entity key named by a relation,
@@ -39,7 +41,6 @@ class EntityMeta:
     name_key: str
     name: str
     type: str
-    description: str
     source_ids: tuple[str, ...]
 
 
@@ -48,7 +49,6 @@ class RelationMeta:
     key: int
     pair: str            # "<source key>\x1f<target key>", endpoints sorted
     keywords: tuple[str, ...]
-    description: str
     weight: float
     source_ids: tuple[str, ...]
 
@@ -85,19 +85,20 @@ class MemoryRows:
         key_of, id_of = chunk_keys.get, chunk_ids.get
         entities, entity_keys = self.entities, self.entity_keys
         types: dict[str, str] = {}  # a dozen distinct values over millions of rows
-        for key, name_key, name, kind, description, sources in fetch_rows(
-                con, "SELECT key, name_key, name, type, description, source_ids FROM entities ORDER BY key"):
+        for key, name_key, name, kind, sources in fetch_rows(
+                con, "SELECT key, name_key, name, type, source_ids FROM entities ORDER BY key"):
             entities[key] = EntityMeta(key, name_key, name_key if name == name_key else name,
-                                       types.setdefault(kind, kind), description,
-                                       tuple([id_of(key_of(c), c) for c in sources]))
+                                       types.setdefault(kind, kind), tuple([id_of(key_of(c), c) for c in sources]))
             entity_keys[name_key] = key
         relations, relation_keys = self.relations, self.relation_keys
         keyword_lists: dict[tuple[str, ...], tuple[str, ...]] = {}  # only while loading: many repeat
-        for key, pair, keywords, description, weight, sources in fetch_rows(
-                con, "SELECT key, pair_key, keywords, description, weight, source_ids FROM relations"):
+        weights: dict[float, float] = {}  # likewise: sums of small whole numbers, mostly
+        for key, pair, keywords, weight, sources in fetch_rows(
+                con, "SELECT key, pair_key, keywords, weight, source_ids FROM relations"):
             keywords = tuple(keywords)
-            relations[key] = RelationMeta(key, pair, keyword_lists.setdefault(keywords, keywords), description,
-                                          float(weight), tuple([id_of(key_of(c), c) for c in sources]))
+            relations[key] = RelationMeta(key, pair, keyword_lists.setdefault(keywords, keywords),
+                                          weights.setdefault(weight, weight),
+                                          tuple([id_of(key_of(c), c) for c in sources]))
             relation_keys[pair] = key
         self.load_documents(con, None)
 
@@ -184,6 +185,15 @@ class MemoryRows:
         return None if key is None else self.relations.get(key)
 
 
+def descriptions(con: Con, table: str, keys: list[int]) -> dict[int, str]:
+    """Descriptions of the entities or relations with these vector keys, through the key index."""
+    if not keys:
+        return {}
+    assert table in ("entities", "relations")
+    return dict(con.execute(f"SELECT key, description FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
+                            [keys]).fetchall())
+
+
 def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:
     """Every relation as a pair of vertex numbers (entities numbered in key order, as ``load``
     reads them) and its weight: the join runs in DuckDB, not over a million Python strings."""
@@ -192,4 +202,5 @@ def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:
         SELECT s.i AS s, t.i AS t, r.weight FROM relations r
         JOIN vertex s ON s.name_key = r.source JOIN vertex t ON t.name_key = r.target""").fetchnumpy()
     ends = np.stack([np.asarray(result["s"], dtype=np.int64), np.asarray(result["t"], dtype=np.int64)], axis=1)
-    return ends, np.asarray(result["weight"], dtype=np.float64).tolist()
+    shared: dict[float, float] = {}  # few distinct weights: one float object each, not one per edge
+    return ends, [shared.setdefault(w, w) for w in np.asarray(result["weight"], dtype=np.float64).tolist()]
