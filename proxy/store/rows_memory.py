@@ -7,9 +7,10 @@ store's memory lock. Texts stay in DuckDB: chunk contents and descriptions (ofte
 strings, up to a summary's length) are read for the few rows a retrieval or a page shows
 (``descriptions``).
 
-At a million chunks this is millions of Python objects, so it is kept lean: slotted records, and
-every repeated string or tuple (a chunk id cited as a source, an entity key named by a relation,
-a keyword list, a chunk's document names) is one shared object rather than a copy per row.
+At a million chunks this is millions of Python objects, so it is kept lean: slotted records, a
+relation's endpoints derived from its pair key, and every repeated value (a chunk id cited as a
+source, an entity type, a keyword list, a weight, a chunk's document names) one shared object
+rather than a copy per row.
 """
 
 from __future__ import annotations
