@@ -65,16 +65,26 @@ def collect_files(paths: list[str]) -> list[Path]:
     return files
 
 
+UPLOADS_IN_FLIGHT = 8  # uploads that reach the gateway together are stored in one transaction
+
+
 async def _upload(client: httpx.AsyncClient, files: list[Path]) -> list[dict[str, Any]]:
-    results = []
-    for path in files:
-        response = await client.post("/rag/documents", files={"file": (path.name, path.read_bytes())})
+    results: list[dict[str, Any]] = [{} for _ in files]
+    limiter = anyio.CapacityLimiter(UPLOADS_IN_FLIGHT)
+
+    async def one(i: int, path: Path) -> None:
+        async with limiter:
+            response = await client.post("/rag/documents", files={"file": (path.name, path.read_bytes())})
         body = response.json()
         result = (body.get("documents") or [{"name": path.name, "outcome": "rejected", "error": body.get("error")}])[0]
         result["path"] = str(path)
-        results.append(result)
+        results[i] = result
         if result["outcome"] == "rejected":
             console.print(f"[red]rejected[/red] {path}: {result.get('error')}")
+
+    async with anyio.create_task_group() as group:
+        for i, path in enumerate(files):
+            group.start_soon(one, i, path)
     return results
 
 

@@ -36,6 +36,20 @@ def get_documents(con: Con, document_ids: list[str]) -> dict[str, dict[str, Any]
     return {row[0]: _row(row) for row in rows}
 
 
+def document_with_text(con: Con, document_id: str) -> tuple[dict[str, Any] | None, str]:
+    row = con.execute(f"SELECT {', '.join(_COLUMNS)}, text FROM documents WHERE id = ?", [document_id]).fetchone()
+    return (_row(row[:-1]), row[-1]) if row else (None, "")
+
+
+def start_documents(con: Con, items: list[tuple[str, int, int]]) -> None:
+    """Mark documents processing with their chunk counts (id, total, already extracted), in one statement."""
+    con.register("started", pa.table({"id": [i[0] for i in items], "total": pa.array([i[1] for i in items], pa.int32()),
+                                      "done": pa.array([i[2] for i in items], pa.int32())}))
+    con.execute("UPDATE documents SET status = 'processing', error = NULL, chunks_total = s.total, "
+                "chunks_done = s.done, updated_at = ? FROM started s WHERE documents.id = s.id", [now()])
+    con.unregister("started")
+
+
 def get_text(con: Con, document_id: str) -> str | None:
     row = con.execute("SELECT text FROM documents WHERE id = ?", [document_id]).fetchone()
     return row[0] if row else None
@@ -68,6 +82,27 @@ def list_documents(con: Con, *, status: str | None, search: str | None, sort: st
 def unfinished_ids(con: Con) -> list[str]:
     return [r[0] for r in con.execute(
         "SELECT id FROM documents WHERE status IN ('pending', 'processing') ORDER BY created_at").fetchall()]
+
+
+def document_and_versions(con: Con, document_id: str, name: str) -> tuple[dict[str, Any] | None,
+                                                                         list[dict[str, Any]]]:
+    """The document with this id, if stored, and the stored documents with this name (oldest first)."""
+    rows = [_row(r) for r in con.execute(f"SELECT {', '.join(_COLUMNS)} FROM documents WHERE id = ? OR name = ? "
+                                         "ORDER BY created_at", [document_id, name]).fetchall()]
+    existing = next((r for r in rows if r["id"] == document_id), None)
+    return existing, [r for r in rows if r["name"] == name and r["id"] != document_id]
+
+
+def insert_documents(con: Con, items: list[tuple[dict[str, Any], str]]) -> None:
+    """New documents, pending, in one statement (uploads arriving together share a transaction)."""
+    stamp = now()
+    con.register("new_documents", pa.table({
+        "id": [d["id"] for d, _ in items], "name": [d["name"] for d, _ in items],
+        "mime": [d["mime"] for d, _ in items], "size": pa.array([d["size"] for d, _ in items], pa.int64()),
+        "text": [text for _, text in items], "replaces": pa.array([d.get("replaces") for d, _ in items], pa.string())}))
+    con.execute("INSERT INTO documents (id, name, mime, size, status, text, replaces, created_at, updated_at) "
+                "SELECT id, name, mime, size, 'pending', text, replaces, ?, ? FROM new_documents", [stamp, stamp])
+    con.unregister("new_documents")
 
 
 def insert_document(con: Con, doc: dict[str, Any], text: str) -> None:

@@ -10,6 +10,7 @@ Merging is serialised (``merge_lock``) so concurrent documents never race on an 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -96,6 +97,11 @@ class Pipeline:
         self.requeue: set[str] = set()       # queued again while still running: picked up when it ends
         self.unrecorded_failures: dict[str, str] = {}  # document id -> error the disk would not take
         self.extraction_writer = BatchWriter(store.db, sql.record_extractions)
+        # uploads that arrive while the writer is busy (a merge) share the next transaction; no
+        # delay: a lone upload is committed at once
+        self.upload_writer = BatchWriter(store.db, sql.insert_documents, max_delay=0)
+        self.status_writer = BatchWriter(store.db, sql.start_documents, max_delay=0)  # likewise: "processing"
+        self.inserting: dict[str, Pending] = {}  # document id or name -> its insert, until committed
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
 
@@ -108,6 +114,8 @@ class Pipeline:
             group.start_soon(self._worker)
         group.start_soon(self._merger)
         group.start_soon(self.extraction_writer.run)
+        group.start_soon(self.upload_writer.run)
+        group.start_soon(self.status_writer.run)
 
     def _enqueue(self, document_id: str) -> None:
         self.unrecorded_failures.pop(document_id, None)
@@ -233,19 +241,34 @@ class Pipeline:
     async def submit(self, parsed: ParsedDocument) -> tuple[dict[str, Any], str]:
         """Store the document durably and queue it; ("accepted" | "duplicate" | "replaced")."""
         document_id = "doc-" + hashlib.sha256(parsed.text.encode()).hexdigest()
-        async with self.submit_lock:  # uploads one at a time: duplicates and versions are seen
-            existing = await self.store.db.read(sql.get_document, document_id)
+        pending = None
+        async with self.submit_lock:  # decisions one at a time: duplicates and versions are seen
+            for key in (document_id, parsed.name):  # the same content or name still on its way in
+                if key in self.inserting:
+                    with contextlib.suppress(Exception):  # its own upload reports its failure
+                        await self.inserting[key].wait()
+            existing, olders = await self.store.db.read(sql.document_and_versions, document_id, parsed.name)
             if existing is not None:
                 return self.as_known(existing), "duplicate"
-            olders = await self.store.db.read(sql.documents_named, parsed.name)
             if all(older["status"] == "processed" for older in olders):
                 # the usual case: nothing to cancel, so no need to wait for a merge in progress
-                # (that can take seconds of summaries and embeddings)
-                await self._insert(document_id, parsed, olders)
+                # (that can take seconds of summaries and embeddings); the insert itself is
+                # awaited outside the lock, so that uploads in flight together commit together
+                record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
+                          "replaces": olders[-1]["id"] if olders else None}
+                pending = self.upload_writer.submit((record, parsed.text))
+                self.inserting[document_id] = self.inserting[parsed.name] = pending
             else:
                 async with self.merge_lock:  # an unfinished older version may be merging right now
                     await self._insert(document_id, parsed,
                                        await self.store.db.read(sql.documents_named, parsed.name))
+        if pending is not None:
+            try:
+                await pending.wait()
+            finally:
+                for key in (document_id, parsed.name):
+                    if self.inserting.get(key) is pending:
+                        del self.inserting[key]
         self._enqueue(document_id)
         document = await self.store.db.read(sql.get_document, document_id)
         assert document is not None
@@ -303,17 +326,21 @@ class Pipeline:
 
     async def _extract_document(self, work: Work) -> None:
         db = self.store.db
-        document = await self.get(work.document_id)
+        document, text = await db.read(sql.document_with_text, work.document_id)
+        if document is None:
+            raise NotFound(f"document {work.document_id} not found")
         work.name = document["name"]
-        text = await db.read(sql.get_text, work.document_id)
         work.phase = "chunking"
-        work.chunks = await anyio.to_thread.run_sync(functools.partial(
-            chunk_text, text or "", self.tokenizer, size=self.settings.chunk_tokens,
-            overlap=self.settings.chunk_overlap))
+
+        def chunk_and_look_up() -> tuple[list[Chunk], set[str]]:  # one worker thread for both
+            chunks = chunk_text(text, self.tokenizer, size=self.settings.chunk_tokens,
+                                overlap=self.settings.chunk_overlap)
+            return chunks, db.read_sync(sql.extracted_ids, list({c.id: None for c in chunks}))
+
+        work.chunks, done = await anyio.to_thread.run_sync(chunk_and_look_up)
         unique = list({c.id: c for c in work.chunks}.values())
-        done = await db.read(sql.extracted_ids, [c.id for c in unique])
         work.phase, work.total, work.done = "extracting", len(unique), len(done)
-        await db.write(sql.set_status, work.document_id, "processing", None, len(unique), len(done))
+        await self.status_writer.write((work.document_id, len(unique), len(done)))
         async with anyio.create_task_group() as group:
             for chunk in unique:
                 if chunk.id not in done:

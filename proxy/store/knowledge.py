@@ -231,8 +231,7 @@ def _write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta],
     _upsert_rows(con, "entities", "name_key", changes.entities_upserted, deltas["entities"], stamp)
     _delete_rows(con, "relations", "pair_key", changes.relations_removed, deltas["relations"])
     _upsert_rows(con, "relations", "pair_key", changes.relations_upserted, deltas["relations"], stamp)
-    for update in changes.documents:
-        _update_document(con, update, stamp)
+    _update_documents(con, changes.documents, stamp)
     for statement in changes.also:
         statement(con)
     dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
@@ -326,10 +325,18 @@ _ROW_COLUMNS = {
 }
 
 
-def _update_document(con: Con, update: Any, stamp: datetime) -> None:
-    con.execute("""UPDATE documents SET status = ?, error = ?, updated_at = ?,
-                   chunks_total = coalesce(?, chunks_total), chunks_done = coalesce(?, chunks_done),
-                   processed_at = CASE WHEN ? = 'processed' THEN ? ELSE processed_at END
-                   WHERE id = ?""",
-                [update.status, update.error, stamp, update.chunks_total, update.chunks_done,
-                 update.status, stamp, update.id])
+def _update_documents(con: Con, updates: list[Any], stamp: datetime) -> None:
+    """Every document's new status in one statement (a merge commits up to a batch of them)."""
+    if not updates:
+        return
+    con.register("document_updates", pa.table({
+        "id": [u.id for u in updates], "status": [u.status for u in updates],
+        "error": pa.array([u.error for u in updates], pa.string()),
+        "chunks_total": pa.array([u.chunks_total for u in updates], pa.int32()),
+        "chunks_done": pa.array([u.chunks_done for u in updates], pa.int32())}))
+    con.execute("""UPDATE documents SET status = u.status, error = u.error, updated_at = $stamp,
+                   chunks_total = coalesce(u.chunks_total, documents.chunks_total),
+                   chunks_done = coalesce(u.chunks_done, documents.chunks_done),
+                   processed_at = CASE WHEN u.status = 'processed' THEN $stamp ELSE documents.processed_at END
+                   FROM document_updates u WHERE documents.id = u.id""", {"stamp": stamp})
+    con.unregister("document_updates")
