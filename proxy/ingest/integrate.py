@@ -16,7 +16,7 @@ from ..models import CacheEntry, ModelClient
 from ..settings import Settings
 from ..store.changes import EntityRow, RelationRow
 from ..store.knowledge import KnowledgeStore
-from ..store.tables_duckdb import Con
+from ..store.tables_duckdb import Con, relation_ready
 from ..tokens import Tokenizer
 from .edits import Edits, load_edits
 from .extraction import ExtractionResult
@@ -200,12 +200,26 @@ class Integrator:
                  if (kind, key) not in old or old[(kind, key)].embed_hash != digests[i]]
         vectors = await self.models.embed([pending[i][4] for i in stale], priority=Priority.INGEST)
         fresh = dict(zip(stale, vectors, strict=True))
+        await self._reused_embeddings(pending, stale, old)
         for i, (kind, key, description, state, _text) in enumerate(pending):
             existing = old.get((kind, key))
             if kind == "entity":
                 out.entities.append(entity_row(state, description, digests[i], existing, fresh.get(i)))  # type: ignore[arg-type]
             else:
                 out.relations.append(relation_row(state, description, digests[i], existing, fresh.get(i)))  # type: ignore[arg-type]
+
+
+    async def _reused_embeddings(self, pending: list[tuple[str, str, str, object, str]], stale: list[int],
+                                 old: dict[tuple[str, str], ExistingEntity]) -> None:
+        """Read the stored vectors of the rows whose text did not change (most touched rows did:
+        reading every touched row's vector up front was wasted work)."""
+        unchanged = set(range(len(pending))) - set(stale)
+        for kind, table, id_column in (("entity", "entities", "name_key"), ("relation", "relations", "pair_key")):
+            keys = sorted(pending[i][1] for i in unchanged if pending[i][0] == kind and (kind, pending[i][1]) in old)
+            if keys:
+                vectors = await self.store.db.read(embeddings_by, table, id_column, keys)
+                for key, vector in zip(keys, vectors, strict=True):
+                    old[(kind, key)].embedding = vector
 
 
 def load_aliases(con: Con) -> dict[str, str]:
@@ -227,14 +241,13 @@ def load_existing(con: Con, table: str, id_column: str, keys: list[str]) -> dict
         return {}
     name = "name" if table == "entities" else "''"
     rows = con.execute(f"SELECT {id_column}, {name}, source_ids, key, embed_hash FROM {table} "
-                       f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[])) ORDER BY {id_column}", [keys]).fetchall()
-    vectors = embeddings_by(con, table, id_column, keys)
-    return {r[0]: ExistingEntity(r[1], list(r[2]), r[3], r[4], vectors[i]) for i, r in enumerate(rows)}
+                       f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchall()
+    return {r[0]: ExistingEntity(r[1], list(r[2]), r[3], r[4], None) for r in rows}  # vector read if reused
 
 
 def embeddings_by(con: Con, table: str, id_column: str, keys: list[str]) -> np.ndarray:
     """The rows' embeddings as one matrix, through Arrow (lists of floats via Python are slow)."""
-    rel = con.sql(f"SELECT embedding FROM {table} WHERE {id_column} IN (SELECT unnest($keys::VARCHAR[])) "
+    rel = relation_ready(con).sql(f"SELECT embedding FROM {table} WHERE {id_column} IN (SELECT unnest($keys::VARCHAR[])) "
                   f"ORDER BY {id_column}", params={"keys": keys})
     column = rel.to_arrow_table().column("embedding").combine_chunks()
     if len(column) == 0:

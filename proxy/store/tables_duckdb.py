@@ -37,6 +37,15 @@ def storage_error(exc: duckdb.Error) -> StorageError:
     return StorageError(f"the knowledge store could not write: {detail}")
 
 
+def relation_ready(con: Con) -> Con:
+    """``con``, its previous execute() result closed: DuckDB 2 refuses con.sql() while one is still
+    open (a fetchone() leaves it so), and pooled cursors are shared."""
+    finish = getattr(con, "complete", None)
+    if finish is not None:
+        finish()
+    return con
+
+
 class Database:
     def __init__(self, path: Path, memory_limit: str = "1GB") -> None:
         self.path = path
