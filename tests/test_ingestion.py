@@ -199,3 +199,41 @@ async def test_persistently_malformed_extraction_fails_the_document_cleanly(rag:
     retried = await rag.post(f"/rag/documents/{document['id']}/retry")
     assert retried.status_code == 202
     assert (await settle(rag, document["id"]))["status"] == "processed"
+
+
+async def test_uploads_in_flight_together_share_a_transaction_and_see_each_other(rag: httpx.AsyncClient) -> None:
+    """Uploads that wait for the writer together are stored in one transaction; the same content
+    sent twice at once is stored once (the second sees the first while it is still on its way in)."""
+    pipeline = rag._transport.app.state.gateway.knowledge.pipeline  # type: ignore[attr-defined]
+    batches: list[int] = []
+    insert = pipeline.upload_writer.apply
+    pipeline.upload_writer.apply = lambda con, items: (batches.append(len(items)), insert(con, items))[1]
+    texts = [(f"part-{i}.txt", f"{CITY} Part {i} of the city notes.") for i in range(5)]
+    texts += [("team.txt", TEAM), ("team-copy.txt", TEAM)]
+    results: dict[str, dict[str, Any]] = {}
+
+    async def send(name: str, text: str) -> None:
+        results[name] = await upload(rag, name, text)
+
+    lock = store_of(rag).db.write_lock
+    await lock.acquire()  # the writer is busy (a merge, say) while they arrive
+    held = True
+    try:
+        async with anyio.create_task_group() as group:
+            for name, text in texts:
+                group.start_soon(send, name, text)
+            await anyio.sleep(0.3)
+            assert not results  # nothing is acknowledged before it is stored
+            lock.release()
+            held = False
+    finally:
+        if held:
+            lock.release()
+    assert max(batches) >= 2 and sum(batches) == 6  # six distinct texts, shared transactions
+    team, copy = results["team.txt"], results["team-copy.txt"]
+    assert sorted((team["outcome"], copy["outcome"])) == ["accepted", "duplicate"] and team["id"] == copy["id"]
+    assert all(results[name]["outcome"] == "accepted" for name, _ in texts[:5])
+    for result in results.values():
+        assert (await settle(rag, result["id"]))["status"] == "processed"
+    listed = (await rag.get("/rag/documents", params={"limit": 100})).json()
+    assert len(listed["documents"]) == 6
