@@ -25,7 +25,7 @@ from anyio.abc import TaskGroup
 
 from ..errors import Conflict, GraphGateError, NotFound, StorageError
 from ..limiter import Priority
-from ..models import CacheEntry, ModelClient
+from ..models import ModelClient
 from ..settings import Settings
 from ..store.batching import BatchWriter, Pending
 from ..store.changes import Changeset, ChunkRow, DocumentUpdate
@@ -34,24 +34,14 @@ from ..store.tables_duckdb import set_meta
 from ..tokens import Tokenizer
 from . import documents as sql
 from .chunking import Chunk, chunk_text
-from .extraction import (
-    ExtractionFormatError,
-    ExtractionResult,
-    merge_passes,
-    parse_extraction,
-)
+from .chunk_extraction import ExtractionFailed, extract_chunk
 from .integrate import Integrator, load_extractions
 from .parsing import ParsedDocument
-from .prompts import extraction_messages, extraction_schema, gleaning_messages
 
 log = logging.getLogger("graphgate.ingest")
 
 
 MERGE_BATCH = 16  # documents merged in one transaction when they wait together
-
-
-class ExtractionFailed(GraphGateError):
-    status = 502
 
 
 def first_error(exc: BaseException) -> BaseException:
@@ -347,7 +337,8 @@ class Pipeline:
                     group.start_soon(self._extract_chunk, work, chunk)
 
     async def _extract_chunk(self, work: Work, chunk: Chunk) -> None:
-        result, raw, entries, hits = await self._extract(chunk)
+        extraction = await extract_chunk(self.models, self.settings, chunk)
+        result, raw, entries, hits = extraction.result, extraction.raw, extraction.entries, extraction.hits
         model = entries[0].model if entries else (hits[0].model if hits else "")
         # not awaited here: the worker moves on to its next document while the record is committed;
         # the merger waits for the document's commits before merging it
@@ -355,45 +346,6 @@ class Pipeline:
             (work.document_id, chunk.id, model, result.to_json(), raw, entries, hits)))
         work.done += 1
         self.finished.append((time.monotonic(), 1))
-
-    async def _extract(self, chunk: Chunk) -> tuple[ExtractionResult, list[str], list[CacheEntry], list[CacheEntry]]:
-        types, language = self.settings.entity_types, self.settings.language
-        schema = extraction_schema()
-        messages = extraction_messages(chunk.content, entity_types=types, language=language)
-        raw: list[str] = []
-        entries: list[CacheEntry] = []
-        hits: list[CacheEntry] = []
-        result = None
-        for attempt in range(1, self.settings.llm_retries + 1):
-            # no cache lookup: the extractions table already guarantees a chunk is never extracted twice
-            reply = await self.models.structured("extract", messages, schema, priority=Priority.INGEST, lookup=False)
-            raw.append(reply.content)
-            try:
-                result = parse_extraction(reply.content, entity_types=types)
-            except ExtractionFormatError as exc:
-                log.warning("extraction reply for chunk %s was not valid JSON (try %d): %s", chunk.id, attempt, exc)
-                error = exc
-                continue
-            (hits if reply.cached else entries).append(reply.entry)
-            break
-        if result is None:
-            raise ExtractionFailed(f"the model's extraction for chunk {chunk.order + 1} was not valid JSON after "
-                                   f"{self.settings.llm_retries} tries: {error}")
-        for _ in range(self.settings.gleaning):
-            reply = await self.models.structured("extract", gleaning_messages(
-                chunk.content, result, entity_types=types, language=language), schema, priority=Priority.INGEST,
-                lookup=False)
-            raw.append(reply.content)
-            try:
-                extra = parse_extraction(reply.content, entity_types=types)
-            except ExtractionFormatError as exc:
-                log.warning("gleaning reply for chunk %s was not valid JSON; keeping the first pass: %s", chunk.id, exc)
-                break
-            (hits if reply.cached else entries).append(reply.entry)
-            if extra.is_empty():
-                break
-            result = merge_passes(result, extra)
-        return result, raw, entries, hits
 
     async def _merge(self, works: list[Work], stored: dict[str, dict[str, Any]]) -> None:
         """One transaction for the documents in ``works`` (their rows in ``stored``): their new
