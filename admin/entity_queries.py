@@ -75,7 +75,7 @@ async def list_entities(store: KnowledgeStore, *, search: str, kind: str, sort: 
     """One page of entities with their degrees and descriptions (the page's rows read from DuckDB)."""
     metas, total = await _listing(store, search=search, kind=kind, sort=sort, descending=descending,
                                   limit=limit, offset=offset)
-    text = await store.db.read(descriptions, "entities", [meta.key for meta, _ in metas])
+    text = await store.db.read(descriptions, "entities", [(meta.key, meta.name_key) for meta, _ in metas])
     return EntityListing([(ListedEntity(m.name_key, m.name, m.type, m.source_ids, text.get(m.key, "")), degree)
                           for m, degree in metas], total)
 
@@ -151,12 +151,13 @@ def entity_relations(store: KnowledgeStore, key: str, limit: int) -> tuple[list[
     by their vector keys."""
     shown, total, keys = _entity_relations(store, key, limit)
     text = store.db.read_sync(descriptions, "relations", keys)
-    for relation, vector_key in zip(shown, keys, strict=True):
+    for relation, (vector_key, _) in zip(shown, keys, strict=True):
         relation["description"] = text.get(vector_key, "")
     return shown, total
 
 
-def _entity_relations(store: KnowledgeStore, key: str, limit: int) -> tuple[list[dict[str, Any]], int, list[int]]:
+def _entity_relations(store: KnowledgeStore, key: str,
+                      limit: int) -> tuple[list[dict[str, Any]], int, list[tuple[int, str]]]:
     with store.memory_lock:
         if not store.graph.has(key):
             return [], 0, []
@@ -173,7 +174,7 @@ def _entity_relations(store: KnowledgeStore, key: str, limit: int) -> tuple[list
             entity = store.rows.entity(other)
             shown.append({"pair": meta.pair, "other": entity.name if entity else other, "other_key": other,
                           "keywords": list(meta.keywords), "weight": meta.weight})
-        return shown, len(found), [meta.key for meta, _ in found[:limit]]
+        return shown, len(found), [(meta.key, meta.pair) for meta, _ in found[:limit]]
 
 
 def resolve_name(con: Con, name_key: str) -> str | None:

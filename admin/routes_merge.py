@@ -42,9 +42,9 @@ async def _picked(request: Request, keys: list[str]) -> list[dict[str, Any]]:
             if meta is not None:
                 out.append({"key": key, "name": meta.name, "type": meta.type,
                             "degree": degrees.get(key, 0), "sources": len(meta.source_ids)})
-                vector_keys.append(meta.key)
+                vector_keys.append((meta.key, key))
     text = await store.db.read(descriptions, "entities", vector_keys)
-    for item, vector_key in zip(out, vector_keys, strict=True):
+    for item, (vector_key, _) in zip(out, vector_keys, strict=True):
         item["description"] = text.get(vector_key, "")
     return out
 

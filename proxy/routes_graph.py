@@ -31,7 +31,7 @@ async def _entity_json(request: Request, key: str) -> dict[str, Any]:
             raise NotFound(f"no entity named {key!r}")
         found = {"name": meta.name, "type": meta.type, "description": "",
                  "sources": list(meta.source_ids), "degree": store.graph.degree(key)}
-    found["description"] = (await store.db.read(descriptions, "entities", [meta.key])).get(meta.key, "")
+    found["description"] = (await store.db.read(descriptions, "entities", [(meta.key, key)])).get(meta.key, "")
     return found
 
 

@@ -252,14 +252,17 @@ class Pipeline:
                 async with self.merge_lock:  # an unfinished older version may be merging right now
                     await self._insert(document_id, parsed,
                                        await self.store.db.read(sql.documents_named, parsed.name))
-        if pending is not None:
-            try:
-                await pending.wait()
-            finally:
-                for key in (document_id, parsed.name):
-                    if self.inserting.get(key) is pending:
-                        del self.inserting[key]
-        self._enqueue(document_id)
+        # shielded: an insert handed to the writer is committed even if this upload is cancelled,
+        # and a committed document must be queued
+        with anyio.CancelScope(shield=True):
+            if pending is not None:
+                try:
+                    await pending.wait()
+                finally:
+                    for key in (document_id, parsed.name):
+                        if self.inserting.get(key) is pending:
+                            del self.inserting[key]
+            self._enqueue(document_id)
         document = await self.store.db.read(sql.get_document, document_id)
         assert document is not None
         return document, "replaced" if document.get("replaces") else "accepted"

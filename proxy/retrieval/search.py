@@ -72,10 +72,12 @@ def _relation(store: KnowledgeStore, meta: RelationMeta) -> FoundRelation:
 
 def fill_descriptions(con: Con, entities: list[FoundEntity], relations: list[FoundRelation]) -> None:
     """Read the descriptions of the chosen entities and relations (two indexed reads)."""
-    for table, found in (("entities", entities), ("relations", relations)):
-        text = descriptions(con, table, [f.vector_key for f in found])
-        for item in found:
-            item.description = text.get(item.vector_key, "")
+    text = descriptions(con, "entities", [(e.vector_key, e.key) for e in entities])
+    for entity in entities:
+        entity.description = text.get(entity.vector_key, "")
+    text = descriptions(con, "relations", [(r.vector_key, r.pair) for r in relations])
+    for relation in relations:
+        relation.description = text.get(relation.vector_key, "")
 
 
 def entities_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundEntity]:

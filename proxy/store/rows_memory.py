@@ -101,32 +101,36 @@ class MemoryRows:
         self.load_documents(con, None)
 
     def load_documents(self, con: Con, chunk_ids: list[str] | None) -> None:
-        # plain pairs, grouped here in one pass: a GROUP BY over a million chunk ids costs DuckDB seconds
-        query = "SELECT chunk_id, document_id FROM document_chunks"
-        args: list[Any] = []
-        if chunk_ids is not None:
+        """Which documents cite each chunk: all of them (start-up), or those of ``chunk_ids`` (after
+        a commit: only their links are read, never the whole documents table)."""
+        shared = self._names
+        if chunk_ids is None:
+            # plain pairs, grouped here: a GROUP BY over a million chunk ids costs DuckDB seconds
+            names = {}
+            for document_id, name in con.execute("SELECT id, name FROM documents").fetchall():
+                names[document_id] = name
+            pairs: Iterator[tuple[str, str | None]] = (
+                (chunk_id, names.get(document_id))
+                for chunk_id, document_id in fetch_rows(con, "SELECT chunk_id, document_id FROM document_chunks"))
+        else:
             if not chunk_ids:
                 return
-            query += " WHERE chunk_id = ANY(?::VARCHAR[])"
-            args = [chunk_ids]
             for chunk_id in chunk_ids:
                 self.chunk_documents.pop(chunk_id, None)
-        shared = self._names
-        names = {}
-        for document_id, name in con.execute("SELECT id, name FROM documents").fetchall():
-            names[document_id] = shared.setdefault((name,), (name,))
+            pairs = iter(con.execute("SELECT dc.chunk_id, d.name FROM document_chunks dc JOIN documents d "
+                                     "ON d.id = dc.document_id WHERE dc.chunk_id = ANY(?::VARCHAR[])",
+                                     [chunk_ids]).fetchall())
         key_of, id_of = self.chunk_keys.get, self.chunk_ids.get
         documents = self.chunk_documents
-        for chunk_id, document_id in fetch_rows(con, query, args):
-            found = names.get(document_id)
-            if found is None:
+        for chunk_id, name in pairs:
+            if name is None:
                 continue
             chunk_id = id_of(key_of(chunk_id), chunk_id)
             seen = documents.get(chunk_id)
-            if seen is None:
-                documents[chunk_id] = found          # most chunks belong to one document
-            elif found[0] not in seen:
-                both = tuple(sorted((*seen, found[0])))
+            if seen is None:  # most chunks belong to one document
+                documents[chunk_id] = shared.setdefault((name,), (name,))
+            elif name not in seen:
+                both = tuple(sorted((*seen, name)))
                 documents[chunk_id] = shared.setdefault(both, both)
 
     # --- sharing repeated strings ---
@@ -183,13 +187,22 @@ class MemoryRows:
         return None if key is None else self.relations.get(key)
 
 
-def descriptions(con: Con, table: str, keys: list[int]) -> dict[int, str]:
-    """Descriptions of the entities or relations with these vector keys, through the key index."""
-    if not keys:
+def descriptions(con: Con, table: str, wanted: list[tuple[int, str]]) -> dict[int, str]:
+    """Descriptions of entities or relations, by vector key (through the key index), for
+    ``wanted`` (vector key, name or pair key) pairs. A row re-embedded (so re-keyed) by a commit since
+    its key was read is found again by its name or pair."""
+    if not wanted:
         return {}
-    assert table in ("entities", "relations")
-    return dict(con.execute(f"SELECT key, description FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
-                            [keys]).fetchall())
+    id_column = {"entities": "name_key", "relations": "pair_key"}[table]
+    found = dict(con.execute(f"SELECT key, description FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
+                             [[key for key, _ in wanted]]).fetchall())
+    missing = {name: key for key, name in wanted if key not in found}
+    if missing:
+        for name, description in con.execute(f"SELECT {id_column}, description FROM {table} "
+                                             f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))",
+                                             [list(missing)]).fetchall():
+            found[missing[name]] = description
+    return found
 
 
 def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:

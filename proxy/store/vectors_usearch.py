@@ -18,7 +18,7 @@ DTYPES = ("f32", "f16", "i8")
 
 
 class VectorIndex:
-    def __init__(self, path: Path, dtype: str = "i8") -> None:
+    def __init__(self, path: Path, dtype: str = "f16") -> None:
         self.path = path
         self.dtype = dtype
         self.index: Index | None = None
