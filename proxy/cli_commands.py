@@ -82,9 +82,16 @@ async def _upload(client: httpx.AsyncClient, files: list[Path]) -> list[dict[str
         if result["outcome"] == "rejected":
             console.print(f"[red]rejected[/red] {path}: {result.get('error')}")
 
+    async def lane(indexes: list[int]) -> None:
+        for i in indexes:  # files of one name in order: the later one is the newer version
+            await one(i, files[i])
+
+    lanes: dict[str, list[int]] = {}
+    for i, path in enumerate(files):
+        lanes.setdefault(path.name, []).append(i)
     async with anyio.create_task_group() as group:
-        for i, path in enumerate(files):
-            group.start_soon(one, i, path)
+        for indexes in lanes.values():
+            group.start_soon(lane, indexes)
     return results
 
 
@@ -95,7 +102,11 @@ async def _follow(client: httpx.AsyncClient, ids: list[str]) -> dict[str, dict[s
         task = progress.add_task("processing", total=len(ids))
         while len(final) < len(ids):
             for document_id in [i for i in ids if i not in final]:
-                document = (await client.get(f"/rag/documents/{document_id}")).json()
+                response = await client.get(f"/rag/documents/{document_id}")
+                if response.status_code == 404:  # a later file of the same name replaced it before it ran
+                    final[document_id] = {"status": "superseded"}
+                    continue
+                document = response.json()
                 if document.get("status") in ("processed", "failed"):
                     final[document_id] = document
                     if document["status"] == "failed":
@@ -114,7 +125,7 @@ async def ingest(settings: Settings, paths: list[str]) -> int:
         results = await _upload(client, files)
         waiting = [r["id"] for r in results if r["outcome"] in ("accepted", "replaced")]
         final = await _follow(client, waiting)
-    counts = {"processed": 0, "failed": 0, "duplicate": 0, "rejected": 0}
+    counts = {"processed": 0, "failed": 0, "duplicate": 0, "rejected": 0, "superseded": 0}
     for result in results:
         outcome = final[result["id"]]["status"] if result.get("id") in final else result["outcome"]
         counts[outcome if outcome in counts else "processed"] += 1

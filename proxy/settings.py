@@ -131,9 +131,9 @@ SETTINGS: tuple[Setting, ...] = (
             "from the database after a crash)."),
     Setting("vector_dtype", "GRAPHGATE_VECTOR_DTYPE", "f16", choice("f32", "f16", "i8"),
             "Element type of the vector indexes: f16 takes half of f32's memory at the same recall; i8 a "
-            "quarter (768 bytes a 768-d vector: 1M chunks fit in 4 GB), but loses recall on embeddings "
-            "that share a common direction, as many models' do (exact top-10 recall 0.85 against 0.999 "
-            "on such vectors). Changing it rebuilds the indexes at start-up."),
+            "quarter (768 bytes a 768-d vector: 1M chunks fit in 4 GB) but loses recall (top-10 recall "
+            "0.84-0.88 against 0.999 in bench/index_recall.py). Changing it rebuilds the indexes at "
+            "start-up."),
     Setting("db_memory", "GRAPHGATE_DB_MEMORY", "1GB", parse_db_memory,
             "Memory DuckDB may use for its caches (DuckDB's own default is 80 % of the machine's memory)."),
     # --- retrieval and chat augmentation (LightRAG's defaults) ---

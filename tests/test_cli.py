@@ -119,3 +119,21 @@ def test_reindex_refuses_while_the_gateway_runs(tmp_path: Path, upstream: str) -
         assert "stop `graphgate serve` first" in result.stderr
     finally:
         server.stop()
+
+
+def test_ingest_of_same_named_files_keeps_the_later_one_and_finishes(tmp_path: Path, upstream: str) -> None:
+    """Files are sent several at a time, but files of one name in order: the later in the listing is
+    the version kept, whether the earlier one was still pending (superseded) or already processed."""
+    docs = tmp_path / "docs"
+    for folder, text in (("a", TEAM), ("b", CITY)):
+        (docs / folder).mkdir(parents=True)
+        (docs / folder / "notes.txt").write_text(text)
+    env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(tmp_path / "data"),
+           "GRAPHGATE_PORT": str(free_port())}
+    result = graphgate("ingest", str(docs), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "1 superseded" in result.stderr or "2 processed" in result.stderr, result.stderr
+    stats = json.loads(graphgate("status", env=env).stdout)["store"]
+    assert stats["documents"]["processed"] == 1 and sum(stats["documents"].values()) == 1
+    chunks = json.loads(graphgate("query", "Berlin", "--mode", "naive", "--json", env=env).stdout)["chunks"]
+    assert [c["content"] for c in chunks] == [CITY]  # the kept version is b/notes.txt (the city notes)
