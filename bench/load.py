@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -147,15 +147,23 @@ def question(corpus: Corpus, rng: random.Random, follow_up: bool) -> str:
 
 # ----------------------------------------------------------------------------- the fake upstream
 
-@dataclass
-class FakeConfig:
-    port: int
-    entity_types: dict[str, str]
+@dataclass(kw_only=True)
+class FakeDelays:
+    """How long the fake upstream takes (seconds): set for a load run, passed on to the fake."""
     first_token: tuple[float, float] = (0.05, 0.15)
     token_interval: tuple[float, float] = (0.010, 0.020)
     extract_delay: float = 0.2
     keyword_delay: float = 0.1
     embed_delay: float = 0.02
+
+    def delays(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(FakeDelays)}
+
+
+@dataclass(kw_only=True)
+class FakeConfig(FakeDelays):
+    port: int
+    entity_types: dict[str, str]
     embed_dim: int = 768
     seed: int = 1
 
@@ -507,19 +515,14 @@ async def load_phase(servers: Servers, corpus: Corpus, clients: int, *, turns: i
 
 # ----------------------------------------------------------------------------- the whole run
 
-@dataclass
-class LoadConfig:
+@dataclass(kw_only=True)
+class LoadConfig(FakeDelays):
     documents: int = 200
     clients: int = 100
     turns: int | None = None          # per client in the load phase; None: until the ingestion ends
     seconds: float = 420.0            # longest load phase
     baseline_turns: int = 5
     doc_chars: int = 6000
-    first_token: tuple[float, float] = (0.05, 0.15)
-    token_interval: tuple[float, float] = (0.010, 0.020)
-    extract_delay: float = 0.2
-    keyword_delay: float = 0.1
-    embed_delay: float = 0.02
     ingest_timeout: float = 480.0
     request_timeout: float = 120.0
     gate_env: dict[str, str] = field(default_factory=dict)  # extra GRAPHGATE_* settings
@@ -571,8 +574,7 @@ def run_load(config: LoadConfig, *, progress: bool = False) -> LoadResult:
     wall = time.monotonic()
     corpus = make_corpus(config.documents, target_chars=config.doc_chars)
     work = Path(tempfile.mkdtemp(prefix="gg-load-"))
-    fake_config = FakeConfig(free_port(), corpus.entity_types, config.first_token, config.token_interval,
-                             config.extract_delay, config.keyword_delay, config.embed_delay)
+    fake_config = FakeConfig(port=free_port(), entity_types=corpus.entity_types, **config.delays())
     servers = start_servers(fake_config, config.gate_env, work)
     sampler = RssSampler(servers.gate.pid)
     sampler.start()

@@ -50,11 +50,6 @@ def start_documents(con: Con, items: list[tuple[str, int, int]]) -> None:
     con.unregister("started")
 
 
-def get_text(con: Con, document_id: str) -> str | None:
-    row = con.execute("SELECT text FROM documents WHERE id = ?", [document_id]).fetchone()
-    return row[0] if row else None
-
-
 def documents_named(con: Con, name: str) -> list[dict[str, Any]]:
     rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM documents WHERE name = ? ORDER BY created_at",
                        [name]).fetchall()
@@ -103,13 +98,6 @@ def insert_documents(con: Con, items: list[tuple[dict[str, Any], str]]) -> None:
     con.execute("INSERT INTO documents (id, name, mime, size, status, text, replaces, created_at, updated_at) "
                 "SELECT id, name, mime, size, 'pending', text, replaces, ?, ? FROM new_documents", [stamp, stamp])
     con.unregister("new_documents")
-
-
-def insert_document(con: Con, doc: dict[str, Any], text: str) -> None:
-    stamp = now()
-    con.execute("INSERT INTO documents (id, name, mime, size, status, text, replaces, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
-                [doc["id"], doc["name"], doc["mime"], doc["size"], text, doc.get("replaces"), stamp, stamp])
 
 
 def delete_unprocessed(con: Con, document_id: str) -> None:

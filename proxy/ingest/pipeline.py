@@ -277,7 +277,7 @@ class Pipeline:
                 await self.store.db.write(sql.delete_unprocessed, older["id"])
         record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
                   "replaces": replaces}
-        await self.store.db.write(sql.insert_document, record, parsed.text)
+        await self.store.db.write(sql.insert_documents, [(record, parsed.text)])
 
     async def retry(self, document_id: str) -> dict[str, Any]:
         document = await self.get(document_id)
