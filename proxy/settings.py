@@ -129,11 +129,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("index_save_seconds", "GRAPHGATE_INDEX_SAVE_SECONDS", "30", parse_positive_float,
             "How often changed vector indexes are saved (they are also saved at shutdown and healed "
             "from the database after a crash)."),
-    Setting("vector_dtype", "GRAPHGATE_VECTOR_DTYPE", "f16", choice("f32", "f16", "i8"),
-            "Element type of the vector indexes: f16 takes half of f32's memory at the same recall; i8 a "
-            "quarter (768 bytes a 768-d vector: 1M chunks fit in 4 GB) but loses recall (top-10 recall "
-            "0.84-0.88 against 0.999 in bench/index_recall.py). Changing it rebuilds the indexes at "
-            "start-up."),
+    Setting("vector_dtype", "GRAPHGATE_VECTOR_DTYPE", "i8", choice("f32", "f16", "i8"),
+            "Element type of the vector indexes. i8 (768 bytes a 768-d vector, scaled per vector so that "
+            "no resolution is wasted) keeps 1M chunks within 4 GB at top-10 recall 0.98-0.99; f16 "
+            "doubles the memory for 0.998+, f32 doubles it again (bench/index_recall.py). Changing it "
+            "rebuilds the indexes at start-up."),
     Setting("db_memory", "GRAPHGATE_DB_MEMORY", "1GB", parse_db_memory,
             "Memory DuckDB may use for its caches (DuckDB's own default is 80 % of the machine's memory)."),
     # --- retrieval and chat augmentation (LightRAG's defaults) ---
@@ -230,7 +230,7 @@ class Settings:
     max_upload_bytes: int = 50_000_000
     inbox_dir: Path | None = None
     index_save_seconds: float = 30.0
-    vector_dtype: str = "f16"
+    vector_dtype: str = "i8"
     db_memory: str = "1GB"
     mode: str = "mix"
     top_k: int = 40

@@ -151,20 +151,20 @@ class SuggestionFinder:
         pairs = []
         for start in range(0, len(wanted), PROBES_PER_LOCK):
             with self.store.memory_lock:  # in slices: a chat's retrieval never waits long for us
-                index = self.store.indexes["entities"].index
+                vectors = self.store.indexes["entities"]
+                index = vectors.index
                 if index is None or len(index) < 2:
                     break
                 keys = vector_keys[start:start + PROBES_PER_LOCK]
                 present = np.asarray([bool(index.contains(int(k))) for k in keys])
                 if not present.any():
                     continue
-                vectors = np.asarray(index.get(keys[present]), dtype=np.float32)
-                matches = index.search(vectors, min(NEIGHBOURS + 1, len(index)))
+                found_keys, similarities = vectors.search_many(vectors.vectors(keys[present]), NEIGHBOURS + 1)
             probes = [k for k, p in zip(wanted[start:start + PROBES_PER_LOCK], present, strict=True) if p]
             for row, key in enumerate(probes):
-                for found, distance in zip(matches.keys[row], matches.distances[row], strict=True):
+                for found, similarity in zip(found_keys[row], similarities[row], strict=True):
                     other = by_vector.get(int(found))
                     if other is None or other == key:
                         continue
-                    pairs.append((key, other, 1.0 - float(distance)))
+                    pairs.append((key, other, float(similarity)))
         return pairs

@@ -147,7 +147,6 @@ def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:
 
 def chunk_vectors(store: KnowledgeStore, keys: list[int]) -> np.ndarray:
     with store.memory_lock:
-        index = store.indexes["chunks"].index
-        if index is None or not keys:
+        if store.indexes["chunks"].index is None or not keys:
             return np.empty((0, 0), dtype=np.float32)
-        return np.asarray(index.get(np.asarray(keys, dtype=np.uint64)), dtype=np.float32)
+        return store.indexes["chunks"].vectors(np.asarray(keys, dtype=np.uint64))

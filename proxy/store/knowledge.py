@@ -45,7 +45,7 @@ class IndexDelta:
 
 
 class KnowledgeStore:
-    def __init__(self, data_dir: Path, dtype: str = "f16", memory_limit: str = "1GB") -> None:
+    def __init__(self, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB") -> None:
         self.data_dir = data_dir
         self.memory_limit = memory_limit
         self.db: Database
@@ -59,7 +59,7 @@ class KnowledgeStore:
     # --- opening, healing, saving ---
 
     @classmethod
-    async def open(cls, data_dir: Path, dtype: str = "f16", memory_limit: str = "1GB") -> KnowledgeStore:
+    async def open(cls, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB") -> KnowledgeStore:
         store = cls(data_dir, dtype, memory_limit)
         await anyio.to_thread.run_sync(store._open_sync)
         return store
