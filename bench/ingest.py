@@ -42,8 +42,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from tests.fake_ollama import FakeOllama
 
-names = json.load(open(sys.argv[2]))
-pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+names = set(json.load(open(sys.argv[2])))
+words = re.compile(r"\w+")  # names looked up in a set: a 2,000-way regex alternation cost the fake 9 ms a chunk
 calls = []
 
 def extract(request):
@@ -55,7 +55,7 @@ def extract(request):
         return json.dumps({"entities": [], "relations": []})
     entities, relations = {}, []
     for sentence in re.split(r"(?<=[.])\s+", user):
-        found = list(dict.fromkeys(pattern.findall(sentence)))
+        found = list(dict.fromkeys(w for w in words.findall(sentence) if w in names))
         for name in found:
             entities.setdefault(name, {"name": name, "type": "Person", "description": sentence[:200]})
         for a, b in zip(found, found[1:]):
