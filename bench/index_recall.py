@@ -56,9 +56,10 @@ def main() -> None:
         label = "shared direction" if shared else "isotropic"
         for dtype in ("f32", "f16", "i8", "i8 (USearch's cast)"):
             ours = VectorIndex(Path("unused.usearch"), dtype.split()[0])
-            ours.add(np.arange(args.n, dtype=np.uint64), v)  # quantised as the gateway does
-            index, prepare = ours.index, ours._prepare
-            if dtype != "i8":  # the rest as USearch casts them
+            if dtype == "i8":  # quantised as the gateway does
+                ours.add(np.arange(args.n, dtype=np.uint64), v)
+                index, prepare = ours.index, ours._prepare
+            else:  # the rest as USearch casts them, with the gateway's HNSW settings
                 index, prepare = ours._new(DIM), (lambda x: x)
                 index.add(np.arange(args.n, dtype=np.uint64), v)
             exact = recall([index.search(prepare(x).reshape(-1), 10, exact=True).keys.astype(int) for x in q], truth)

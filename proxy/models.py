@@ -156,10 +156,17 @@ class ModelClient:
                 return await self.upstream.call_json("POST", "/api/embed", {"model": model, "input": batch})
 
         reply = await self.with_retries(call, f"embedding call to {model}")
-        vectors = np.asarray(reply.get("embeddings") or [], dtype=np.float32)
+        try:
+            vectors = np.asarray(reply.get("embeddings") or [], dtype=np.float32)
+        except (TypeError, ValueError) as exc:  # nulls, strings, rows of different lengths
+            raise UpstreamStatusError(f"embedding model {model} returned vectors that are not lists of numbers",
+                                      status=502) from exc
         if vectors.ndim != 2 or vectors.shape[0] != len(batch):
             raise UpstreamStatusError(f"embedding model {model} returned {len(reply.get('embeddings') or [])} "
                                       f"vectors for {len(batch)} texts", status=502)
+        if not np.isfinite(vectors).all():
+            raise UpstreamStatusError(f"embedding model {model} returned vectors with NaN or infinite values",
+                                      status=502)
         self.check_dimension(vectors.shape[1])
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.where(norms == 0, 1, norms)

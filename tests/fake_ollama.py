@@ -301,6 +301,8 @@ class FakeOllama(OpenAIEndpoints):
         self.reply = list(DEFAULT_REPLY if reply is None else reply)
         self.embed_dim = embed_dim
         self.embed_dims: dict[str, int] = {}
+        # a misbehaving embedding model: texts containing this get a vector with a null in it
+        self.embed_null_for: str | None = None
         self.models: dict[str, dict] = default_models()
         self.loaded: set[str] = {"llama3.2:latest"}  # what /api/ps lists
         self.blobs: dict[str, bytes] = {}
@@ -621,7 +623,9 @@ class FakeOllama(OpenAIEndpoints):
     # -------------------------------------------------------------- embeddings
     def _vectors(self, name: str, texts: list[str], dimensions: Any = None) -> list[list[float]]:
         dim = self.embed_dims.get(normalize(name), self.embed_dims.get(name, self.embed_dim))
-        vectors = [fake_embedding(t, dim) for t in texts]
+        vectors: list[list[Any]] = [fake_embedding(t, dim) for t in texts]
+        if self.embed_null_for:
+            vectors = [[None, *v[1:]] if self.embed_null_for in t else v for t, v in zip(texts, vectors, strict=True)]
         if isinstance(dimensions, int) and not isinstance(dimensions, bool) and 0 < dimensions < dim:
             vectors = [_unit(v[:dimensions]) for v in vectors]
         return vectors

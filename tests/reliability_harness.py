@@ -332,5 +332,5 @@ def read_state(data_dir: Path) -> StoreState:
 
 def saved_generations(data_dir: Path) -> set[str]:
     """The store generation each saved vector index says it reflects."""
-    return {(data_dir / f"{t}.gen").read_text().strip() for t in ("chunks", "entities", "relations")
+    return {(data_dir / f"{t}.gen").read_text().split()[0] for t in ("chunks", "entities", "relations")
             if (data_dir / f"{t}.gen").exists()}

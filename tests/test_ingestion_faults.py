@@ -121,6 +121,23 @@ async def test_wrong_embedding_dimension_fails_with_reindex_advice(settings: Set
         assert stats["chunks"] == 1 and stats["index_sizes"]["chunks"] == 1
 
 
+async def test_embeddings_that_are_not_numbers_fail_the_document_cleanly(settings: Settings, fake: FakeOllama,
+                                                                           facts: KnownFacts) -> None:
+    """A null inside a vector (what an Ollama model's NaN becomes in JSON) fails the document with a
+    readable error instead of storing a vector nothing can be compared with; a retry then works."""
+    async with gateway_client(settings.replace(llm_retries=1), fake) as client:
+        fake.embed_null_for = "Berlin"
+        document = await settle(client, (await upload(client, "more.txt", "Carol White visited Berlin."))["id"])
+        assert document["status"] == "failed"
+        assert "returned vectors with NaN or infinite values" in document["error"]
+        stats = await graph(client)
+        assert (stats["chunks"], stats["entities"], stats["index_sizes"]["entities"]) == (0, 0, 0)
+        fake.embed_null_for = None
+        assert (await client.post(f"/rag/documents/{document['id']}/retry")).status_code == 202
+        assert (await settle(client, document["id"]))["status"] == "processed"
+        assert (await graph(client))["chunks"] == 1
+
+
 async def test_changed_embedding_model_refuses_to_start(settings: Settings, fake: FakeOllama,
                                                        facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:

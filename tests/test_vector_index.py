@@ -86,13 +86,51 @@ def test_vectors_come_back_as_unit_rows(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("writer", ["usearch-cast", "ours"])
 def test_an_i8_index_quantised_by_usearch_is_not_loaded(tmp_path: Path, writer: str) -> None:
-    """An i8 index saved by an earlier release (USearch's own cast) is rebuilt, not trusted."""
+    """An i8 index saved by an earlier release (USearch's own cast, a bare generation beside it)
+    is rebuilt, not trusted; one saved by VectorIndex says how it was made and loads."""
     v = clustered(np.random.default_rng(4), 30)
     path = tmp_path / "chunks.usearch"
-    index = Index(ndim=DIM, metric="cos", dtype="i8")
-    index.add(np.arange(1, 31, dtype=np.uint64), v if writer == "usearch-cast" else quantise_i8(v))
-    index.save(str(path))
-    path.with_suffix(".gen").write_text("5")
+    if writer == "usearch-cast":
+        index = Index(ndim=DIM, metric="cos", dtype="i8")
+        index.add(np.arange(1, 31, dtype=np.uint64), v)
+        index.save(str(path))
+        path.with_suffix(".gen").write_text("5")
+    else:
+        ours = VectorIndex(path, "i8")
+        ours.add(np.arange(1, 31, dtype=np.uint64), v)
+        ours.save(5)
     loaded = VectorIndex(path, "i8")
     assert loaded.load(DIM) is (writer == "ours")
     assert len(loaded) == (30 if writer == "ours" else 0)
+    assert loaded.generation == (5 if writer == "ours" else -1)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
+def test_a_restored_index_searches_as_a_new_one(tmp_path: Path, dtype: str) -> None:
+    """USearch does not save the search settings with an index: a restore must set them again."""
+    v = clustered(np.random.default_rng(5), 50)
+    index = VectorIndex(tmp_path / "x.usearch", dtype)
+    index.add(np.arange(1, 51, dtype=np.uint64), v)
+    index.save(3)
+    restored = VectorIndex(tmp_path / "x.usearch", dtype)
+    assert restored.load(DIM)
+    assert restored.index is not None and index.index is not None
+    for setting in ("expansion_search", "expansion_add", "connectivity"):
+        assert getattr(restored.index, setting) == getattr(index.index, setting)
+    assert restored.index.expansion_search == 128
+    assert restored.search(v[9], 1)[0][0] == 10
+
+
+def test_non_finite_and_missing_vectors(tmp_path: Path) -> None:
+    # a row that is not finite cannot be scaled: it becomes zero instead of garbage
+    bad = np.full((1, DIM), np.nan)
+    assert not quantise_i8(bad).any()
+    # tiny but finite rows keep their direction (the scale is computed in float64)
+    assert np.abs(quantise_i8(np.full((1, DIM), 1e-40)).astype(np.int16)).max() == 127
+    v = clustered(np.random.default_rng(6), 5)
+    index = VectorIndex(tmp_path / "x.usearch", "i8")
+    index.add(np.arange(1, 6, dtype=np.uint64), v)
+    # a key the index lacks: no rows at all, so callers see the index is out of step
+    assert index.vectors(np.array([1, 99], dtype=np.uint64)).shape == (0, DIM)
+    assert index.vectors(np.array([99], dtype=np.uint64)).shape == (0, DIM)
+    assert index.vectors(np.array([2, 3], dtype=np.uint64)).shape == (2, DIM)

@@ -22,14 +22,22 @@ from usearch.index import Index
 
 DTYPES = ("f32", "f16", "i8")
 I8_MAX = 127
+# how the saved vectors were made, written beside the generation: an i8 index cast by USearch
+# itself (an earlier release) is rebuilt, not trusted
+FORMATS = {"i8": "i8-scaled"}
+# HNSW settings; USearch does not save the search ones with an index, so a restore passes them too.
+# expansion_search 128: recall@10 0.98-0.99 for i8 and 0.998+ for f16, at ~0.1 ms more a search
+HNSW = {"connectivity": 16, "expansion_add": 40, "expansion_search": 128}
 
 
 def quantise_i8(vectors: np.ndarray) -> np.ndarray:
-    """Each row scaled so that its largest component is +-127, then rounded (zero rows stay zero)."""
-    vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    """Each row scaled so that its largest component is +-127, then rounded (zero rows, and rows
+    that are not finite, which the embedding boundary refuses anyway, become zero)."""
+    vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float64))
     peak = np.abs(vectors).max(axis=1, keepdims=True)
-    scale = np.divide(I8_MAX, peak, out=np.zeros_like(peak), where=peak > 0)
-    return np.rint(vectors * scale).astype(np.int8)
+    usable = np.isfinite(peak) & (peak > 0)
+    scale = np.divide(I8_MAX, peak, out=np.zeros_like(peak), where=usable)
+    return np.rint(np.where(usable, vectors, 0.0) * scale).astype(np.int8)
 
 
 class VectorIndex:
@@ -47,9 +55,7 @@ class VectorIndex:
         return 0 if self.index is None else len(self.index)
 
     def _new(self, ndim: int) -> Index:
-        # expansion_search 128: recall@10 0.98-0.99 for i8 and 0.998+ for f16, at ~0.1 ms more a search
-        return Index(ndim=ndim, metric="cos", dtype=self.dtype, connectivity=16, expansion_add=40,
-                     expansion_search=128)
+        return Index(ndim=ndim, metric="cos", dtype=self.dtype, **HNSW)
 
     def _prepare(self, vectors: np.ndarray) -> np.ndarray:
         return quantise_i8(vectors) if self.dtype == "i8" else np.asarray(vectors, dtype=np.float32)
@@ -61,14 +67,15 @@ class VectorIndex:
         if not ndim or not self.path.exists() or not gen_file.exists():
             return False
         try:
-            index = Index.restore(str(self.path))
-            generation = int(gen_file.read_text().strip())
+            generation_line, _, fmt = gen_file.read_text().partition("\n")
+            generation = int(generation_line.strip())
+            if fmt.strip() != FORMATS.get(self.dtype, ""):
+                return False  # e.g. i8 quantised by USearch itself: rebuilt at full resolution
+            index = Index.restore(str(self.path), **HNSW)
         except (OSError, ValueError, RuntimeError):
             return False
         if index is None or index.ndim != ndim or str(index.dtype).split(".")[-1].lower() != self.dtype:
             return False  # another dimension or element type: rebuilt from the tables
-        if self.dtype == "i8" and len(index) and int(np.abs(index.get(index.keys[0])).max()) != I8_MAX:
-            return False  # quantised by USearch itself (an earlier release): rebuilt at full resolution
         self.index, self.generation = index, generation
         return True
 
@@ -106,8 +113,10 @@ class VectorIndex:
         return np.atleast_2d(matches.keys), 1.0 - np.atleast_2d(matches.distances)
 
     def vectors(self, keys: np.ndarray) -> np.ndarray:
-        """Stored vectors of ``keys`` as float32 unit rows (i8 ones de-quantised); keys must be present."""
-        if self.index is None or len(keys) == 0:
+        """Stored vectors of ``keys`` as float32 unit rows (i8 ones de-quantised); no rows at all
+        when any key is missing (the caller's tables and the index are out of step)."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        if self.index is None or len(keys) == 0 or not np.all(self.index.contains(keys)):
             return np.empty((0, self.ndim or 0), dtype=np.float32)
         found = np.atleast_2d(np.asarray(self.index.get(np.asarray(keys, dtype=np.uint64)), dtype=np.float32))
         norms = np.linalg.norm(found, axis=1, keepdims=True)
@@ -122,7 +131,8 @@ class VectorIndex:
         try:
             self.index.save(str(tmp))
             os.replace(tmp, self.path)
-            gen_tmp.write_text(str(generation))
+            fmt = FORMATS.get(self.dtype)
+            gen_tmp.write_text(f"{generation}\n{fmt}\n" if fmt else str(generation))
             os.replace(gen_tmp, self.path.with_suffix(".gen"))
         except (OSError, RuntimeError) as exc:  # usearch reports a failed write as RuntimeError
             for leftover in (tmp, gen_tmp):  # a half-written copy would hold the space a full disk lacks
