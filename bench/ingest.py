@@ -8,7 +8,9 @@ relations), starts the fake upstream and a real `graphgate serve` as separate pr
   (b) every LLM call answered after 200 ms, GRAPHGATE_LLM_CONCURRENCY=4: pipeline efficiency =
       achieved LLM calls/s divided by the ideal 4 / 0.2 s = 20 calls/s.
 
-    python bench/ingest.py [--docs 500] [--skip-a] [--skip-b] [--docs-b 500]
+    python bench/ingest.py [--docs 500] [--concurrency-a 2] [--skip-a] [--skip-b] [--docs-b 500]
+
+(a) runs at the default LLM concurrency of 2 unless --concurrency-a says otherwise.
 
 Targets (2 cores): (a) >= 100 chunks/s; (b) >= 90 %.
 """
@@ -162,6 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=500)
     parser.add_argument("--docs-b", type=int, default=500)
+    parser.add_argument("--concurrency-a", type=int, default=2, help="GRAPHGATE_LLM_CONCURRENCY for (a)")
     parser.add_argument("--skip-a", action="store_true")
     parser.add_argument("--skip-b", action="store_true")
     args = parser.parse_args()
@@ -170,8 +173,8 @@ def main() -> None:
     names_file = Path(tempfile.mkstemp(suffix=".json")[1])
     names_file.write_text(__import__("json").dumps(names))
     if not args.skip_a:
-        a = run(make_documents(args.docs, names, rng), names_file, 0.0, 2)
-        print(f"(a) {args.docs} documents, {a['chunks']} chunks in {a['seconds']:.1f} s: "
+        a = run(make_documents(args.docs, names, rng), names_file, 0.0, args.concurrency_a)
+        print(f"(a) {args.docs} documents, LLM concurrency {args.concurrency_a}, {a['chunks']} chunks in {a['seconds']:.1f} s: "
               f"{a['chunks'] / a['seconds']:.0f} chunks/s (target >= 100); failed {a['failed']}")
         print(f"    {a['entities']} entities, {a['relations']} relations; peak RSS {a['rss_mb']:.0f} MB; "
               f"store {a['bytes'] / 1e6:.1f} MB = {a['bytes'] / 1e6 / a['chunks'] * 1000:.1f} MB per 1,000 chunks")

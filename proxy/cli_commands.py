@@ -65,7 +65,8 @@ def collect_files(paths: list[str]) -> list[Path]:
     return files
 
 
-UPLOADS_IN_FLIGHT = 8  # uploads that reach the gateway together are stored in one transaction
+UPLOADS_IN_FLIGHT = 16  # uploads that reach the gateway together are stored in one transaction (8 left
+# the gateway waiting on its writer between rounds; more holds more files in memory at once)
 
 
 async def _upload(client: httpx.AsyncClient, files: list[Path]) -> list[dict[str, Any]]:

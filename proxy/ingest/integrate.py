@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from ..models import CacheEntry, ModelClient
 from ..settings import Settings
 from ..store.changes import EntityRow, RelationRow
 from ..store.knowledge import KnowledgeStore
-from ..store.tables_duckdb import Con, relation_ready
+from ..store.tables_duckdb import Con, Database, relation_ready
 from ..tokens import Tokenizer
 from .edits import Edits, load_edits
 from .extraction import ExtractionResult
@@ -54,6 +55,46 @@ def summary_messages(subject: str, fragments: list[str], language: str) -> list[
     ]
 
 
+class ParsedExtractions:
+    """Chunks' extraction results, parsed and indexed under the current aliases, for the chunks
+    merged lately. Safe to keep: a chunk id is its content's hash and its extraction is written
+    once, never changed; worth keeping: a merge recomputes every touched name from all its
+    sources, and names recur in documents merged close together."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._aliases: dict[str, str] | None = None
+        self._entries: OrderedDict[str, ChunkIndex] = OrderedDict()
+
+    def index(self, chunk_id: str, result: ExtractionResult, aliases: dict[str, str]) -> ChunkIndex:
+        entry = index_result(result, aliases)
+        if aliases == self._aliases:
+            self._entries[chunk_id] = entry
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return entry
+
+    def lookup(self, chunk_ids: Iterable[str], aliases: dict[str, str]) -> tuple[dict[str, ChunkIndex], list[str]]:
+        """(indexes held, chunk ids to read); what was indexed under other aliases is dropped."""
+        if aliases != self._aliases:
+            self._aliases, self._entries = dict(aliases), OrderedDict()
+        found, missing = {}, []
+        for chunk_id in chunk_ids:
+            entry = self._entries.get(chunk_id)
+            if entry is None:
+                missing.append(chunk_id)
+            else:
+                self._entries.move_to_end(chunk_id)
+                found[chunk_id] = entry
+        return found, missing
+
+    async def read(self, db: Database, chunk_ids: Iterable[str], aliases: dict[str, str]) -> dict[str, ChunkIndex]:
+        found, missing = self.lookup(chunk_ids, aliases)
+        for chunk_id, result in (await db.read(load_extractions, sorted(missing))).items():
+            found[chunk_id] = self.index(chunk_id, result, aliases)
+        return found
+
+
 @dataclass
 class GraphChanges:
     entities: list[EntityRow] = field(default_factory=list)
@@ -69,13 +110,15 @@ class Integrator:
         self.models = models
         self.settings = settings
         self.tokenizer = tokenizer
+        self.parsed = ParsedExtractions()
 
     async def changes(self, added: dict[str, ExtractionResult], removed: set[str]) -> GraphChanges:
         db = self.store.db
         aliases = await db.read(load_aliases)
         new_entities: dict[str, list[str]] = {}
         new_pairs: dict[str, list[str]] = {}
-        indexes = {chunk_id: index_result(result, aliases) for chunk_id, result in added.items()}
+        self.parsed.lookup((), aliases)  # aliases changed since the last merge: start afresh
+        indexes = {chunk_id: self.parsed.index(chunk_id, result, aliases) for chunk_id, result in added.items()}
         for chunk_id, index in indexes.items():
             entity_keys, pairs = mentions(index)
             for key in entity_keys:
@@ -90,8 +133,7 @@ class Integrator:
         entity_sources = self._sources(new_entities, old_entities, removed, out.entities_removed)
         relation_sources = self._sources(new_pairs, old_relations, removed, out.relations_removed)
         wanted = {c for s in (*entity_sources.values(), *relation_sources.values()) for c in s} - set(added)
-        for chunk_id, result in (await db.read(load_extractions, sorted(wanted))).items():
-            indexes[chunk_id] = index_result(result, aliases)
+        indexes.update(await self.parsed.read(db, wanted, aliases))
 
         edits = await db.read(load_edits, sorted(entity_sources), sorted(relation_sources))
         await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out)
@@ -104,8 +146,7 @@ class Integrator:
         possibly not committed yet): what a merge, a rename or a hand edit commits."""
         db = self.store.db
         wanted = sorted({c for s in (*entity_sources.values(), *relation_sources.values()) for c in s})
-        indexes = {chunk_id: index_result(result, aliases)
-                   for chunk_id, result in (await db.read(load_extractions, wanted)).items()}
+        indexes = await self.parsed.read(db, wanted, aliases)
         old_entities = await db.read(load_existing, "entities", "name_key", sorted(entity_sources))
         old_relations = await db.read(load_existing, "relations", "pair_key", sorted(relation_sources))
         out = GraphChanges(entities_removed=list(removed_entities), relations_removed=list(removed_relations))
@@ -146,11 +187,18 @@ class Integrator:
                 gone.append(key)
         return sources
 
-    async def _describe(self, subject: str, fragments: list[str], out: GraphChanges) -> str:
+    def _needs_summary(self, fragments: list[str]) -> bool:
+        if len(fragments) >= self.settings.summary_fragments:
+            return True
         joined = SEPARATOR.join(fragments)
-        too_many = len(fragments) >= self.settings.summary_fragments
-        if not too_many and self.tokenizer.count(joined) <= self.settings.summary_tokens:
-            return joined
+        # every cl100k token covers at least one UTF-8 byte: a text of no more bytes than the
+        # threshold is within it, and most descriptions are (tiktoken is skipped for them)
+        if len(joined) * 4 <= self.settings.summary_tokens or len(joined.encode()) <= self.settings.summary_tokens:
+            return False
+        return self.tokenizer.count(joined) > self.settings.summary_tokens
+
+    async def _summarise(self, subject: str, fragments: list[str], out: GraphChanges) -> str:
+        joined = SEPARATOR.join(fragments)
         reply = await self.models.structured("summary", summary_messages(subject, fragments, self.settings.language),
                                              SUMMARY_SCHEMA, priority=Priority.SUMMARY)
         try:
@@ -165,16 +213,25 @@ class Integrator:
 
     async def _describe_all(self, subjects: list[str], fragments: list[list[str]], fixed: dict[int, str],
                             out: GraphChanges) -> list[str]:
-        """Every description at once: summaries run concurrently (the limiter caps them); a
-        description fixed by a hand edit is kept as it is."""
+        """Every description at once: the fragments joined, or summarised by the LLM past the
+        thresholds (those calls run concurrently; the limiter caps them); a description fixed by a
+        hand edit is kept as it is."""
         results: list[str] = [fixed.get(i, "") for i in range(len(subjects))]
+        long = []
+        for i in range(len(subjects)):
+            if i in fixed:
+                continue
+            if self._needs_summary(fragments[i]):
+                long.append(i)
+            else:
+                results[i] = SEPARATOR.join(fragments[i])
 
         async def one(i: int) -> None:
-            results[i] = await self._describe(subjects[i], fragments[i], out)
+            results[i] = await self._summarise(subjects[i], fragments[i], out)
 
-        async with anyio.create_task_group() as group:
-            for i in range(len(subjects)):
-                if i not in fixed:
+        if long:
+            async with anyio.create_task_group() as group:
+                for i in long:
                     group.start_soon(one, i)
         return results
 

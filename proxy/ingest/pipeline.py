@@ -27,7 +27,7 @@ from ..errors import Conflict, GraphGateError, NotFound, StorageError
 from ..limiter import Priority
 from ..models import ModelClient
 from ..settings import Settings
-from ..store.batching import BatchWriter, Pending
+from ..store.batching import CommitGroup, Pending
 from ..store.changes import Changeset, ChunkRow, DocumentUpdate
 from ..store.knowledge import KnowledgeStore
 from ..store.tables_duckdb import set_meta
@@ -41,7 +41,7 @@ from .parsing import ParsedDocument
 log = logging.getLogger("graphgate.ingest")
 
 
-MERGE_BATCH = 16  # documents merged in one transaction when they wait together
+MERGE_BATCH = 48  # documents merged in one transaction when they wait together
 
 
 def first_error(exc: BaseException) -> BaseException:
@@ -86,11 +86,12 @@ class Pipeline:
         self.merging: dict[str, Work] = {}   # extracted, waiting for (or in) the merge
         self.requeue: set[str] = set()       # queued again while still running: picked up when it ends
         self.unrecorded_failures: dict[str, str] = {}  # document id -> error the disk would not take
-        self.extraction_writer = BatchWriter(store.db, sql.record_extractions)
-        # uploads that arrive while the writer is busy (a merge) share the next transaction; no
-        # delay: a lone upload is committed at once
-        self.upload_writer = BatchWriter(store.db, sql.insert_documents, max_delay=0)
-        self.status_writer = BatchWriter(store.db, sql.start_documents, max_delay=0)  # likewise: "processing"
+        # uploads, "processing" statuses and finished extractions share transactions: a lone write
+        # is committed at once, writes that arrive while the store is busy (a merge) go together
+        self.writes = CommitGroup(store.db)
+        self.upload_writer = self.writes.writer(sql.insert_documents)
+        self.status_writer = self.writes.writer(sql.start_documents)
+        self.extraction_writer = self.writes.writer(sql.record_extractions)
         self.inserting: dict[str, Pending] = {}  # document id or name -> its insert, until committed
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
@@ -103,9 +104,7 @@ class Pipeline:
         for _ in range(self.settings.parallel_documents):
             group.start_soon(self._worker)
         group.start_soon(self._merger)
-        group.start_soon(self.extraction_writer.run)
-        group.start_soon(self.upload_writer.run)
-        group.start_soon(self.status_writer.run)
+        group.start_soon(self.writes.run)
 
     def _enqueue(self, document_id: str) -> None:
         self.unrecorded_failures.pop(document_id, None)

@@ -8,7 +8,7 @@ them); items that arrive together share one transaction.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 
@@ -30,11 +30,12 @@ class Pending:
 
 class BatchWriter(Generic[T]):
     def __init__(self, db: Database, apply: Callable[[Con, list[T]], None], *, max_items: int = 64,
-                 max_delay: float = 0.02) -> None:
+                 max_delay: float = 0.02, group: CommitGroup | None = None) -> None:
         self.db = db
         self.apply = apply
         self.max_items = max_items
         self.max_delay = max_delay
+        self.group = group  # when set, the group commits this writer's items (``run`` is not used)
         self._pending: list[tuple[T, anyio.Event, list[BaseException]]] = []
         self._wake = anyio.Event()
 
@@ -45,7 +46,7 @@ class BatchWriter(Generic[T]):
         """Queue ``item``; the returned handle's ``wait()`` returns once it is committed."""
         pending = Pending()
         self._pending.append((item, pending.done, pending.errors))
-        self._wake.set()
+        (self.group.wake if self.group is not None else self._wake).set()
         return pending
 
     async def run(self) -> None:
@@ -80,3 +81,60 @@ class BatchWriter(Generic[T]):
         for _, done, _ in batch:
             done.set()
 
+
+
+class CommitGroup:
+    """Writers whose waiting items share one transaction: every small write the pipeline makes
+    (uploads, "processing" statuses, finished extractions) goes in the next commit together, in the
+    order the writers were made. Each DuckDB statement costs milliseconds whatever its size, and
+    the store has one writer: separate small transactions kept it busy most of the time.
+    A shared transaction that fails is retried writer by writer, so only the failing writer's
+    callers see the error."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.writers: list[BatchWriter[Any]] = []
+        self.wake = anyio.Event()
+
+    def writer(self, apply: Callable[[Con, list[T]], None], *, max_items: int = 64) -> BatchWriter[T]:
+        writer: BatchWriter[T] = BatchWriter(self.db, apply, max_items=max_items, max_delay=0, group=self)
+        self.writers.append(writer)
+        return writer
+
+    def _take(self) -> list[tuple[BatchWriter[Any], list[Any]]]:
+        return [(writer, writer._take()) for writer in self.writers if writer._pending]
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.wake.wait()
+                self.wake = anyio.Event()
+                batches = self._take()
+                if any(writer._pending for writer in self.writers):
+                    self.wake.set()
+                with anyio.CancelScope(shield=True):  # batches taken out of the queues are committed whole
+                    await self._commit(batches)
+        finally:
+            with anyio.CancelScope(shield=True):  # shutdown: what callers handed over is committed
+                while batches := self._take():
+                    await self._commit(batches)
+
+    async def _commit(self, batches: list[tuple[BatchWriter[Any], list[Any]]]) -> None:
+        if len(batches) == 1:
+            await batches[0][0]._commit(batches[0][1])
+            return
+        work = [(writer.apply, [item for item, _, _ in batch]) for writer, batch in batches]
+        try:
+            await self.db.write(_apply_all, work)
+        except Exception:  # noqa: BLE001 - each writer alone, so that only the failing one fails
+            for writer, batch in batches:
+                await writer._commit(batch)
+            return
+        for _, batch in batches:
+            for _, done, _ in batch:
+                done.set()
+
+
+def _apply_all(con: Con, work: list[tuple[Callable[[Con, list[Any]], None], list[Any]]]) -> None:
+    for apply, items in work:
+        apply(con, items)
