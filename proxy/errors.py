@@ -107,3 +107,10 @@ class UpstreamStatusError(UpstreamError):
 
 class UpstreamTimeout(UpstreamError):
     status = 504
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first real error inside (possibly nested) exception groups from task groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = next((e for e in exc.exceptions if isinstance(e, GraphGateError)), exc.exceptions[0])
+    return exc

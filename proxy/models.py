@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import anyio
 import numpy as np
 
-from .errors import Conflict, GraphGateError, UpstreamError, UpstreamStatusError
+from .errors import Conflict, GraphGateError, UpstreamError, UpstreamStatusError, first_error
 from .limiter import Priority, PriorityLimiter
 from .settings import Settings
 from .upstream import Upstream
@@ -139,12 +139,24 @@ class ModelClient:
 
     async def embed(self, texts: Sequence[str], *, priority: Priority) -> np.ndarray:
         """One L2-normalised row per text, fetched in batches of GRAPHGATE_EMBED_BATCH."""
-        rows: list[np.ndarray] = []
         size = self.settings.embed_batch
-        for start in range(0, len(texts), size):
-            rows.append(await self._embed_batch(list(texts[start:start + size]), priority))
-        if not rows:
+        batches = [list(texts[start:start + size]) for start in range(0, len(texts), size)]
+        if not batches:
             return np.empty((0, self.expected_dim or 0), dtype=np.float32)
+        if len(batches) == 1:
+            return await self._embed_batch(batches[0], priority)
+        rows: list[np.ndarray] = [np.empty(0)] * len(batches)
+
+        async def one(i: int) -> None:
+            rows[i] = await self._embed_batch(batches[i], priority)
+
+        # side by side, GRAPHGATE_EMBED_CONCURRENCY at a time: a merge embeds a thousand texts or more
+        try:
+            async with anyio.create_task_group() as group:
+                for i in range(len(batches)):
+                    group.start_soon(one, i)
+        except BaseExceptionGroup as failed:
+            raise first_error(failed) from None
         return np.vstack(rows)
 
     async def _embed_batch(self, batch: list[str], priority: Priority) -> np.ndarray:

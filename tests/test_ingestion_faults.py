@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import random
 
+import anyio
 import httpx
 import pytest
 
@@ -187,3 +188,21 @@ async def test_reupload_after_delete_while_processing_is_processed(settings: Set
         again = await upload(client, "team.txt", TEAM)
         assert again["outcome"] == "accepted" and again["id"] == first["id"]
         assert (await settle(client, again["id"]))["status"] == "processed"
+
+
+
+async def test_a_failure_is_not_undone_by_a_late_processing_status(rag: httpx.AsyncClient) -> None:
+    """The "processing" record is not awaited before extraction starts, so a failure written
+    straight through the writer can commit first: the late record must leave it failed."""
+    from proxy.ingest import documents as sql
+
+    store = store_of(rag)
+    document = await settle(rag, (await upload(rag, "team.txt", TEAM))["id"])
+    await store.db.write(sql.set_status, document["id"], "failed", "the model refused")
+    await store.db.write(sql.start_documents, [(document["id"], 3, 0)])  # arrives late
+    row = (await rag.get(f"/rag/documents/{document['id']}")).json()
+    assert (row["status"], row["error"]) == ("failed", "the model refused")
+    await store.db.write(sql.set_status, document["id"], "pending", None)
+    await store.db.write(sql.start_documents, [(document["id"], 3, 1)])  # the usual order still works
+    row = (await rag.get(f"/rag/documents/{document['id']}")).json()
+    assert (row["status"], row["chunks_total"], row["chunks_done"]) == ("processing", 3, 1)

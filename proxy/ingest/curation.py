@@ -214,7 +214,7 @@ class Curator:
 
     async def merge(self, keys: list[str], target_name: Any, *, type: Any = None,
                     description: Any = None) -> dict[str, Any]:
-        async with self.pipeline.merge_lock:
+        async with self.pipeline.merger.exclusive():
             plan = await self.plan_merge(keys, target_name, type=type, description=description)
             graph = await self.integrator.rebuild(plan.entity_sources, plan.relation_sources, plan.aliases,
                                                   plan.edits, plan.merged, plan.relations_removed)
@@ -254,7 +254,7 @@ class Curator:
             if existing is not None:
                 raise Conflict(f"an entity named {existing['name']!r} already exists: merge into it instead")
             return await self.merge([key], new_name, type=kind, description=text)
-        async with self.pipeline.merge_lock:
+        async with self.pipeline.merger.exclusive():
             # read again under the lock: a document merged meanwhile may have added sources
             current = (await self.store.db.read(_entity_rows, [key])).get(key)
             if current is None:
@@ -276,7 +276,7 @@ class Curator:
         return {"target": key, "name": edit.name or current["name"], "merged": []}
 
     async def delete_entity(self, key: str) -> dict[str, Any]:
-        async with self.pipeline.merge_lock:
+        async with self.pipeline.merger.exclusive():
             if key not in await self.store.db.read(_entity_rows, [key]):
                 raise NotFound(f"no entity {key!r}")
             pairs = [p for p, *_ in await self.store.db.read(_relations_touching, [key])]
@@ -295,7 +295,7 @@ class Curator:
         words = clean_keywords(keywords)
         text = clean_optional(description, "description", MAX_DESCRIPTION) if description is not None else None
         value = clean_weight(weight)
-        async with self.pipeline.merge_lock:
+        async with self.pipeline.merger.exclusive():
             row = await self.store.db.read(_relation_row, pair)
             if row is None:
                 raise NotFound("no such relation")
@@ -313,7 +313,7 @@ class Curator:
         return {"pair": pair}
 
     async def delete_relation(self, pair: str) -> dict[str, Any]:
-        async with self.pipeline.merge_lock:
+        async with self.pipeline.merger.exclusive():
             if await self.store.db.read(_relation_row, pair) is None:
                 raise NotFound("no such relation")
             await self.store.apply(Changeset(

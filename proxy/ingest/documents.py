@@ -45,8 +45,11 @@ def start_documents(con: Con, items: list[tuple[str, int, int]]) -> None:
     """Mark documents processing with their chunk counts (id, total, already extracted), in one statement."""
     con.register("started", pa.table({"id": [i[0] for i in items], "total": pa.array([i[1] for i in items], pa.int32()),
                                       "done": pa.array([i[2] for i in items], pa.int32())}))
+    # only documents still on their way: the record is not awaited, so a failure written meanwhile
+    # (straight through the writer) must not be turned back into "processing"
     con.execute("UPDATE documents SET status = 'processing', error = NULL, chunks_total = s.total, "
-                "chunks_done = s.done, updated_at = ? FROM started s WHERE documents.id = s.id", [now()])
+                "chunks_done = s.done, updated_at = ? FROM started s WHERE documents.id = s.id "
+                "AND documents.status IN ('pending', 'processing')", [now()])
     con.unregister("started")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from ..limiter import Priority
 from ..models import CacheEntry, ModelClient
 from ..settings import Settings
-from ..store.changes import EntityRow, RelationRow
+from ..store.changes import Changeset, EntityRow, RelationRow
 from ..store.knowledge import KnowledgeStore
 from ..store.tables_duckdb import Con, Database, relation_ready
 from ..tokens import Tokenizer
@@ -96,6 +96,32 @@ class ParsedExtractions:
 
 
 @dataclass
+class Overlay:
+    """What a commit still on its way writes, read instead of the tables while the next batch is
+    prepared: its entity and relation rows by key, and the chunks it adds. (Commits that remove
+    anything are never overlaid: the next batch waits for them.)"""
+    entities: dict[str, EntityRow]
+    relations: dict[str, RelationRow]
+    chunks: set[str]
+
+    @classmethod
+    def of(cls, changes: Changeset) -> Overlay:
+        return cls({row.name_key: row for row in changes.entities_upserted},
+                   {row.pair_key: row for row in changes.relations_upserted},
+                   {chunk.id for chunk in changes.chunks_added})
+
+    @staticmethod
+    def over(found: dict[str, ExistingEntity], rows: dict[str, EntityRow] | dict[str, RelationRow],
+             keys: Iterable[str]) -> None:
+        # the key may still be 0 here (assigned as the commit runs): the row then just gets a new one
+        for key in keys:
+            row = rows.get(key)
+            if row is not None:
+                found[key] = ExistingEntity(getattr(row, "name", ""), list(row.source_ids), row.key,
+                                            row.embed_hash, row.embedding)
+
+
+@dataclass
 class GraphChanges:
     entities: list[EntityRow] = field(default_factory=list)
     relations: list[RelationRow] = field(default_factory=list)
@@ -112,7 +138,8 @@ class Integrator:
         self.tokenizer = tokenizer
         self.parsed = ParsedExtractions()
 
-    async def changes(self, added: dict[str, ExtractionResult], removed: set[str]) -> GraphChanges:
+    async def changes(self, added: dict[str, ExtractionResult], removed: set[str],
+                      overlay: Overlay | None = None) -> GraphChanges:
         db = self.store.db
         aliases = await db.read(load_aliases)
         new_entities: dict[str, list[str]] = {}
@@ -126,8 +153,12 @@ class Integrator:
             for pair in pairs:
                 new_pairs.setdefault(pair, []).append(chunk_id)
         touched_entities, touched_pairs = await db.read(touched_by, sorted(removed))
-        old_entities = await db.read(load_existing, "entities", "name_key", sorted(set(new_entities) | touched_entities))
-        old_relations = await db.read(load_existing, "relations", "pair_key", sorted(set(new_pairs) | touched_pairs))
+        entity_keys, pair_keys = sorted(set(new_entities) | touched_entities), sorted(set(new_pairs) | touched_pairs)
+        old_entities = await db.read(load_existing, "entities", "name_key", entity_keys)
+        old_relations = await db.read(load_existing, "relations", "pair_key", pair_keys)
+        if overlay is not None:
+            Overlay.over(old_entities, overlay.entities, entity_keys)
+            Overlay.over(old_relations, overlay.relations, pair_keys)
 
         out = GraphChanges()
         entity_sources = self._sources(new_entities, old_entities, removed, out.entities_removed)
@@ -136,7 +167,8 @@ class Integrator:
         indexes.update(await self.parsed.read(db, wanted, aliases))
 
         edits = await db.read(load_edits, sorted(entity_sources), sorted(relation_sources))
-        await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out)
+        await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out,
+                              overlay)
         return out
 
     async def rebuild(self, entity_sources: dict[str, list[str]], relation_sources: dict[str, list[str]],
@@ -155,12 +187,16 @@ class Integrator:
 
     async def _recompute(self, entity_sources: dict[str, list[str]], relation_sources: dict[str, list[str]],
                          indexes: dict[str, ChunkIndex], old_entities: dict[str, ExistingEntity],
-                         old_relations: dict[str, ExistingEntity], edits: Edits, out: GraphChanges) -> None:
+                         old_relations: dict[str, ExistingEntity], edits: Edits, out: GraphChanges,
+                         overlay: Overlay | None = None) -> None:
         entity_states = [entity_state(k, old_entities[k].name if k in old_entities else None, s, indexes)
                          for k, s in entity_sources.items()]
         relation_states = [relation_state(k, s, indexes) for k, s in relation_sources.items()]
         fixed = edits.apply(entity_states, relation_states)
         names = self._endpoint_names(relation_states)
+        if overlay is not None:  # spellings the commit in flight has not yet put in the rows
+            names.update({key: overlay.entities[key].name for rel in relation_states
+                          for key in (rel.source, rel.target) if key in overlay.entities})
         names.update({state.name_key: state.name for state in entity_states})
         await self._build_rows(entity_states, relation_states, names, old_entities, old_relations, fixed, out)
 
@@ -272,7 +308,8 @@ class Integrator:
         reading every touched row's vector up front was wasted work)."""
         unchanged = set(range(len(pending))) - set(stale)
         for kind, table, id_column in (("entity", "entities", "name_key"), ("relation", "relations", "pair_key")):
-            keys = sorted(pending[i][1] for i in unchanged if pending[i][0] == kind and (kind, pending[i][1]) in old)
+            keys = sorted(pending[i][1] for i in unchanged if pending[i][0] == kind and (kind, pending[i][1]) in old
+                          and old[(kind, pending[i][1])].embedding is None)  # an overlaid row has its vector
             if keys:
                 vectors = await self.store.db.read(embeddings_by, table, id_column, keys)
                 for key, vector in zip(keys, vectors, strict=True):

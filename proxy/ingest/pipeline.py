@@ -5,7 +5,7 @@
 
 A document is stored before its upload is acknowledged; at start-up every pending or interrupted
 document is queued again, and chunks whose extraction is stored are not sent to the LLM twice.
-Merging is serialised (``merge_lock``) so concurrent documents never race on an entity.
+Merging (``merger``) is serialised, so concurrent documents never race on an entity.
 """
 
 from __future__ import annotations
@@ -23,32 +23,22 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
-from ..errors import Conflict, GraphGateError, NotFound, StorageError
-from ..limiter import Priority
+from ..errors import Conflict, GraphGateError, NotFound, StorageError, first_error
 from ..models import ModelClient
 from ..settings import Settings
 from ..store.batching import CommitGroup, Pending
-from ..store.changes import Changeset, ChunkRow, DocumentUpdate
+from ..store.changes import Changeset
 from ..store.knowledge import KnowledgeStore
-from ..store.tables_duckdb import set_meta
 from ..tokens import Tokenizer
 from . import documents as sql
 from .chunking import Chunk, chunk_text
-from .chunk_extraction import ExtractionFailed, extract_chunk
-from .integrate import Integrator, load_extractions
+from .chunk_extraction import extract_chunk
+from .integrate import Integrator
+from .merger import Merger
 from .parsing import ParsedDocument
 
 log = logging.getLogger("graphgate.ingest")
 
-
-MERGE_BATCH = 48  # documents merged in one transaction when they wait together
-
-
-def first_error(exc: BaseException) -> BaseException:
-    """The first real error inside (possibly nested) exception groups from task groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = next((e for e in exc.exceptions if isinstance(e, GraphGateError)), exc.exceptions[0])
-    return exc
 
 
 def describe(error: BaseException) -> str:
@@ -68,6 +58,7 @@ class Work:
     chunks: list[Chunk] = field(default_factory=list)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     commits: list[Pending] = field(default_factory=list)  # extraction records not yet known committed
+    alone: bool = False  # its batch failed to commit: merged again on its own
 
 
 class Pipeline:
@@ -77,10 +68,10 @@ class Pipeline:
         self.settings = settings
         self.tokenizer = tokenizer
         self.integrator = Integrator(store, models, settings, tokenizer)
-        self.merge_lock = anyio.Lock()
+        self.merger = Merger(self)
         self.submit_lock = anyio.Lock()  # serialises uploads among themselves (not with merges)
         self._send, self._receive = anyio.create_memory_object_stream[str](max_buffer_size=1_000_000)
-        self._merge_send, self._merge_receive = anyio.create_memory_object_stream[Work](max_buffer_size=1_000_000)
+        self.merge_send, self.merge_receive = anyio.create_memory_object_stream[Work](max_buffer_size=1_000_000)
         self.queued: dict[str, None] = {}
         self.running: dict[str, Work] = {}   # being chunked and extracted
         self.merging: dict[str, Work] = {}   # extracted, waiting for (or in) the merge
@@ -92,6 +83,9 @@ class Pipeline:
         self.upload_writer = self.writes.writer(sql.insert_documents)
         self.status_writer = self.writes.writer(sql.start_documents)
         self.extraction_writer = self.writes.writer(sql.record_extractions)
+        self.stored_seq = 0  # uploads stored so far; with when each id and name was last stored
+        self._stored_at: dict[str, int] = {}
+        self._stored_forgotten = 0
         self.inserting: dict[str, Pending] = {}  # document id or name -> its insert, until committed
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
@@ -103,7 +97,7 @@ class Pipeline:
             self._enqueue(document_id)
         for _ in range(self.settings.parallel_documents):
             group.start_soon(self._worker)
-        group.start_soon(self._merger)
+        group.start_soon(self.merger.run, group)
         group.start_soon(self.writes.run)
 
     def _enqueue(self, document_id: str) -> None:
@@ -130,56 +124,15 @@ class Pipeline:
                     await self._extract_document(work)
                     extracted = True
                 except Exception as exc:  # noqa: BLE001 - a failure must not kill the worker
-                    await self._fail_with(document_id, exc)
+                    await self.fail_with(document_id, exc)
             self.running.pop(document_id, None)
             if extracted and not work.scope.cancel_called and document_id not in self.requeue:
                 work.phase, work.scope = "waiting to merge", anyio.CancelScope()
                 self.merging[document_id] = work
-                self._merge_send.send_nowait(work)
-            self._finished(document_id)
+                self.merge_send.send_nowait(work)
+            self.finished_run(document_id)
 
-    async def _merger(self) -> None:
-        """Merge extracted documents, several per transaction when several are waiting."""
-        while True:
-            batch = [await self._merge_receive.receive()]
-            while len(batch) < MERGE_BATCH:
-                try:
-                    batch.append(self._merge_receive.receive_nowait())
-                except anyio.WouldBlock:
-                    break
-            ready = []
-            for work in batch:
-                try:
-                    for commit in work.commits:
-                        await commit.wait()
-                    ready.append(work)
-                except Exception as exc:  # noqa: BLE001 - only this document failed to record
-                    await self._fail_with(work.document_id, exc)
-            async with self.merge_lock:
-                for work in ready:
-                    work.phase = "merging"
-                stored = await self.store.db.read(sql.get_documents, [w.document_id for w in ready])
-                live = [w for w in ready if not w.scope.cancel_called and w.document_id in stored]
-                await self._merge_or_split(live, stored)
-            for work in batch:
-                self.merging.pop(work.document_id, None)
-                self._finished(work.document_id)
-
-    async def _merge_or_split(self, works: list[Work], documents: dict[str, dict[str, Any]]) -> None:
-        """Merge the batch; if that fails, each document alone, so one bad document fails alone."""
-        if not works:
-            return
-        try:
-            await self._merge(works, documents)
-            return
-        except Exception as exc:  # noqa: BLE001 - a failure must not stop merging
-            if len(works) == 1:
-                await self._fail_with(works[0].document_id, exc)
-                return
-        for work in works:
-            await self._merge_or_split([work], documents)
-
-    def _finished(self, document_id: str) -> None:
+    def finished_run(self, document_id: str) -> None:
         """A run of ``document_id`` ended: start the one asked for meanwhile, if any."""
         if document_id in self.requeue and document_id not in self.running and document_id not in self.merging:
             self.requeue.discard(document_id)
@@ -190,7 +143,7 @@ class Pipeline:
         if not self.queued and not self.running and not self.merging:
             self.idle.set()
 
-    async def _fail_with(self, document_id: str, exc: Exception) -> None:
+    async def fail_with(self, document_id: str, exc: Exception) -> None:
         error = first_error(exc)
         if not isinstance(error, GraphGateError):
             log.error("processing %s failed", document_id, exc_info=error)
@@ -231,12 +184,20 @@ class Pipeline:
         """Store the document durably and queue it; ("accepted" | "duplicate" | "replaced")."""
         document_id = "doc-" + hashlib.sha256(parsed.text.encode()).hexdigest()
         pending = None
+        keys = (document_id, parsed.name)
+        # read before taking the lock (uploads in flight read side by side), and again under it
+        # only if this content or name was stored meanwhile or is still on its way in
+        seen = self.stored_seq
+        existing, olders = await self.store.db.read(sql.document_and_versions, document_id, parsed.name)
         async with self.submit_lock:  # decisions one at a time: duplicates and versions are seen
-            for key in (document_id, parsed.name):  # the same content or name still on its way in
+            stale = seen < self._stored_forgotten or any(self._stored_at.get(key, -1) >= seen for key in keys)
+            for key in keys:  # the same content or name still on its way in
                 if key in self.inserting:
+                    stale = True
                     with contextlib.suppress(Exception):  # its own upload reports its failure
                         await self.inserting[key].wait()
-            existing, olders = await self.store.db.read(sql.document_and_versions, document_id, parsed.name)
+            if stale:
+                existing, olders = await self.store.db.read(sql.document_and_versions, document_id, parsed.name)
             if existing is not None:
                 return self.as_known(existing), "duplicate"
             if all(older["status"] == "processed" for older in olders):
@@ -248,9 +209,12 @@ class Pipeline:
                 pending = self.upload_writer.submit((record, parsed.text))
                 self.inserting[document_id] = self.inserting[parsed.name] = pending
             else:
-                async with self.merge_lock:  # an unfinished older version may be merging right now
-                    await self._insert(document_id, parsed,
-                                       await self.store.db.read(sql.documents_named, parsed.name))
+                try:
+                    async with self.merger.exclusive():  # an unfinished older version may be merging now
+                        await self._insert(document_id, parsed,
+                                           await self.store.db.read(sql.documents_named, parsed.name))
+                finally:
+                    self._stored(keys)
         # shielded: an insert handed to the writer is committed even if this upload is cancelled,
         # and a committed document must be queued
         with anyio.CancelScope(shield=True):
@@ -258,13 +222,24 @@ class Pipeline:
                 try:
                     await pending.wait()
                 finally:
-                    for key in (document_id, parsed.name):
+                    for key in keys:
                         if self.inserting.get(key) is pending:
                             del self.inserting[key]
+                    self._stored(keys)
             self._enqueue(document_id)
         document = await self.store.db.read(sql.get_document, document_id)
         assert document is not None
         return document, "replaced" if document.get("replaces") else "accepted"
+
+    def _stored(self, keys: tuple[str, ...]) -> None:
+        """Note that documents with these ids or names were written (or tried), for uploads that
+        read before this happened."""
+        if len(self._stored_at) > 100_000:  # forget old entries: reads from before then read again
+            self._stored_at.clear()
+            self._stored_forgotten = self.stored_seq
+        for key in keys:
+            self._stored_at[key] = self.stored_seq
+        self.stored_seq += 1
 
     async def _insert(self, document_id: str, parsed: ParsedDocument, olders: list[dict[str, Any]]) -> None:
         replaces = None
@@ -283,6 +258,7 @@ class Pipeline:
         if document["status"] != "failed":
             raise Conflict(f"document {document_id} is {document['status']}; only failed documents can be retried")
         await self.store.db.write(sql.set_status, document_id, "pending", None)
+        self._stored((document_id, document["name"]))
         self._enqueue(document_id)
         return await self.get(document_id)
 
@@ -290,7 +266,7 @@ class Pipeline:
         """Remove the document; names that lose every source go, the rest are rebuilt (no extraction)."""
         document = await self.get(document_id)
         self._cancel(document_id)
-        async with self.merge_lock:
+        async with self.merger.exclusive():
             removed = await self.store.db.read(sql.orphaned_chunks, document_id, [])
             graph = await self.integrator.changes({}, set(removed))
             changes = Changeset(chunks_removed=removed, documents_removed=[document_id],
@@ -298,6 +274,7 @@ class Pipeline:
                                 relations_upserted=graph.relations, relations_removed=graph.relations_removed,
                                 also=[functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[])])
             await self.store.apply(changes)
+            self._stored((document_id, document["name"]))  # uploads that read before this read again
         return {"document": document, "chunks_removed": len(removed),
                 "entities_removed": len(graph.entities_removed), "entities_updated": len(graph.entities),
                 "relations_removed": len(graph.relations_removed), "relations_updated": len(graph.relations)}
@@ -332,7 +309,9 @@ class Pipeline:
         work.chunks, done = await anyio.to_thread.run_sync(chunk_and_look_up)
         unique = list({c.id: c for c in work.chunks}.values())
         work.phase, work.total, work.done = "extracting", len(unique), len(done)
-        await self.status_writer.write((work.document_id, len(unique), len(done)))
+        # not awaited: extraction starts at once (the store may be busy with a merge); the record
+        # commits before any of this document's extraction records, and the merger waits for it
+        work.commits.append(self.status_writer.submit((work.document_id, len(unique), len(done))))
         async with anyio.create_task_group() as group:
             for chunk in unique:
                 if chunk.id not in done:
@@ -348,36 +327,6 @@ class Pipeline:
             (work.document_id, chunk.id, model, result.to_json(), raw, entries, hits)))
         work.done += 1
         self.finished.append((time.monotonic(), 1))
-
-    async def _merge(self, works: list[Work], stored: dict[str, dict[str, Any]]) -> None:
-        """One transaction for the documents in ``works`` (their rows in ``stored``): their new
-        chunks, the graph changes, the chunks of the versions they replace, and their status."""
-        db = self.store.db
-        documents = {w.document_id: stored[w.document_id] for w in works}
-        unique = {c.id: c for w in works for c in w.chunks}
-        stored = await db.read(sql.stored_chunk_ids, list(unique))
-        new_chunks = [c for c in unique.values() if c.id not in stored]
-        added = await db.read(load_extractions, [c.id for c in new_chunks])
-        if missing := [c.id for c in new_chunks if c.id not in added]:
-            raise ExtractionFailed(f"{len(missing)} chunks have no stored extraction; retry the document")
-        replaced = [d["replaces"] for d in documents.values() if d.get("replaces")]
-        removed = sorted({c for old in replaced for c in await db.read(sql.orphaned_chunks, old, list(unique))})
-        graph = await self.integrator.changes(added, set(removed))
-        vectors = await self.models.embed([c.content for c in new_chunks], priority=Priority.INGEST)
-        changes = Changeset(
-            chunks_added=[ChunkRow(c.id, c.content, c.tokens, v) for c, v in zip(new_chunks, vectors, strict=True)],
-            chunks_removed=removed,
-            links_added=[(w.document_id, c.id, c.order) for w in works for c in w.chunks],
-            documents_removed=replaced,
-            entities_upserted=graph.entities, entities_removed=graph.entities_removed,
-            relations_upserted=graph.relations, relations_removed=graph.relations_removed,
-            documents=[DocumentUpdate(w.document_id, "processed", None, w.total, w.total) for w in works],
-            also=[functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[]),
-                  functools.partial(set_meta, key="embed_model", value=self.settings.embed_model)],
-        )
-        await self.store.apply(changes)
-        log.info("%d documents merged: %d new chunks, %d entities and %d relations touched", len(works),
-                 len(new_chunks), len(graph.entities), len(graph.relations))
 
     # --- status ---
 

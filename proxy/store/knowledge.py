@@ -53,6 +53,7 @@ class KnowledgeStore:
         self.graph = EntityGraph()
         self.rows = MemoryRows()
         self.memory_lock = threading.RLock()
+        self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
         self.generation = 0
         self.saved_generation = 0
 
@@ -137,13 +138,17 @@ class KnowledgeStore:
     # --- committing ---
 
     async def apply(self, changes: Changeset) -> int:
-        """Commit ``changes`` to the tables, then to the indexes and the graph."""
-        async with self.db.write_lock:
+        """Commit ``changes`` to the tables, then to the indexes and the graph. The store's writer is
+        free again once the tables are committed (uploads need not wait for index inserts); changes
+        reach the indexes in the order they reached the tables."""
+        async with self.apply_lock:
             with anyio.CancelScope(shield=True):
-                return await anyio.to_thread.run_sync(self._apply_sync, changes)
+                async with self.db.write_lock:
+                    deltas, generation = await anyio.to_thread.run_sync(self.db.write_sync, _write_changes,
+                                                                        changes)
+                return await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
 
-    def _apply_sync(self, changes: Changeset) -> int:
-        deltas, generation = self.db.write_sync(_write_changes, changes)
+    def _apply_memory(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> int:
         touched_chunks = [c for d in changes.documents_removed for c in deltas["chunks"].linked_chunks.get(d, [])]
         touched_chunks += [chunk for _, chunk, _ in changes.links_added]
         with self.memory_lock:

@@ -1,0 +1,85 @@
+"""Batches merged while the previous batch is still committing (the merger's overlay) build the
+same graph as documents merged one at a time, and every store agrees afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from proxy import Settings
+from proxy.ingest import merger
+from tests.conftest import gateway_client
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.invariants import check_store
+from tests.test_ingestion import settle, upload
+
+pytestmark = pytest.mark.anyio
+
+PARTNERS = ["Bob Jones", "Carol White", "Dan Brown", "Eve Black", "Frank Green", "Grace Hall"]
+
+
+def documents() -> list[tuple[str, str]]:
+    # every document names Alice and Acme: each batch touches the rows the batch before it writes
+    return [(f"doc-{i}.txt", f"Alice Smith met {p} at Acme Corp in week {i}. {p} works at Acme Corp.")
+            for i, p in enumerate(PARTNERS * 2)]
+
+
+async def build(settings: Settings, batch: int, together: bool, monkeypatch: pytest.MonkeyPatch) -> dict:
+    monkeypatch.setattr(merger, "MERGE_BATCH", batch)
+    fake = FakeOllama()
+    fake.structured = KnownFacts({"Alice Smith": "Person", "Acme Corp": "Organization",
+                                  **{p: "Person" for p in PARTNERS}})
+    overlapped = 0
+    async with gateway_client(settings, fake) as client:
+        pipeline = client._transport.app.state.gateway.knowledge.pipeline  # type: ignore[attr-defined]
+        original = pipeline.integrator.changes
+
+        async def changes(added, removed, overlay=None):  # type: ignore[no-untyped-def]
+            nonlocal overlapped
+            overlapped += overlay is not None
+            return await original(added, removed, overlay)
+
+        pipeline.integrator.changes = changes
+        ids: list[str] = []
+        if together:
+            async def send(name: str, text: str) -> None:
+                ids.append((await upload(client, name, text))["id"])
+            async with anyio.create_task_group() as group:
+                for name, text in documents():
+                    group.start_soon(send, name, text)
+        else:
+            for name, text in documents():
+                ids.append((await upload(client, name, text))["id"])
+                await settle(client, ids[-1])
+        for document_id in ids:
+            assert (await settle(client, document_id))["status"] == "processed"
+        store = pipeline.store
+        rows = store.db.read_sync(lambda c: {
+            "entities": sorted(c.execute("SELECT name_key, name, type, description, list_sort(source_ids) "
+                                         "FROM entities").fetchall()),
+            "relations": sorted(c.execute("SELECT pair_key, keywords, description, weight, list_sort(source_ids) "
+                                          "FROM relations").fetchall())})
+        # descriptions are joined in merge order: compare their fragments, not their order
+        rows["entities"] = [(*r[:3], sorted(r[3].split("\n")), r[4]) for r in rows["entities"]]
+        rows["relations"] = [(r[0], r[1], sorted(r[2].split("\n")), r[3], r[4]) for r in rows["relations"]]
+    await anyio.to_thread.run_sync(check_store, settings.data_dir)
+    return {"rows": rows, "overlapped": overlapped}
+
+
+async def test_overlapping_batches_build_the_graph_one_at_a_time_builds(
+        settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # no summaries: a summary depends on the order its fragments arrive in, which differs here
+    settings = settings.replace(summary_fragments=1000, summary_tokens=100_000)
+    alone = await build(settings.replace(data_dir=tmp_path / "alone"), 48, together=False, monkeypatch=monkeypatch)
+    assert alone["overlapped"] == 0
+    # batches of two, arriving together: later batches are prepared while earlier ones commit
+    overlapped = await build(settings.replace(data_dir=tmp_path / "overlap", llm_concurrency=8), 2, together=True,
+                             monkeypatch=monkeypatch)
+    assert overlapped["overlapped"] > 0
+    assert overlapped["rows"] == alone["rows"]
+    alice = next(r for r in alone["rows"]["entities"] if r[0] == "alice smith")
+    assert len(alice[4]) == 12  # one source chunk per document
