@@ -206,3 +206,29 @@ async def test_a_failure_is_not_undone_by_a_late_processing_status(rag: httpx.As
     await store.db.write(sql.start_documents, [(document["id"], 3, 1)])  # the usual order still works
     row = (await rag.get(f"/rag/documents/{document['id']}")).json()
     assert (row["status"], row["chunks_total"], row["chunks_done"]) == ("processing", 3, 1)
+
+
+async def test_an_unexpected_merge_error_fails_the_batch_and_merging_goes_on(
+        rag: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read the store refuses while a batch is being merged fails that batch's documents with a
+    readable error; the merge loop survives, so later documents (and the retry) are merged."""
+    import types
+
+    from proxy.errors import StorageError
+    from proxy.ingest import documents as sql
+    from proxy.ingest import merger
+
+    refuse = {"once": True}
+
+    def get_documents(con, ids):  # type: ignore[no-untyped-def]
+        if refuse.pop("once", False):
+            raise StorageError("the knowledge store could not read: injected")
+        return sql.get_documents(con, ids)
+
+    monkeypatch.setattr(merger, "sql", types.SimpleNamespace(**{**vars(sql), "get_documents": get_documents}))
+    first = await settle(rag, (await upload(rag, "team.txt", TEAM))["id"])
+    assert first["status"] == "failed" and "injected" in first["error"]
+    second = await settle(rag, (await upload(rag, "city.txt", "Carol White visited Berlin."))["id"])
+    assert second["status"] == "processed"
+    assert (await rag.post(f"/rag/documents/{first['id']}/retry")).status_code == 202
+    assert (await settle(rag, first["id"]))["status"] == "processed"

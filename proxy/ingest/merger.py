@@ -101,7 +101,15 @@ class Merger:
                 except Exception as exc:  # noqa: BLE001 - only this document failed to record
                     await self.pipeline.fail_with(work.document_id, exc)
             async with self.lock:
-                await self._merge_batch(batch, ready)
+                try:
+                    await self._merge_batch(batch, ready)
+                except Exception as exc:  # noqa: BLE001 - e.g. a read the store refused: these
+                    # documents fail (and can be retried); the merging of later ones goes on
+                    if self.inflight is not None and self.inflight.works is batch:
+                        raise  # already committing: it reports for itself
+                    for work in ready:
+                        await self.pipeline.fail_with(work.document_id, exc)
+                    self._finished(batch)
 
     async def _merge_batch(self, batch: list[Work], ready: list[Work]) -> None:
         for work in ready:
