@@ -74,10 +74,14 @@ class ParsedExtractions:
                 self._entries.popitem(last=False)
         return entry
 
-    def lookup(self, chunk_ids: Iterable[str], aliases: dict[str, str]) -> tuple[dict[str, ChunkIndex], list[str]]:
-        """(indexes held, chunk ids to read); what was indexed under other aliases is dropped."""
+    def use(self, aliases: dict[str, str]) -> None:
+        """Index under ``aliases`` from now on; what was indexed under others is dropped."""
         if aliases != self._aliases:
             self._aliases, self._entries = dict(aliases), OrderedDict()
+
+    def lookup(self, chunk_ids: Iterable[str], aliases: dict[str, str]) -> tuple[dict[str, ChunkIndex], list[str]]:
+        """(indexes held, chunk ids to read) under ``aliases``."""
+        self.use(aliases)
         found, missing = {}, []
         for chunk_id in chunk_ids:
             entry = self._entries.get(chunk_id)
@@ -144,7 +148,7 @@ class Integrator:
         aliases = await db.read(load_aliases)
         new_entities: dict[str, list[str]] = {}
         new_pairs: dict[str, list[str]] = {}
-        self.parsed.lookup((), aliases)  # aliases changed since the last merge: start afresh
+        self.parsed.use(aliases)
         indexes = {chunk_id: self.parsed.index(chunk_id, result, aliases) for chunk_id, result in added.items()}
         for chunk_id, index in indexes.items():
             entity_keys, pairs = mentions(index)
@@ -229,7 +233,7 @@ class Integrator:
         joined = SEPARATOR.join(fragments)
         # every cl100k token covers at least one UTF-8 byte: a text of no more bytes than the
         # threshold is within it, and most descriptions are (tiktoken is skipped for them)
-        if len(joined) * 4 <= self.settings.summary_tokens or len(joined.encode()) <= self.settings.summary_tokens:
+        if len(joined.encode()) <= self.settings.summary_tokens:
             return False
         return self.tokenizer.count(joined) > self.settings.summary_tokens
 

@@ -116,16 +116,14 @@ class Merger:
             work.phase = "merging"
         stored = await self.store.db.read(sql.get_documents, [w.document_id for w in ready])
         live = [w for w in ready if not w.scope.cancel_called and w.document_id in stored]
+        if any(w.alone for w in live):  # documents whose batch failed to commit
+            await self._settle()
+            await self._one_by_one(batch, live, stored)
+            return
         replacing = any(stored[w.document_id].get("replaces") for w in live)
         overlay = self.inflight.overlay if self.inflight is not None and not replacing else None
         if overlay is None:
             await self._settle()  # prepared against the tables as committed
-        if any(w.alone for w in live):  # documents whose batch failed to commit: each alone
-            await self._settle()
-            for work in live:
-                await self._merge_alone(work, stored)
-            self._finished(batch)
-            return
         changes: Changeset | None = None
         if live:
             try:
@@ -135,9 +133,7 @@ class Merger:
         if not await self._settle() and overlay is not None:
             changes = None  # prepared against a commit that did not happen
         if changes is None:
-            for work in live:
-                await self._merge_alone(work, stored)
-            self._finished(batch)
+            await self._one_by_one(batch, live, stored)
             return
         assert self._group is not None
         self.inflight = InFlight(batch, None if _removes(changes) else Overlay.of(changes), anyio.Event())
@@ -162,11 +158,14 @@ class Merger:
         finally:
             inflight.done.set()
 
-    async def _merge_alone(self, work: Work, stored: dict[str, dict[str, Any]]) -> None:
-        try:
-            await self.store.apply(await self._prepare([work], stored, None))
-        except Exception as exc:  # noqa: BLE001 - this document fails; merging goes on
-            await self.pipeline.fail_with(work.document_id, exc)
+    async def _one_by_one(self, batch: list[Work], live: list[Work], stored: dict[str, dict[str, Any]]) -> None:
+        """Each document of ``live`` merged and committed on its own, so a bad one fails alone."""
+        for work in live:
+            try:
+                await self.store.apply(await self._prepare([work], stored, None))
+            except Exception as exc:  # noqa: BLE001 - this document fails; merging goes on
+                await self.pipeline.fail_with(work.document_id, exc)
+        self._finished(batch)
 
     def _finished(self, works: list[Work]) -> None:
         for work in works:
