@@ -16,8 +16,9 @@ log = logging.getLogger("graphgate")
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("settings (each overrides its environment variable)")
     for setting in SETTINGS:
-        group.add_argument(setting.flag, dest=setting.name, metavar=setting.env,
-                           help=f"{setting.help} [default: {setting.default or 'unset'}]")
+        text = f"{setting.help} [default: {setting.default or 'unset'}]"
+        # argparse %-formats help text: a literal "80 %" would crash every --help
+        group.add_argument(setting.flag, dest=setting.name, metavar=setting.env, help=text.replace("%", "%%"))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -137,3 +137,14 @@ def test_ingest_of_same_named_files_keeps_the_later_one_and_finishes(tmp_path: P
     assert stats["documents"]["processed"] == 1 and sum(stats["documents"].values()) == 1
     chunks = json.loads(graphgate("query", "Berlin", "--mode", "naive", "--json", env=env).stdout)["chunks"]
     assert [c["content"] for c in chunks] == [CITY]  # the kept version is b/notes.txt (the city notes)
+
+
+@pytest.mark.parametrize("command", ["serve", "ingest", "status", "reindex", "query", "settings"])
+def test_every_command_prints_its_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Setting descriptions contain a literal "%" (argparse %-formats help): --help must still print."""
+    from proxy.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: graphgate " + command in capsys.readouterr().out
