@@ -6,7 +6,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
 
 from ..models import CacheEntry
 from ..store.knowledge import now
@@ -43,14 +42,13 @@ def document_with_text(con: Con, document_id: str) -> tuple[dict[str, Any] | Non
 
 def start_documents(con: Con, items: list[tuple[str, int, int]]) -> None:
     """Mark documents processing with their chunk counts (id, total, already extracted), in one statement."""
-    con.register("started", pa.table({"id": [i[0] for i in items], "total": pa.array([i[1] for i in items], pa.int32()),
-                                      "done": pa.array([i[2] for i in items], pa.int32())}))
     # only documents still on their way: the record is not awaited, so a failure written meanwhile
     # (straight through the writer) must not be turned back into "processing"
     con.execute("UPDATE documents SET status = 'processing', error = NULL, chunks_total = s.total, "
-                "chunks_done = s.done, updated_at = ? FROM started s WHERE documents.id = s.id "
-                "AND documents.status IN ('pending', 'processing')", [now()])
-    con.unregister("started")
+                "chunks_done = s.done, updated_at = $4 FROM (SELECT unnest($1::VARCHAR[]) AS id, "
+                "unnest($2::INTEGER[]) AS total, unnest($3::INTEGER[]) AS done) s WHERE documents.id = s.id "
+                "AND documents.status IN ('pending', 'processing')",
+                [[i[0] for i in items], [i[1] for i in items], [i[2] for i in items], now()])
 
 
 def documents_named(con: Con, name: str) -> list[dict[str, Any]]:
@@ -91,16 +89,25 @@ def document_and_versions(con: Con, document_id: str, name: str) -> tuple[dict[s
     return existing, [r for r in rows if r["name"] == name and r["id"] != document_id]
 
 
+def new_document_row(record: dict[str, Any]) -> dict[str, Any]:
+    """The row ``insert_documents`` stores for ``record`` (which carries its ``created_at``), as
+    ``get_document`` would read it back."""
+    stamp = record["created_at"]
+    return _row((record["id"], record["name"], record["mime"], record["size"], "pending", None, 0, 0,
+                 record.get("replaces"), stamp, stamp, None))
+
+
 def insert_documents(con: Con, items: list[tuple[dict[str, Any], str]]) -> None:
     """New documents, pending, in one statement (uploads arriving together share a transaction)."""
     stamp = now()
-    con.register("new_documents", pa.table({
-        "id": [d["id"] for d, _ in items], "name": [d["name"] for d, _ in items],
-        "mime": [d["mime"] for d, _ in items], "size": pa.array([d["size"] for d, _ in items], pa.int64()),
-        "text": [text for _, text in items], "replaces": pa.array([d.get("replaces") for d, _ in items], pa.string())}))
+    stamps = [d.get("created_at") or stamp for d, _ in items]
     con.execute("INSERT INTO documents (id, name, mime, size, status, text, replaces, created_at, updated_at) "
-                "SELECT id, name, mime, size, 'pending', text, replaces, ?, ? FROM new_documents", [stamp, stamp])
-    con.unregister("new_documents")
+                "SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::BIGINT[]), "
+                "'pending', unnest($5::VARCHAR[]), unnest($6::VARCHAR[]), unnest($7::TIMESTAMP[]), "
+                "unnest($7::TIMESTAMP[])",
+                [[d["id"] for d, _ in items], [d["name"] for d, _ in items], [d["mime"] for d, _ in items],
+                 [d["size"] for d, _ in items], [text for _, text in items], [d.get("replaces") for d, _ in items],
+                 stamps])
 
 
 def delete_unprocessed(con: Con, document_id: str) -> None:
@@ -145,37 +152,33 @@ ExtractionRecord = tuple[str, str, str, str, list[str], list[CacheEntry], list[C
 
 def record_extractions(con: Con, records: list[ExtractionRecord]) -> None:
     """Store finished chunk extractions in bulk (one statement per table, not per chunk), with
-    their LLM cache entries and each document's progress."""
+    their LLM cache entries and each document's progress. Rows go in as list parameters:
+    registering an Arrow table costs about a millisecond a time, more than the insert."""
     stamp = now()
-    rows = {chunk_id: (chunk_id, model, result, json.dumps(raw, ensure_ascii=False), stamp)
+    rows = {chunk_id: (chunk_id, model, result, json.dumps(raw, ensure_ascii=False))
             for _, chunk_id, model, result, raw, _, _ in records}
-    con.register("new_extractions", pa.table({
-        "chunk_id": [r[0] for r in rows.values()], "model": [r[1] for r in rows.values()],
-        "result": [r[2] for r in rows.values()], "raw": [r[3] for r in rows.values()],
-        "created_at": [r[4] for r in rows.values()]}))
     # OR IGNORE checks the primary key's index; NOT EXISTS would scan every stored extraction
-    con.execute("INSERT OR IGNORE INTO extractions SELECT * FROM new_extractions")
-    con.unregister("new_extractions")
+    con.execute("INSERT OR IGNORE INTO extractions SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), "
+                "unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), $5",
+                [*([r[i] for r in rows.values()] for i in range(4)), stamp])
     write_cache(con, [e for r in records for e in r[5]], [h for r in records for h in r[6]])
     progress: dict[str, int] = {}
     for document_id, *_ in records:
         progress[document_id] = progress.get(document_id, 0) + 1
-    con.register("progress", pa.table({"id": list(progress), "done": list(progress.values())}))
-    con.execute("UPDATE documents SET chunks_done = chunks_done + p.done, updated_at = ? FROM progress p "
-                "WHERE documents.id = p.id", [stamp])
-    con.unregister("progress")
+    con.execute("UPDATE documents SET chunks_done = chunks_done + p.done, updated_at = $3 FROM "
+                "(SELECT unnest($1::VARCHAR[]) AS id, unnest($2::INTEGER[]) AS done) p WHERE documents.id = p.id",
+                [list(progress), list(progress.values()), stamp])
 
 
 def write_cache(con: Con, entries: list[CacheEntry], hits: list[CacheEntry]) -> None:
     stamp = now()
     fresh = list({(e.kind, e.key): e for e in entries}.values())
     if fresh:
-        con.register("new_cache", pa.table({
-            "kind": [e.kind for e in fresh], "key": [e.key for e in fresh], "model": [e.model for e in fresh],
-            "request": [e.request for e in fresh], "response": [e.response for e in fresh]}))
         con.execute("""INSERT OR IGNORE INTO llm_cache (kind, key, model, request, response, created_at)
-                       SELECT kind, key, model, request, response, ? FROM new_cache""", [stamp])
-        con.unregister("new_cache")
+                       SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]),
+                              unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), $6""",
+                    [[e.kind for e in fresh], [e.key for e in fresh], [e.model for e in fresh],
+                     [e.request for e in fresh], [e.response for e in fresh], stamp])
     for e in hits:
         con.execute("UPDATE llm_cache SET hits = hits + 1, last_hit_at = ? WHERE kind = ? AND key = ?",
                     [stamp, e.kind, e.key])

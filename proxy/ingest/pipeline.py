@@ -28,7 +28,7 @@ from ..models import ModelClient
 from ..settings import Settings
 from ..store.batching import CommitGroup, Pending
 from ..store.changes import Changeset
-from ..store.knowledge import KnowledgeStore
+from ..store.knowledge import KnowledgeStore, now
 from ..tokens import Tokenizer
 from . import documents as sql
 from .chunking import Chunk, chunk_text
@@ -38,6 +38,7 @@ from .merger import Merger
 from .parsing import ParsedDocument
 
 log = logging.getLogger("graphgate.ingest")
+HANDOVER_CHARS = 64_000_000  # text of queued uploads kept in memory for their workers; the rest is read back
 
 
 
@@ -87,6 +88,8 @@ class Pipeline:
         self._stored_at: dict[str, int] = {}
         self._stored_forgotten = 0
         self.inserting: dict[str, Pending] = {}  # document id or name -> its insert, until committed
+        self._handed: dict[str, tuple[str, str]] = {}  # document id -> (name, text) for its worker
+        self._handed_chars = 0
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
 
@@ -205,7 +208,7 @@ class Pipeline:
                 # (that can take seconds of summaries and embeddings); the insert itself is
                 # awaited outside the lock, so that uploads in flight together commit together
                 record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
-                          "replaces": olders[-1]["id"] if olders else None}
+                          "replaces": olders[-1]["id"] if olders else None, "created_at": now()}
                 pending = self.upload_writer.submit((record, parsed.text))
                 self.inserting[document_id] = self.inserting[parsed.name] = pending
             else:
@@ -226,10 +229,27 @@ class Pipeline:
                         if self.inserting.get(key) is pending:
                             del self.inserting[key]
                     self._stored(keys)
+            self._hand_over(document_id, parsed)
             self._enqueue(document_id)
-        document = await self.store.db.read(sql.get_document, document_id)
+        if pending is not None:  # the row as just committed: no need to read it back
+            document = sql.new_document_row(record)
+        else:
+            document = await self.store.db.read(sql.get_document, document_id)
         assert document is not None
         return document, "replaced" if document.get("replaces") else "accepted"
+
+    def _hand_over(self, document_id: str, parsed: ParsedDocument) -> None:
+        """Keep the text of a document just stored for its worker, which then need not read it back
+        (an id is the hash of its text, so the text kept for an id is always the right one)."""
+        if self._handed_chars + len(parsed.text) <= HANDOVER_CHARS:
+            self._handed[document_id] = (parsed.name, parsed.text)
+            self._handed_chars += len(parsed.text)
+
+    def _take_handed(self, document_id: str) -> tuple[str, str] | None:
+        handed = self._handed.pop(document_id, None)
+        if handed is not None:
+            self._handed_chars -= len(handed[1])
+        return handed
 
     def _stored(self, keys: tuple[str, ...]) -> None:
         """Note that documents with these ids or names were written (or tried), for uploads that
@@ -281,6 +301,7 @@ class Pipeline:
 
     def _cancel(self, document_id: str) -> None:
         self.queued.pop(document_id, None)
+        self._take_handed(document_id)
         for table in (self.running, self.merging):
             if document_id in table:
                 table[document_id].scope.cancel()
@@ -295,10 +316,13 @@ class Pipeline:
 
     async def _extract_document(self, work: Work) -> None:
         db = self.store.db
-        document, text = await db.read(sql.document_with_text, work.document_id)
-        if document is None:
-            raise NotFound(f"document {work.document_id} not found")
-        work.name = document["name"]
+        handed = self._take_handed(work.document_id)
+        if handed is None:  # resumed after a restart, retried, or its text was too much to keep
+            document, text = await db.read(sql.document_with_text, work.document_id)
+            if document is None:
+                raise NotFound(f"document {work.document_id} not found")
+            handed = document["name"], text
+        work.name, text = handed
         work.phase = "chunking"
 
         def chunk_and_look_up() -> tuple[list[Chunk], set[str]]:  # one worker thread for both
