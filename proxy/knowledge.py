@@ -25,10 +25,10 @@ from .limiter import PriorityLimiter
 from .model_info import ModelInfoCache
 from .models import CacheEntry, ModelClient
 from .retrieval.retriever import Retriever
-from .store.batching import BatchWriter
+from .store.batching import BatchedReader, BatchWriter
 from .traces import Trace, record_traces
 from .settings import Settings
-from .ingest.documents import cached_response, write_cache
+from .ingest.documents import cached_response, cached_responses, write_cache
 from .store.knowledge import KnowledgeStore
 from .store.tables_duckdb import get_meta
 from .tokens import Tokenizer, get_tokenizer
@@ -100,8 +100,10 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
     try:
         limiter = PriorityLimiter(settings.llm_concurrency)
 
+        cache_reads = BatchedReader(store.db, cached_responses)
+
         async def lookup(kind: str, key: str) -> str | None:
-            return await store.db.read(cached_response, kind, key)
+            return await cache_reads.get((kind, key))
 
         models = ModelClient(upstream, limiter, settings, cache_lookup=lookup,
                              embed_limiter=PriorityLimiter(settings.embed_concurrency))

@@ -105,7 +105,7 @@ class Upstream:
     async def call_json(self, method: str, path: str, body: Any = None, *,
                         deadline: float | None = None) -> Any:
         """GraphGate's own JSON call: the parsed reply, or an UpstreamError naming the cause."""
-        content = None if body is None else json.dumps(body).encode()
+        content = None if body is None else orjson.dumps(body)  # a chunk's prompt, a batch of texts: C-fast
         headers = [("content-type", "application/json")] if content is not None else []
         if deadline is None:
             response = await self.open(method, path, headers=headers, content=content)

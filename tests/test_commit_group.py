@@ -82,3 +82,76 @@ async def test_shutdown_commits_what_was_handed_over(db: Database) -> None:
         db.write_lock.release()
         tasks.cancel_scope.cancel()
     assert rows(db, "b") == [1, 2]
+
+
+def lookup_values(calls: list[list[int]], fail: set[int] = frozenset()):
+    """A read of table a that records each query's keys and fails when asked for one in ``fail``."""
+    def read(con: Con, keys: list[int]) -> dict[int, int]:
+        calls.append(sorted(keys))
+        if fail & set(keys):
+            raise RuntimeError("the store refused the read")
+        found = con.execute("SELECT v FROM a WHERE v IN (SELECT unnest(?::INTEGER[]))", [keys]).fetchall()
+        return {v: v * 10 for (v,) in found}
+    return read
+
+
+async def test_reads_asked_for_together_share_one_query(db: Database) -> None:
+    from proxy.store.batching import BatchedReader
+
+    db.con.execute("INSERT INTO a VALUES (1), (2), (3)")
+    calls: list[list[int]] = []
+    reader = BatchedReader(db, lookup_values(calls))
+    results: dict[int, int | None] = {}
+
+    async def get(key: int) -> None:
+        results[key] = await reader.get(key)
+
+    async with anyio.create_task_group() as group:
+        for key in (1, 2, 3, 4, 2):
+            group.start_soon(get, key)
+    assert results == {1: 10, 2: 20, 3: 30, 4: None}  # 4 is not stored
+    assert calls == [[1, 2, 3, 4]]                     # one query; the key asked twice, once
+    assert await reader.get(3) == 30                   # a later lookup makes a round of its own
+    assert calls[1:] == [[3]]
+
+
+async def test_a_failed_read_reaches_every_caller_of_its_round_and_the_next_round_reads_again(db: Database) -> None:
+    from proxy.store.batching import BatchedReader
+
+    db.con.execute("INSERT INTO a VALUES (1), (2)")
+    calls: list[list[int]] = []
+    reader = BatchedReader(db, lookup_values(calls, fail={9}))
+    errors: list[str] = []
+
+    async def get(key: int) -> None:
+        try:
+            await reader.get(key)
+        except RuntimeError as exc:
+            errors.append(f"{key}: {exc}")
+
+    async with anyio.create_task_group() as group:
+        for key in (1, 9):
+            group.start_soon(get, key)
+    assert sorted(errors) == ["1: the store refused the read", "9: the store refused the read"]
+    assert await reader.get(2) == 20
+
+
+async def test_a_cancelled_first_caller_still_reads_for_the_others(db: Database) -> None:
+    from proxy.store.batching import BatchedReader
+
+    db.con.execute("INSERT INTO a VALUES (1), (2)")
+    calls: list[list[int]] = []
+    reader = BatchedReader(db, lookup_values(calls))
+    got: list[int | None] = []
+
+    async def other() -> None:
+        got.append(await reader.get(2))
+
+    with anyio.fail_after(10):  # an unshielded first caller would leave the other waiting for ever
+        async with anyio.create_task_group() as group:
+            with anyio.CancelScope() as leader_scope:
+                leader_scope.cancel()  # cancelled before it even starts to read
+                group.start_soon(other)
+                with pytest.raises(anyio.get_cancelled_exc_class()):
+                    await reader.get(1)
+    assert got == [20] and calls == [[1, 2]]

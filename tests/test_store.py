@@ -66,6 +66,30 @@ async def test_schema_is_versioned(tmp_path: Path) -> None:
     await again.close()
 
 
+async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -> None:
+    """v4 indexes the LLM cache by key (DuckDB scans the whole table for a lookup on the two-column
+    primary key); an existing store is migrated and keeps its cached replies."""
+    import duckdb
+
+    from proxy.ingest.documents import cached_response
+    from proxy.store.schema import MIGRATIONS
+
+    con = duckdb.connect(str(tmp_path / "graphgate.duckdb"))
+    for script in MIGRATIONS[:3]:
+        con.execute(script)
+    con.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+    con.execute("INSERT INTO llm_cache (kind, key, model, request, response, created_at) "
+                "VALUES ('summary', 'k1', 'm', '{}', 'kept', now())")
+    con.close()
+    store = await KnowledgeStore.open(tmp_path)
+    assert store.db.read_sync(current_version) == SCHEMA_VERSION == 4
+    indexes = store.db.read_sync(lambda c: [r[0] for r in c.execute(
+        "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'llm_cache'").fetchall()])
+    assert "llm_cache_key" in indexes
+    assert store.db.read_sync(cached_response, "summary", "k1") == "kept"
+    await store.close()
+
+
 async def test_apply_updates_all_three_engines(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
     await set_dim(store)

@@ -189,6 +189,14 @@ def cached_response(con: Con, kind: str, key: str) -> str | None:
     return row[0] if row else None
 
 
+def cached_responses(con: Con, wanted: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The cached replies among ``wanted`` (kind, key) pairs, in one query (the key's index finds them)."""
+    rows = con.execute("SELECT kind, key, response FROM llm_cache WHERE key IN (SELECT unnest($1::VARCHAR[]))",
+                       [list({key for _, key in wanted})]).fetchall()
+    asked = set(wanted)
+    return {(kind, key): response for kind, key, response in rows if (kind, key) in asked}
+
+
 def document_counts(con: Con, document_id: str) -> dict[str, int]:
     """Chunks, entities and relations a document's chunks source (joins on unnested source ids:
     ``list_has_any`` against every row costs a second at 100k entities)."""

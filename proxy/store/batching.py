@@ -1,4 +1,4 @@
-"""Group small writes into shared transactions.
+"""Group small writes into shared transactions, and point reads that arrive together into one query.
 
 Each DuckDB commit costs milliseconds; chunk extractions finish many times a second. Callers
 ``await write(item)`` and return once their item is committed (so durability is unchanged for
@@ -7,7 +7,7 @@ them); items that arrive together share one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -138,3 +138,52 @@ class CommitGroup:
 def _apply_all(con: Con, work: list[tuple[Callable[[Con, list[Any]], None], list[Any]]]) -> None:
     for apply, items in work:
         apply(con, items)
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Lookup(Generic[V]):
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.value: V | None = None
+        self.error: BaseException | None = None
+
+
+class BatchedReader(Generic[K, V]):
+    """``get(key)`` calls made in the same moment share one ``read(con, keys) -> {key: value}``:
+    a merge asks the LLM cache for hundreds of summaries at once, and each query costs about a
+    millisecond of DuckDB whatever it fetches. The first caller of a round reads for everyone."""
+
+    def __init__(self, db: Database, read: Callable[[Con, list[K]], dict[K, V]]) -> None:
+        self.db = db
+        self.read = read
+        self._round: dict[K, _Lookup[V]] = {}
+
+    async def get(self, key: K) -> V | None:
+        lookup = self._round.get(key)
+        if lookup is None:
+            lookup = self._round[key] = _Lookup()
+            if len(self._round) == 1:
+                await self._lead()
+        await lookup.done.wait()
+        if lookup.error is not None:
+            raise lookup.error
+        return lookup.value
+
+    async def _lead(self) -> None:
+        # shielded: the others of the round wait on this read even if its own caller is cancelled
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0)  # callers started in the same moment join the round
+            batch, self._round = self._round, {}
+            try:
+                found = await self.db.read(self.read, list(batch))
+            except Exception as exc:  # noqa: BLE001 - every caller of the round gets the error
+                for lookup in batch.values():
+                    lookup.error = exc
+            else:
+                for key, lookup in batch.items():
+                    lookup.value = found.get(key)
+            for lookup in batch.values():
+                lookup.done.set()

@@ -143,7 +143,13 @@ CREATE TABLE dismissed_suggestions (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3)
+# v4: LLM cache reads look a reply up by its key; DuckDB uses an index only for a single column,
+# so the (kind, key) primary key left every lookup scanning the whole cache
+V4 = """
+CREATE INDEX llm_cache_key ON llm_cache (key);
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
