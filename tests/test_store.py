@@ -90,6 +90,13 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
     await store.close()
 
 
+async def test_duckdb_runs_single_threaded_once_the_store_is_loaded(tmp_path: Path) -> None:
+    """Small statements would otherwise wake DuckDB's worker threads every time (bench/ingest.py)."""
+    store = await KnowledgeStore.open(tmp_path)
+    assert store.db.read_sync(lambda c: c.execute("SELECT current_setting('threads')").fetchone()[0]) == 1
+    await store.close()
+
+
 async def test_apply_updates_all_three_engines(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
     await set_dim(store)

@@ -76,6 +76,10 @@ class KnowledgeStore:
             if healed:
                 log.info("vector index %s was out of step with the tables and has been repaired", name)
         self._load_memory()
+        # From here on DuckDB serves small reads and writes, many a second: with worker threads,
+        # each statement wakes them, and the context switches cost 12 % of the CPU per ingested
+        # chunk (bench/ingest.py). The big scans above (start-up at 1M chunks) keep them.
+        self.db.con.execute("SET threads = 1")
         self.saved_generation = self.generation
         if any(index.generation != self.generation for index in self.indexes.values()):
             try:
