@@ -6,6 +6,7 @@ and hands the reply's content to :func:`parse_extraction`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -135,6 +136,7 @@ def _unwrap_once(text: str) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=65536)  # names recur in every reply that mentions them: a pure function
 def normalise_name(name: str) -> str:
     text = _clean(name)
     while True:
@@ -152,6 +154,7 @@ def _type_key(text: str) -> str:
     return re.sub(r"[\s_\-]+", "", text).casefold()
 
 
+@functools.lru_cache(maxsize=4096)
 def _match_type(raw: str, entity_types: Sequence[str]) -> str:
     key = _type_key(_cut(normalise_name(raw), TYPE_MAX))
     for known in entity_types:
@@ -311,7 +314,7 @@ def _parse_entity(item: dict, entity_types: Sequence[str]) -> ExtractedEntity | 
     name = normalise_name(name)
     if not name:
         return None
-    return ExtractedEntity(name, _match_type(kind or "", entity_types), description)
+    return ExtractedEntity(name, _match_type(kind or "", tuple(entity_types)), description)
 
 
 def _parse_relation(item: dict) -> ExtractedRelation | None:
