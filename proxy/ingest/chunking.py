@@ -13,6 +13,7 @@ The guarantee holds for ``size >= 4`` (no character needs more than 4 cl100k tok
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 from collections import deque
@@ -126,19 +127,27 @@ def _pieces(text: str, tok: Tokenizer, size: int, budget: int) -> Iterator[_Piec
 
 def _sentences(line: str, ids: list[int], sep: str, heading: bool,
                tok: Tokenizer, budget: int) -> Iterator[_Piece | _Blob]:
+    """The line's sentences. Each is counted from the line's own tokens (those that start within
+    it or its separator), not encoded again: a long paragraph has dozens of sentences, and the
+    packer counts every chunk exactly anyway."""
     bounds: list[tuple[int, int]] = []      # (end of a sentence, start of the next)
     for m in _SENTENCE_END.finditer(line):
         if m.end() < len(line):
             bounds.append((m.start(1) if m.group(1) is not None else m.start(2), m.end()))
     bounds.append((len(line), len(line)))
-    pos = 0
+    starts = tok.char_offsets(ids) if len(bounds) > 1 else []
+    pos = first = 0
     for end, nxt in bounds:
         sentence = line[pos:end]
-        sentence_ids = ids if len(bounds) == 1 else tok.encode(sentence)
-        if len(sentence_ids) <= budget:
-            yield _Piece(sentence, len(sentence_ids), sep, heading)
+        if len(bounds) == 1:
+            count = len(ids)
         else:
-            yield _Blob(sentence, sentence_ids, sep, heading, tok)
+            last = bisect.bisect_left(starts, end, first)
+            count, first = max(1, last - bisect.bisect_left(starts, pos - len(sep) if pos else 0, first)), last
+        if count <= budget:
+            yield _Piece(sentence, count, sep, heading)
+        else:
+            yield _Blob(sentence, ids if len(bounds) == 1 else tok.encode(sentence), sep, heading, tok)
         sep, heading, pos = line[end:nxt], False, nxt
 
 
