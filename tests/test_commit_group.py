@@ -155,3 +155,18 @@ async def test_a_cancelled_first_caller_still_reads_for_the_others(db: Database)
                 with pytest.raises(anyio.get_cancelled_exc_class()):
                     await reader.get(1)
     assert got == [20] and calls == [[1, 2]]
+
+
+async def test_a_checkpoint_empties_the_log_between_reads_and_writes(tmp_path: Path) -> None:
+    db = Database(tmp_path / "c.duckdb")
+    wal = tmp_path / "c.duckdb.wal"
+    await db.write(lambda con: con.execute("CREATE TABLE t AS SELECT range AS v FROM range(50000)"))
+    assert wal.exists() and wal.stat().st_size > 0
+    assert await db.read(lambda con: con.execute("SELECT v FROM t ORDER BY v").fetchone()) == (0,)  # left open
+    rows = await db.read(lambda con: next(iter(con.sql("SELECT v FROM t ORDER BY v").to_arrow_reader(10))).num_rows)
+    assert rows == 10  # a streamed read abandoned after one batch
+    await db.checkpoint()
+    assert not wal.exists() or wal.stat().st_size == 0
+    await db.write(lambda con: con.execute("INSERT INTO t VALUES (-1)"))
+    assert await db.read(lambda con: con.execute("SELECT count(*) FROM t").fetchone()) == (50001,)
+    db.close()

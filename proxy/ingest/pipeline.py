@@ -92,10 +92,12 @@ class Pipeline:
         self._handed_chars = 0
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
+        self._group: TaskGroup | None = None
 
     # --- lifecycle ---
 
     async def start(self, group: TaskGroup) -> None:
+        self._group = group
         for document_id in await self.store.db.read(sql.unfinished_ids):
             self._enqueue(document_id)
         for _ in range(self.settings.parallel_documents):
@@ -143,8 +145,16 @@ class Pipeline:
         self._check_idle()
 
     def _check_idle(self) -> None:
-        if not self.queued and not self.running and not self.merging:
+        if not self.queued and not self.running and not self.merging and not self.idle.is_set():
             self.idle.set()
+            if self._group is not None:  # a quiet moment: move the store's log into its file
+                self._group.start_soon(self._checkpoint)
+
+    async def _checkpoint(self) -> None:
+        try:
+            await self.store.db.checkpoint()
+        except Exception as exc:  # noqa: BLE001 - DuckDB checkpoints again by itself later
+            log.warning("could not checkpoint the store: %s", exc)
 
     async def fail_with(self, document_id: str, exc: Exception) -> None:
         error = first_error(exc)

@@ -24,6 +24,11 @@ T = TypeVar("T")
 Con = duckdb.DuckDBPyConnection
 
 READERS = 4
+# DuckDB moves its write-ahead log into the database file (a checkpoint) once the log passes this
+# size, and readers wait while it does. At DuckDB's 16 MB that happened every second or two of
+# ingestion and left the LLM idle a third of the time (bench/ingest.py); GraphGate checkpoints
+# itself whenever the pipeline falls idle (``checkpoint``), and this is the ceiling in between.
+CHECKPOINT_WAL = "256MB"
 # what DuckDB raises when the disk refuses a write (full, read-only, gone); other errors are bugs
 WRITE_FAILURES = (duckdb.IOException, duckdb.TransactionException, duckdb.FatalException)
 
@@ -50,7 +55,8 @@ class Database:
     def __init__(self, path: Path, memory_limit: str = "1GB") -> None:
         self.path = path
         # DuckDB would otherwise cache up to 80 % of the machine's memory: this is a laptop app
-        self.con = duckdb.connect(str(path), config={"memory_limit": memory_limit})
+        self.con = duckdb.connect(str(path), config={"memory_limit": memory_limit,
+                                                     "checkpoint_threshold": CHECKPOINT_WAL})
         migrate(self.con)
         self._readers: queue.SimpleQueue[Con] = queue.SimpleQueue()
         for _ in range(READERS):
@@ -70,6 +76,9 @@ class Database:
         try:
             return fn(cursor, *args)
         finally:
+            # a result left open (a fetchone(), a streamed reader) keeps its transaction alive, and
+            # a checkpoint waits for every transaction to end
+            relation_ready(cursor)
             self._readers.put(cursor)
 
     def write_sync(self, fn: Callable[..., T], *args: Any) -> T:
@@ -86,7 +95,19 @@ class Database:
                     raise storage_error(exc) from exc
                 raise
 
+    def checkpoint_sync(self) -> None:
+        with self._thread_lock:
+            self.con.execute("CHECKPOINT")
+
     # --- async entry points ---
+
+    async def checkpoint(self) -> None:
+        """Write the log into the database file now, at a quiet moment (readers wait meanwhile).
+        DuckDB refuses while another connection has a write transaction open (readers must not:
+        ``read_sync`` closes every result it leaves)."""
+        async with self.write_lock:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.checkpoint_sync)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(self.read_sync, fn, *args)
