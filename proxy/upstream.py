@@ -1,9 +1,11 @@
-"""The one boundary to the upstream Ollama. httpx errors are translated here and nowhere else.
+"""The one boundary to the upstream Ollama. httpx's errors and the JSON client's are translated
+here and nowhere else.
 
-``Upstream.open`` starts a request and returns the response with its body unread, so the
-caller decides whether to relay it as a stream or read it whole. ``Upstream.call_json``
-is for GraphGate's own calls (extraction, embeddings, model info) and raises on any
-error status with the upstream's own message.
+``Upstream.open`` starts a request (through httpx) and returns the response with its body unread,
+so the caller decides whether to relay it as a stream or read it whole. ``Upstream.call_json`` is
+for GraphGate's own calls (extraction, embeddings, model info): over the lean ``JsonClient`` (see
+there why), or over the injected httpx transport when there is one (the in-process tests), and it
+raises on any error status with the upstream's own message.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from .json_client import ConnectFailed, JsonClient, ProtocolViolation
 from .settings import Settings
 
 Headers = Iterable[tuple[str, str]]
@@ -44,8 +47,12 @@ class Upstream:
         # request would pay for a new one.
         self._transport = transport or httpx.AsyncHTTPTransport(
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024, keepalive_expiry=2.0))
+        self._json = None if transport is not None else JsonClient(
+            self.url, connect_timeout=settings.connect_timeout, read_timeout=settings.read_timeout)
 
     async def aclose(self) -> None:
+        if self._json is not None:
+            await self._json.aclose()
         await self._transport.aclose()
 
     def translate(self, exc: Exception) -> UpstreamError:
@@ -106,19 +113,36 @@ class Upstream:
                         deadline: float | None = None) -> Any:
         """GraphGate's own JSON call: the parsed reply, or an UpstreamError naming the cause."""
         content = None if body is None else orjson.dumps(body)  # a chunk's prompt, a batch of texts: C-fast
-        headers = [("content-type", "application/json")] if content is not None else []
-        if deadline is None:
-            response = await self.open(method, path, headers=headers, content=content)
-            raw = await self.read(response)
+        if self._json is not None:
+            status, raw = await self._call_lean(method, path, content, deadline)
         else:
-            response, raw = await self.fetch(method, path, deadline=deadline, headers=headers, content=content)
-        if response.status_code >= 400:
-            raise UpstreamStatusError(_error_message(raw, response.status_code),
-                                      status=response.status_code)
+            headers = [("content-type", "application/json")] if content is not None else []
+            if deadline is None:
+                response = await self.open(method, path, headers=headers, content=content)
+                raw = await self.read(response)
+            else:
+                response, raw = await self.fetch(method, path, deadline=deadline, headers=headers, content=content)
+            status = response.status_code
+        if status >= 400:
+            raise UpstreamStatusError(_error_message(raw, status), status=status)
         try:
             return orjson.loads(raw)  # embeddings: thousands of floats a reply, ~10x faster than json
         except ValueError as exc:
             raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent invalid JSON for {path}: {exc}") from exc
+
+    async def _call_lean(self, method: str, path: str, content: bytes | None,
+                         deadline: float | None) -> tuple[int, bytes]:
+        assert self._json is not None
+        try:
+            return await self._json.request(method, path, content, deadline=deadline)
+        except TimeoutError as exc:
+            limit = deadline if deadline is not None else self._json.read_timeout
+            detail = str(exc) or f"no answer to {path} within {limit:g} s"
+            raise UpstreamTimeout(f"upstream Ollama at {self.url} timed out: {detail}") from None
+        except ConnectFailed as exc:
+            raise UpstreamUnavailable(f"upstream Ollama at {self.url} is unreachable: {exc.strerror or exc}") from exc
+        except (ProtocolViolation, OSError) as exc:
+            raise UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {exc or type(exc).__name__}") from exc
 
     async def chat_text(self, model: str, messages: list[dict[str, Any]]) -> AsyncIterator[str]:
         """A streamed /api/chat reply's text, piece by piece (GraphGate's own call, e.g. the

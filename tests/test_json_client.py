@@ -1,0 +1,207 @@
+"""GraphGate's own JSON calls over real sockets on 127.0.0.1: the fake Ollama under uvicorn, and
+raw servers scripted byte by byte for the framings and failures the client must handle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from proxy.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout, UpstreamUnavailable
+from proxy.settings import Settings
+from proxy.upstream import Upstream
+from tests.fake_ollama import FakeOllama, fake_embedding
+
+pytestmark = pytest.mark.anyio
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def upstream_at(url: str, **environ: str) -> Upstream:
+    return Upstream(Settings.load(environ={"GRAPHGATE_UPSTREAM": url, **environ}))
+
+
+@asynccontextmanager
+async def raw_server(handler: Handler) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server on 127.0.0.1 that runs ``handler`` for each connection; yields its URL and a list
+    that counts the connections it accepted."""
+    accepted: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        try:
+            await handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", accepted
+    finally:
+        server.close()
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request's head and body (Content-Length framed, as the client sends them)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    return head + await reader.readexactly(length)
+
+
+def reply(body: bytes, *, status: str = "200 OK", extra: bytes = b"") -> bytes:
+    return (b"HTTP/1.1 " + status.encode() + b"\r\ncontent-type: application/json\r\n" + extra
+            + b"content-length: %d\r\n\r\n" % len(body) + body)
+
+
+async def test_calls_the_fake_ollama_and_keeps_one_connection_alive() -> None:
+    fake = FakeOllama()
+    with fake.serve() as url:
+        upstream = upstream_at(url)
+        try:
+            reply_ = await upstream.call_json("POST", "/api/embed", {"model": "nomic-embed-text",
+                                                                      "input": ["alpha", "beta gamma"]})
+            assert reply_["embeddings"] == [fake_embedding("alpha", 64), fake_embedding("beta gamma", 64)]
+            tags = await upstream.call_json("GET", "/api/tags", deadline=5)
+            assert any(m["name"] == "llama3.2:latest" for m in tags["models"])
+            assert len(upstream._json._idle) == 1  # both calls went over the same connection
+        finally:
+            await upstream.aclose()
+    assert [r.path for r in fake.requests] == ["/api/embed", "/api/tags"]
+    assert fake.requests[0].json == {"model": "nomic-embed-text", "input": ["alpha", "beta gamma"]}
+
+
+async def test_a_chunked_reply_with_trailers_is_put_together() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                     b"5;ext=1\r\n{\"a\":\r\n4\r\n 12}\r\n0\r\nx-trailer: yes\r\n\r\n")
+        await writer.drain()
+        await read_request(reader)  # and the connection serves the next call
+        writer.write(reply(b'{"b": 2}'))
+        await writer.drain()
+
+    async with raw_server(handler) as (url, accepted):
+        upstream = upstream_at(url)
+        assert await upstream.call_json("POST", "/api/chat", {"x": 1}) == {"a": 12}
+        assert await upstream.call_json("POST", "/api/chat", {"x": 2}) == {"b": 2}
+        await upstream.aclose()
+    assert len(accepted) == 1
+
+
+async def test_a_reply_framed_by_the_end_of_the_connection_is_read_to_the_end() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n{\"whole\": true}")
+        await writer.drain()
+        writer.close()
+
+    async with raw_server(handler) as (url, _):
+        upstream = upstream_at(url)
+        assert await upstream.call_json("POST", "/api/embed", {}) == {"whole": True}
+        assert upstream._json._idle == []  # nothing to keep
+        await upstream.aclose()
+
+
+async def test_a_kept_connection_the_server_drops_as_the_next_request_arrives_is_replaced_once() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b'{"n": 1}'))  # kept alive ...
+        await writer.drain()
+        await read_request(reader)  # ... until the server gives up on it just as a request comes
+        writer.transport.abort()
+
+    async with raw_server(handler) as (url, accepted):
+        upstream = upstream_at(url)
+        assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}
+        assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}  # sent again, on a new one
+        await upstream.aclose()
+    assert len(accepted) == 2
+
+
+async def test_an_error_status_carries_the_upstreams_message() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b'{"error": "model \\"nope\\" not found, try pulling it first"}', status="404 Not Found"))
+        await writer.drain()
+
+    async with raw_server(handler) as (url, _):
+        upstream = upstream_at(url)
+        with pytest.raises(UpstreamStatusError) as failure:
+            await upstream.call_json("POST", "/api/chat", {"model": "nope"})
+        assert failure.value.status == 404 and 'model "nope" not found' in failure.value.message
+        await upstream.aclose()
+
+
+async def test_nobody_listening_is_unreachable() -> None:
+    async with raw_server(read_request) as (url, _):
+        pass  # closed: the port is free again
+    upstream = upstream_at(url)
+    with pytest.raises(UpstreamUnavailable, match="is unreachable"):
+        await upstream.call_json("POST", "/api/embed", {})
+    await upstream.aclose()
+
+
+async def test_a_server_that_never_answers_times_out() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await anyio.sleep(30)
+
+    async with raw_server(handler) as (url, _):
+        upstream = upstream_at(url, GRAPHGATE_READ_TIMEOUT="0.3")
+        with anyio.fail_after(10), pytest.raises(UpstreamTimeout, match="within 0.3 s"):
+            await upstream.call_json("POST", "/api/chat", {})
+        with anyio.fail_after(10), pytest.raises(UpstreamTimeout, match="within 0.2 s"):
+            await upstream.call_json("GET", "/api/tags", deadline=0.2)
+        assert upstream._json._idle == []
+        await upstream.aclose()
+
+
+@pytest.mark.parametrize(("answer", "problem", "kept"), [
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n{\"cut\":", "ended early", False),
+    (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP/1.x reply", False),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "bad chunk size", False),
+    (b"", "closed before the reply began", False),  # on a new connection: not sent again
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nnope", "invalid JSON", True),  # well framed
+])
+async def test_a_garbled_reply_is_a_protocol_error(answer: bytes, problem: str, kept: bool) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    async with raw_server(handler) as (url, _):
+        upstream = upstream_at(url)
+        with pytest.raises(UpstreamProtocolError, match=problem):
+            await upstream.call_json("POST", "/api/chat", {})
+        assert len(upstream._json._idle) == kept  # a connection that broke mid-reply is never reused
+        await upstream.aclose()
+
+
+async def test_a_cancelled_call_does_not_leave_its_connection_in_the_pool() -> None:
+    answered = anyio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            request = await read_request(reader)
+            if b'"slow"' in request:
+                await anyio.sleep(30)
+            writer.write(reply(b'{"ok": true}'))
+            await writer.drain()
+            answered.set()
+
+    async with raw_server(handler) as (url, accepted):
+        upstream = upstream_at(url)
+        with anyio.move_on_after(0.2):
+            await upstream.call_json("POST", "/api/chat", {"slow": 1})
+        assert upstream._json._idle == []  # its reply could still arrive: never reused
+        assert await upstream.call_json("POST", "/api/chat", {"fast": 1}) == {"ok": True}
+        await upstream.aclose()
+    assert len(accepted) == 2
