@@ -13,6 +13,12 @@ def parse_url(raw: str) -> str:
     parts = urlsplit(raw.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError("expected an http:// or https:// URL")
+    if not parts.hostname:
+        raise ValueError("the URL names no host")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when asked
+    except ValueError:
+        raise ValueError("the URL's port must be a number between 0 and 65535") from None
     return raw.strip().rstrip("/")
 
 

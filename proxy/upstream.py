@@ -142,7 +142,7 @@ class Upstream:
         except ConnectFailed as exc:
             raise UpstreamUnavailable(f"upstream Ollama at {self.url} is unreachable: {exc.strerror or exc}") from exc
         except (ProtocolViolation, OSError) as exc:
-            raise UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {exc or type(exc).__name__}") from exc
+            raise UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {str(exc) or type(exc).__name__}") from exc
 
     async def chat_text(self, model: str, messages: list[dict[str, Any]]) -> AsyncIterator[str]:
         """A streamed /api/chat reply's text, piece by piece (GraphGate's own call, e.g. the

@@ -167,6 +167,9 @@ async def test_a_server_that_never_answers_times_out() -> None:
     (b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n{\"cut\":", "ended early", False),
     (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP/1.x reply", False),
     (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "bad chunk size", False),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: -5\r\n\r\n{}", "bad Content-Length", False),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n-2\r\n{}\r\n", "bad chunk size", False),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + b"0" * 2_000_000, "too long", False),
     (b"", "closed before the reply began", False),  # on a new connection: not sent again
     (b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nnope", "invalid JSON", True),  # well framed
 ])
@@ -186,22 +189,122 @@ async def test_a_garbled_reply_is_a_protocol_error(answer: bytes, problem: str, 
 
 
 async def test_a_cancelled_call_does_not_leave_its_connection_in_the_pool() -> None:
-    answered = anyio.Event()
+    closed = anyio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             request = await read_request(reader)
             if b'"slow"' in request:
-                await anyio.sleep(30)
+                await reader.read()  # returns once the client has closed the connection
+                closed.set()
+                return
             writer.write(reply(b'{"ok": true}'))
             await writer.drain()
-            answered.set()
 
     async with raw_server(handler) as (url, accepted):
         upstream = upstream_at(url)
+        opened = []
+        checkout = upstream._json._checkout
+
+        async def recorded_checkout():  # type: ignore[no-untyped-def]
+            connection, reused = await checkout()
+            opened.append(connection)
+            return connection, reused
+
+        upstream._json._checkout = recorded_checkout  # type: ignore[method-assign]
         with anyio.move_on_after(0.2):
             await upstream.call_json("POST", "/api/chat", {"slow": 1})
         assert upstream._json._idle == []  # its reply could still arrive: never reused
+        assert opened[0].writer.is_closing()  # and its socket is closed at once, not left to the collector
+        with anyio.fail_after(5):
+            await closed.wait()
         assert await upstream.call_json("POST", "/api/chat", {"fast": 1}) == {"ok": True}
         await upstream.aclose()
     assert len(accepted) == 2
+
+
+async def test_bytes_left_on_an_idle_connection_are_nobodys_reply() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b'{"n": 1}'))
+        await writer.drain()
+        await anyio.sleep(0.05)
+        # unasked for: a server giving up on the connection says so, then closes
+        writer.write(b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        await anyio.sleep(5)  # ... and lingers before closing
+
+    async with raw_server(handler) as (url, accepted):
+        upstream = upstream_at(url)
+        assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}
+        await anyio.sleep(0.3)  # the 408 is in the connection's buffer now
+        assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}  # a new connection's reply
+        await upstream.aclose()
+    assert len(accepted) == 2
+
+
+async def test_a_reply_longer_than_it_said_is_not_followed_on_the_same_connection() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b'{"n": 1}') + b'{"extra": "bytes"}')
+        await writer.drain()
+        await read_request(reader)
+        writer.write(reply(b'{"n": 2}'))
+        await writer.drain()
+
+    async with raw_server(handler) as (url, accepted):
+        upstream = upstream_at(url)
+        await anyio.sleep(0)
+        assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}
+        await anyio.sleep(0.1)
+        assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}  # not {"extra": ...}
+        await upstream.aclose()
+    assert len(accepted) == 2
+
+
+async def test_a_request_the_server_held_for_a_while_is_never_sent_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy import json_client
+
+    monkeypatch.setattr(json_client, "STALE_WINDOW", 0.2)
+    received: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await read_request(reader))
+        writer.write(reply(b'{"n": 1}'))
+        await writer.drain()
+        received.append(await read_request(reader))
+        await anyio.sleep(0.5)  # working on it ... then the server dies without an answer
+        writer.transport.abort()
+
+    async with raw_server(handler) as (url, accepted):
+        upstream = upstream_at(url)
+        assert await upstream.call_json("POST", "/api/chat", {"first": 1}) == {"n": 1}
+        with pytest.raises(UpstreamProtocolError, match="closed before the reply began"):
+            await upstream.call_json("POST", "/api/chat", {"second": 1})
+        await upstream.aclose()
+    assert len(received) == 2 and len(accepted) == 1
+
+
+async def test_connections_in_use_when_the_client_closes_are_closed_when_their_call_ends() -> None:
+    release = anyio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await release.wait()
+        writer.write(reply(b'{"late": true}'))
+        await writer.drain()
+        await anyio.sleep(5)
+
+    async with raw_server(handler) as (url, _):
+        upstream = upstream_at(url)
+        results = []
+
+        async def call() -> None:
+            results.append(await upstream.call_json("POST", "/api/chat", {}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            await anyio.sleep(0.2)
+            await upstream.aclose()
+            release.set()
+        assert results == [{"late": True}] and upstream._json._idle == []

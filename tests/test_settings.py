@@ -48,6 +48,8 @@ def test_environment_then_cli_override() -> None:
     ("GRAPHGATE_PORT", "eleven", "GRAPHGATE_PORT"),
     ("GRAPHGATE_PORT", "70000", "between 0 and 65535"),
     ("GRAPHGATE_UPSTREAM", "ftp://x", "http:// or https://"),
+    ("GRAPHGATE_UPSTREAM", "http://127.0.0.1:99999", "between 0 and 65535"),
+    ("GRAPHGATE_UPSTREAM", "http://:11434", "names no host"),
     ("GRAPHGATE_MAX_BODY_BYTES", "12 parsecs", "size"),
     ("GRAPHGATE_READ_TIMEOUT", "-1", "greater than 0"),
     ("GRAPHGATE_LOG_LEVEL", "loud", "debug, info"),

@@ -190,7 +190,8 @@ def cached_response(con: Con, kind: str, key: str) -> str | None:
 
 
 def cached_responses(con: Con, wanted: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """The cached replies among ``wanted`` (kind, key) pairs, in one query (the key's index finds them)."""
+    """The cached replies among ``wanted`` (kind, key) pairs, in one query (the key's index serves a
+    small batch; a big one scans the cache once, still cheaper than a query per key)."""
     rows = con.execute("SELECT kind, key, response FROM llm_cache WHERE key IN (SELECT unnest($1::VARCHAR[]))",
                        [list({key for _, key in wanted})]).fetchall()
     asked = set(wanted)

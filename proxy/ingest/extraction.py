@@ -136,8 +136,17 @@ def _unwrap_once(text: str) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=65536)  # names recur in every reply that mentions them: a pure function
 def normalise_name(name: str) -> str:
+    # names recur in every reply that mentions them: the usual, short ones are normalised once
+    return _normalise_cached(name) if len(name) <= 256 else _normalise(name)
+
+
+@functools.lru_cache(maxsize=65536)
+def _normalise_cached(name: str) -> str:
+    return _normalise(name)
+
+
+def _normalise(name: str) -> str:
     text = _clean(name)
     while True:
         shorter = _cut(_unwrap_once(text), NAME_MAX)

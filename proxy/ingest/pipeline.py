@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from .merger import Merger
 from .parsing import ParsedDocument
 
 log = logging.getLogger("graphgate.ingest")
-HANDOVER_CHARS = 64_000_000  # text of queued uploads kept in memory for their workers; the rest is read back
+HANDOVER_BYTES = 64_000_000  # memory for the text of queued uploads, kept for their workers; the rest is read back
 
 
 
@@ -89,7 +90,7 @@ class Pipeline:
         self._stored_forgotten = 0
         self.inserting: dict[str, Pending] = {}  # document id or name -> its insert, until committed
         self._handed: dict[str, tuple[str, str]] = {}  # document id -> (name, text) for its worker
-        self._handed_chars = 0
+        self._handed_bytes = 0
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
         self._group: TaskGroup | None = None
@@ -251,14 +252,15 @@ class Pipeline:
     def _hand_over(self, document_id: str, parsed: ParsedDocument) -> None:
         """Keep the text of a document just stored for its worker, which then need not read it back
         (an id is the hash of its text, so the text kept for an id is always the right one)."""
-        if self._handed_chars + len(parsed.text) <= HANDOVER_CHARS:
+        size = sys.getsizeof(parsed.text)  # 1, 2 or 4 bytes a character, as Python stores it
+        if self._handed_bytes + size <= HANDOVER_BYTES:
             self._handed[document_id] = (parsed.name, parsed.text)
-            self._handed_chars += len(parsed.text)
+            self._handed_bytes += size
 
     def _take_handed(self, document_id: str) -> tuple[str, str] | None:
         handed = self._handed.pop(document_id, None)
         if handed is not None:
-            self._handed_chars -= len(handed[1])
+            self._handed_bytes -= sys.getsizeof(handed[1])
         return handed
 
     def _stored(self, keys: tuple[str, ...]) -> None:

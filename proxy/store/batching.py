@@ -179,11 +179,11 @@ class BatchedReader(Generic[K, V]):
             batch, self._round = self._round, {}
             try:
                 found = await self.db.read(self.read, list(batch))
+                for key, lookup in batch.items():
+                    lookup.value = found.get(key)
             except Exception as exc:  # noqa: BLE001 - every caller of the round gets the error
                 for lookup in batch.values():
                     lookup.error = exc
-            else:
-                for key, lookup in batch.items():
-                    lookup.value = found.get(key)
-            for lookup in batch.values():
-                lookup.done.set()
+            finally:
+                for lookup in batch.values():
+                    lookup.done.set()

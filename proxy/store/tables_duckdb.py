@@ -26,9 +26,11 @@ Con = duckdb.DuckDBPyConnection
 READERS = 4
 # DuckDB moves its write-ahead log into the database file (a checkpoint) once the log passes this
 # size, and readers wait while it does. At DuckDB's 16 MB that happened every second or two of
-# ingestion and left the LLM idle a third of the time (bench/ingest.py); GraphGate checkpoints
-# itself whenever the pipeline falls idle (``checkpoint``), and this is the ceiling in between.
-CHECKPOINT_WAL = "256MB"
+# ingestion (bench/ingest.py (a): 100-108 chunks/s; at 32 MB 113-118). A checkpoint holds readers,
+# a chat's retrieval too, for its duration, which grows with the log: 70 ms for 32 MB of new rows,
+# 200 ms for 64 MB, more when many rows were replaced (seconds at 64 MB). GraphGate also
+# checkpoints whenever the pipeline falls idle (``checkpoint``), and the log is small at shutdown.
+CHECKPOINT_WAL = "32MB"
 # what DuckDB raises when the disk refuses a write (full, read-only, gone); other errors are bugs
 WRITE_FAILURES = (duckdb.IOException, duckdb.TransactionException, duckdb.FatalException)
 
@@ -76,10 +78,12 @@ class Database:
         try:
             return fn(cursor, *args)
         finally:
-            # a result left open (a fetchone(), a streamed reader) keeps its transaction alive, and
-            # a checkpoint waits for every transaction to end
-            relation_ready(cursor)
-            self._readers.put(cursor)
+            # a result left open (a fetchone(), a streamed reader) keeps its transaction open, and
+            # the idle checkpoint failed on it ("other write transactions active")
+            try:
+                relation_ready(cursor)
+            finally:
+                self._readers.put(cursor)
 
     def write_sync(self, fn: Callable[..., T], *args: Any) -> T:
         with self._thread_lock:
@@ -103,8 +107,8 @@ class Database:
 
     async def checkpoint(self) -> None:
         """Write the log into the database file now, at a quiet moment (readers wait meanwhile).
-        DuckDB refuses while another connection has a write transaction open (readers must not:
-        ``read_sync`` closes every result it leaves)."""
+        DuckDB refuses while it counts another transaction as open (``read_sync`` closes every
+        result a read leaves, which it otherwise did)."""
         async with self.write_lock:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.checkpoint_sync)
