@@ -242,8 +242,7 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
     store = await KnowledgeStore.open(data)
     try:
         def insert_documents(con: Any) -> None:
-            for doc in documents + failed:
-                docsql.insert_document(con, doc, doc["text"])
+            docsql.insert_documents(con, [(doc, doc["text"]) for doc in documents + failed])
             for doc in failed:
                 docsql.set_status(con, doc["id"], "failed", "the model's extraction for chunk 1 was not valid "
                                                             "JSON after 3 tries: no JSON object in the reply")
