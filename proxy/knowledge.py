@@ -28,7 +28,7 @@ from .retrieval.retriever import Retriever
 from .store.batching import BatchedReader, BatchWriter
 from .traces import Trace, record_traces
 from .settings import Settings
-from .ingest.documents import cached_response, cached_responses, write_cache
+from .ingest.documents import cached_responses, write_cache
 from .store.knowledge import KnowledgeStore
 from .store.tables_duckdb import get_meta
 from .tokens import Tokenizer, get_tokenizer
@@ -48,6 +48,7 @@ class Knowledge:
     group: TaskGroup
     traces: BatchWriter[Trace]
     cache_writes: BatchWriter[CacheEntry]
+    cache_reads: BatchedReader[tuple[str, str], str]
     curator: Curator
     suggestions: SuggestionFinder
 
@@ -63,7 +64,7 @@ class Knowledge:
                                  response.decode("utf-8", "replace")))
 
     async def cached(self, kind: str, key: str) -> str | None:
-        return await self.store.db.read(cached_response, kind, key)
+        return await self.cache_reads.get((kind, key))
 
 
 async def _quietly(write: Any, item: Any) -> None:
@@ -124,7 +125,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
                 group.start_soon(watch_inbox, settings.inbox_dir, pipeline, settings)
             try:
                 knowledge = Knowledge(store, models, pipeline, tokenizer, retriever, model_info, group, traces,
-                                      cache_writes, Curator(pipeline), SuggestionFinder(store))
+                                      cache_writes, cache_reads, Curator(pipeline), SuggestionFinder(store))
                 # merge suggestions take seconds on a big graph: have them ready before anyone asks
                 knowledge.suggestions.refresh_in_background(settings.suggest_threshold)
                 retriever.remember = knowledge.remember

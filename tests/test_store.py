@@ -71,7 +71,7 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
     primary key); an existing store is migrated and keeps its cached replies."""
     import duckdb
 
-    from proxy.ingest.documents import cached_response
+    from proxy.ingest.documents import cached_responses
     from proxy.store.schema import MIGRATIONS
 
     con = duckdb.connect(str(tmp_path / "graphgate.duckdb"))
@@ -86,7 +86,7 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
     indexes = store.db.read_sync(lambda c: [r[0] for r in c.execute(
         "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'llm_cache'").fetchall()])
     assert "llm_cache_key" in indexes
-    assert store.db.read_sync(cached_response, "summary", "k1") == "kept"
+    assert store.db.read_sync(cached_responses, [("summary", "k1")]) == {("summary", "k1"): "kept"}
     await store.close()
 
 

@@ -135,19 +135,19 @@ def _sentences(line: str, ids: list[int], sep: str, heading: bool,
         if m.end() < len(line):
             bounds.append((m.start(1) if m.group(1) is not None else m.start(2), m.end()))
     bounds.append((len(line), len(line)))
-    starts = tok.char_offsets(ids) if len(bounds) > 1 else []
+    if len(bounds) == 1:  # one sentence: the line's own tokens are its
+        yield _Piece(line, len(ids), sep, heading) if len(ids) <= budget else _Blob(line, ids, sep, heading, tok)
+        return
+    starts = tok.char_offsets(ids)
     pos = first = 0
     for end, nxt in bounds:
         sentence = line[pos:end]
-        if len(bounds) == 1:
-            count = len(ids)
-        else:
-            last = bisect.bisect_left(starts, end, first)
-            count, first = max(1, last - bisect.bisect_left(starts, pos - len(sep) if pos else 0, first)), last
+        last = bisect.bisect_left(starts, end, first)
+        count, first = max(1, last - bisect.bisect_left(starts, pos - len(sep) if pos else 0, first)), last
         if count <= budget:
             yield _Piece(sentence, count, sep, heading)
         else:
-            yield _Blob(sentence, ids if len(bounds) == 1 else tok.encode(sentence), sep, heading, tok)
+            yield _Blob(sentence, tok.encode(sentence), sep, heading, tok)
         sep, heading, pos = line[end:nxt], False, nxt
 
 

@@ -184,11 +184,6 @@ def write_cache(con: Con, entries: list[CacheEntry], hits: list[CacheEntry]) -> 
                     [stamp, e.kind, e.key])
 
 
-def cached_response(con: Con, kind: str, key: str) -> str | None:
-    row = con.execute("SELECT response FROM llm_cache WHERE kind = ? AND key = ?", [kind, key]).fetchone()
-    return row[0] if row else None
-
-
 def cached_responses(con: Con, wanted: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """The cached replies among ``wanted`` (kind, key) pairs, in one query (the key's index serves a
     small batch; a big one scans the cache once, still cheaper than a query per key)."""
