@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -29,7 +28,7 @@ from . import (
 )
 from .auth import Auth
 from .guard import ConsoleGuard
-from .rendering import build_environment, is_htmx, render, templates_dir
+from .rendering import build_environment, installed_dir, is_htmx, render, static_dir
 
 log = logging.getLogger("graphgate.admin")
 
@@ -45,7 +44,7 @@ def build_console(settings: Settings) -> Console:
 
 
 def htmx_static() -> Path:
-    return Path(str(resources.files("js_lib_htmx") / "static" / "htmx"))
+    return installed_dir("js_lib_htmx", "static", "htmx", marker="htmx.min.js")
 
 
 def error_page(request: Request, status: int, message: str) -> Response:
@@ -67,6 +66,6 @@ def mount() -> list[Route | Mount]:
         *routes_auth.ROUTES, *routes_dashboard.ROUTES, *routes_documents.ROUTES, *routes_entities.ROUTES,
         *routes_merge.ROUTES, *routes_cache.ROUTES, *routes_chats.ROUTES, *routes_playground.ROUTES,
         Mount("/static/htmx", app=StaticFiles(directory=htmx_static()), name="htmx"),
-        Mount("/static", app=StaticFiles(directory=templates_dir() / "static"), name="static"),
+        Mount("/static", app=StaticFiles(directory=static_dir()), name="static"),
     ]
     return [Route("/admin", home), Mount("/admin", routes=routes, middleware=[Middleware(ConsoleGuard)])]

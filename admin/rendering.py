@@ -19,12 +19,30 @@ from starlette.responses import HTMLResponse
 from proxy.errors import BadRequest
 
 
+class MissingResources(RuntimeError):
+    """The installation lacks files the console needs (a broken wheel): start-up stops with this."""
+
+
+def installed_dir(package: str, *parts: str, marker: str) -> Path:
+    """A directory shipped inside an installed package, checked for ``marker``.
+
+    Always the package resources, never a source-tree fallback: a wheel that lacks the files must
+    fail here, at start-up, with a sentence that names what is missing."""
+    root = resources.files(package).joinpath(*parts)
+    if not isinstance(root, Path) or not (root / marker).is_file():
+        raise MissingResources(f"this GraphGate installation is incomplete: {marker} is missing from the "
+                               f"package {package} ({'/'.join(parts) or '.'} at {root}); reinstall it "
+                               "with `pip install --force-reinstall graphgate`")
+    return root
+
+
 def templates_dir() -> Path:
-    """``templates/`` of a source checkout, or the copy installed as package data."""
-    source = Path(__file__).resolve().parent.parent / "templates"
-    if (source / "base.html").exists():
-        return source
-    return Path(str(resources.files("admin.templates")))
+    """The console's templates, installed as the package ``admin.templates`` (``templates/``)."""
+    return installed_dir("admin.templates", marker="base.html")
+
+
+def static_dir() -> Path:
+    return installed_dir("admin.templates", "static", marker="console.css")
 
 
 def ref(key: str) -> str:

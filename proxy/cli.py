@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from .settings import SETTINGS, Settings, SettingsError, settings_markdown
 
 log = logging.getLogger("graphgate")
+
+# what `graphgate --help` prints (plain text: the module docstring's markup would show as is)
+DESCRIPTION = ("GraphGate: an Ollama-compatible chat gateway that grounds every chat turn in your own documents. "
+               "Every setting is also a flag of each command, which overrides its environment variable.")
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +27,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphgate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="graphgate", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway (Ollama API on GRAPHGATE_HOST:GRAPHGATE_PORT)")
     _add_setting_flags(serve)
@@ -31,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_setting_flags(show)
     ingest = commands.add_parser("ingest", help="add files and folders (recursively) to the knowledge store")
     ingest.add_argument("paths", nargs="+", metavar="PATH")
+    ingest.add_argument("--create", action="store_true",
+                        help="when no gateway answers and no store exists yet, create a new store (in "
+                             "GRAPHGATE_DATA_DIR) instead of stopping")
     _add_setting_flags(ingest)
     status = commands.add_parser("status", help="print the store's counts and the pipeline's work")
     _add_setting_flags(status)
@@ -61,6 +69,9 @@ def serve(settings: Settings) -> int:
     from .app import create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for notice in settings.notices:
+        log.warning("%s", notice)
+    log.info("knowledge store: %s", settings.data_dir)
     if not is_loopback(settings.host) and not settings.api_key:
         log.warning("listening on %s without GRAPHGATE_API_KEY: anyone who can reach this address can "
                     "use the API", settings.host)
@@ -82,6 +93,16 @@ def print_settings(settings: Settings, *, markdown: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader of our output went away (`graphgate settings | head`): not an error of ours.
+        # Point stdout at devnull so that the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     overrides = {s.name: getattr(args, s.name, None) for s in SETTINGS}
     try:
@@ -96,8 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import cli_commands
 
     logging.basicConfig(level=max(logging.WARNING, logging.getLevelName(settings.log_level.upper())))
+    for notice in settings.notices:
+        log.warning("%s", notice)
     if args.command == "ingest":
-        return cli_commands.run(cli_commands.ingest, settings, args.paths)
+        return cli_commands.run(cli_commands.ingest, settings, args.paths, args.create)
     if args.command == "status":
         return cli_commands.run(cli_commands.status, settings)
     if args.command == "query":

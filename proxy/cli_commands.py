@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .ingest.parsing import SUPPORTED_TYPES
+from .data_dir import DATABASE_FILE, has_store
 from .settings import Settings
 
 console = Console(stderr=True)
@@ -30,8 +31,25 @@ def gateway_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
+class CommandError(Exception):
+    """A sentence for the user that ends the command (exit status 1) without a traceback."""
+
+
+def no_store_message(settings: Settings, url: str, *, can_create: bool) -> str:
+    what = (f"no gateway answers at {url} and there is no knowledge store at {settings.data_dir} "
+            f"(no {DATABASE_FILE} there)")
+    hint = ("start `graphgate serve` first, or give --port / --data-dir (GRAPHGATE_PORT, GRAPHGATE_DATA_DIR) "
+            "if the gateway or the store is elsewhere")
+    return f"{what}: {hint}" + ("; or add --create to start a new store there" if can_create else "")
+
+
 @contextlib.asynccontextmanager
-async def rag_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+async def rag_client(settings: Settings, *, create: bool = False,
+                     offer_create: bool = False) -> AsyncIterator[httpx.AsyncClient]:
+    """The running gateway's /rag API, or one run in this process over the store when none answers.
+
+    Never a second store by accident: without a gateway, the store must already exist where the
+    settings say (or ``create`` must be asked for), and it must not be held by another process."""
     headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     url = gateway_url(settings)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, trust_env=False) as client:
@@ -42,11 +60,19 @@ async def rag_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
             return
         except httpx.ConnectError:
             pass
+    if not has_store(settings.data_dir) and not create:
+        raise CommandError(no_store_message(settings, url, can_create=offer_create))
     from .app import create_app  # no gateway running: run one in this process
 
     app = create_app(settings)
     async with app.router.lifespan_context(app):
-        console.print(f"[dim]no gateway at {url}; working on {settings.data_dir} directly[/dim]")
+        error = app.state.gateway.knowledge_error
+        if error is not None:
+            raise CommandError(f"no gateway answers at {url}, and the knowledge store at {settings.data_dir} "
+                               f"cannot be opened ({error}); if a gateway runs on another port, give it "
+                               "with --port")
+        state = "a new store" if create and not has_store(settings.data_dir) else "the store"
+        console.print(f"[dim]no gateway at {url}; working on {state} at {settings.data_dir} directly[/dim]")
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=url, headers=headers, timeout=None) as client:
             yield client
@@ -117,12 +143,12 @@ async def _follow(client: httpx.AsyncClient, ids: list[str]) -> dict[str, dict[s
     return final
 
 
-async def ingest(settings: Settings, paths: list[str]) -> int:
+async def ingest(settings: Settings, paths: list[str], create: bool = False) -> int:
     files = collect_files(paths)
     if not files:
         console.print("nothing to ingest (supported: " + ", ".join(SUPPORTED_TYPES) + ")")
         return 1
-    async with rag_client(settings) as client:
+    async with rag_client(settings, create=create, offer_create=True) as client:
         results = await _upload(client, files)
         waiting = [r["id"] for r in results if r["outcome"] in ("accepted", "replaced")]
         final = await _follow(client, waiting)
@@ -170,6 +196,9 @@ async def reindex(settings: Settings) -> int:
     from .store.knowledge import KnowledgeStore
     from .upstream import Upstream
 
+    if not has_store(settings.data_dir):
+        raise CommandError(f"there is no knowledge store at {settings.data_dir} (no {DATABASE_FILE} there): "
+                           "nothing to reindex; give --data-dir (GRAPHGATE_DATA_DIR) if it is elsewhere")
     try:
         store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
     except Exception as exc:  # noqa: BLE001 - most often: the running gateway holds the lock
@@ -199,6 +228,9 @@ async def reindex(settings: Settings) -> int:
 def run(coroutine_fn: Any, *args: Any) -> int:
     try:
         return anyio.run(coroutine_fn, *args)
+    except CommandError as exc:
+        console.print(f"graphgate: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

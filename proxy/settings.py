@@ -20,6 +20,7 @@ class SettingsError(ValueError):
     """A setting has a value GraphGate cannot use; the message names the variable."""
 
 
+from .data_dir import default_data_dir  # noqa: E402
 from .setting_parsers import (  # noqa: F401 - re-exported: parsers are part of the settings API
     choice,
     int_between,
@@ -67,8 +68,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("host", "GRAPHGATE_HOST", "127.0.0.1", str,
             "Address to listen on. Binding elsewhere than loopback without a key or password logs a warning."),
     Setting("port", "GRAPHGATE_PORT", "11435", parse_port, "TCP port to listen on."),
-    Setting("data_dir", "GRAPHGATE_DATA_DIR", "./graphgate-data", parse_path,
-            "Directory holding the knowledge store (DuckDB database, vector indexes)."),
+    Setting("data_dir", "GRAPHGATE_DATA_DIR", "", parse_optional_path,
+            "Directory holding the knowledge store (DuckDB database, vector indexes). Unset: the user's data "
+            "directory (`~/.local/share/graphgate` on Linux, `~/Library/Application Support/graphgate` on "
+            "macOS, `%LOCALAPPDATA%\\graphgate` on Windows), the same for the server and every CLI command; a "
+            "`./graphgate-data` store left by an earlier version in the current directory is used, with a "
+            "warning, until it is moved."),
     Setting("api_key", "GRAPHGATE_API_KEY", "", parse_optional_str,
             "When set, every /api/* and /v1/* request needs `Authorization: Bearer <key>`.", secret=True),
     Setting("max_body_bytes", "GRAPHGATE_MAX_BODY_BYTES", "64MiB", parse_size,
@@ -203,7 +208,7 @@ class Settings:
     upstream: str = "http://127.0.0.1:11434"
     host: str = "127.0.0.1"
     port: int = 11435
-    data_dir: Path = Path("./graphgate-data")
+    data_dir: Path = field(default_factory=lambda: default_data_dir()[0])
     api_key: str | None = None
     max_body_bytes: int = 64 * 1024**2
     connect_timeout: float = 10.0
@@ -256,6 +261,8 @@ class Settings:
     suggest_threshold: float = 0.9
     # where each value came from: "default", "env" or "cli" (shown by the console)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # warnings about the values found while loading (a legacy ./graphgate-data store), for the log
+    notices: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None,
@@ -273,7 +280,12 @@ class Settings:
                 raw, source = str(overrides[setting.name]), "cli"
             values[setting.name] = _parse(setting, raw, source)
             sources[setting.name] = source
-        return cls(**values, sources=sources)
+        notices: tuple[str, ...] = ()
+        if values["data_dir"] is None:  # unset (or set empty): the per-user default
+            values["data_dir"], notice = default_data_dir()
+            sources["data_dir"] = "default"
+            notices = (notice,) if notice else ()
+        return cls(**values, sources=sources, notices=notices)
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -285,6 +297,8 @@ class Settings:
             value = getattr(self, setting.name)
             if setting.secret:
                 shown = "(set, hidden)" if value else "(not set)"
+            elif value is None:
+                shown = "(not set)"
             elif isinstance(value, tuple):
                 shown = ",".join(value)
             else:
@@ -306,6 +320,8 @@ def settings_markdown() -> str:
             default = "Ollama's defaults"
         elif setting is SETTINGS_BY_NAME["entity_types"]:
             default = "LightRAG's eleven"
+        elif setting is SETTINGS_BY_NAME["data_dir"]:
+            default = "the user's data directory"
         meaning = setting.help.replace("|", "\\|")
         lines.append(f"| `{setting.env}` | `{setting.flag}` | {default} | {meaning} |")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "")
+# The default data directory is the user's (platformdirs honours XDG_DATA_HOME): a test, or a CLI
+# run by a test, that does not name one must never touch the real ~/.local/share/graphgate.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="graphgate-test-xdg-")
 
 # The in-process upstream is never contacted over the network; the URL only names it.
 NOMINAL_UPSTREAM = "http://127.0.0.1:11434"

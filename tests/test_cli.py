@@ -46,7 +46,7 @@ def graphgate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 def test_ingest_and_status_without_a_running_gateway(tmp_path: Path, upstream: str, folder: Path) -> None:
     env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(tmp_path / "data"),
            "GRAPHGATE_PORT": str(free_port())}
-    result = graphgate("ingest", str(folder), env=env)
+    result = graphgate("ingest", str(folder), "--create", env=env)
     assert result.returncode == 0, result.stderr
     assert "2 processed, 0 failed, 0 duplicate, 0 rejected" in result.stderr
     again = graphgate("ingest", str(folder / "team.txt"), env=env)
@@ -84,7 +84,7 @@ def test_reindex_rebuilds_and_reembeds_for_a_new_model(tmp_path: Path, upstream:
                                                        fake: FakeOllama) -> None:
     data = tmp_path / "data"
     env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(data), "GRAPHGATE_PORT": str(free_port())}
-    assert graphgate("ingest", str(folder), env=env).returncode == 0
+    assert graphgate("ingest", str(folder), "--create", env=env).returncode == 0
     for name in ("chunks", "entities", "relations"):
         (data / f"{name}.usearch").unlink()
     rebuilt = graphgate("reindex", env=env)
@@ -130,7 +130,7 @@ def test_ingest_of_same_named_files_keeps_the_later_one_and_finishes(tmp_path: P
         (docs / folder / "notes.txt").write_text(text)
     env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(tmp_path / "data"),
            "GRAPHGATE_PORT": str(free_port())}
-    result = graphgate("ingest", str(docs), env=env)
+    result = graphgate("ingest", str(docs), "--create", env=env)
     assert result.returncode == 0, result.stderr
     assert "1 superseded" in result.stderr or "2 processed" in result.stderr, result.stderr
     stats = json.loads(graphgate("status", env=env).stdout)["store"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ def test_defaults_match_the_table() -> None:
     assert loaded.upstream == "http://127.0.0.1:11434"
     assert loaded.host == "127.0.0.1"
     assert loaded.port == 11435
-    assert loaded.data_dir == Path("./graphgate-data")
+    assert loaded.data_dir == Path(os.environ["XDG_DATA_HOME"]) / "graphgate"  # conftest's XDG_DATA_HOME
     assert loaded.api_key is None
     assert set(loaded.sources.values()) == {"default"}
 
