@@ -21,9 +21,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# The whole source tree the package needs: pyproject.toml names README.md as
-# the readme, the packages are proxy and admin, and templates/ is read at run
-# time (located through GRAPHGATE_TEMPLATES_DIR below).
+# What the package build needs: pyproject.toml names README.md as the readme,
+# the packages are proxy and admin, and templates/ installs as admin.templates
+# (the console finds its templates and static files as package resources).
+# tests/test_packaging.py replays these steps and starts the result.
 COPY pyproject.toml README.md ./
 COPY proxy/ ./proxy/
 COPY admin/ ./admin/
@@ -43,8 +44,7 @@ VOLUME /data
 
 ENV GRAPHGATE_HOST=0.0.0.0 \
     GRAPHGATE_PORT=11435 \
-    GRAPHGATE_DATA_DIR=/data \
-    GRAPHGATE_TEMPLATES_DIR=/app/templates
+    GRAPHGATE_DATA_DIR=/data
 
 EXPOSE 11435
 

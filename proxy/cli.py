@@ -94,7 +94,9 @@ def print_settings(settings: Settings, *, markdown: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(argv)
+        status = _main(argv)
+        sys.stdout.flush()  # inside the try: a reader that left makes this raise, not the exit's flush
+        return status
     except BrokenPipeError:
         # the reader of our output went away (`graphgate settings | head`): not an error of ours.
         # Point stdout at devnull so that the interpreter's final flush does not raise again.

@@ -148,3 +148,32 @@ def test_every_command_prints_its_help(command: str, capsys: pytest.CaptureFixtu
         build_parser().parse_args([command, "--help"])
     assert exit_info.value.code == 0
     assert "usage: graphgate " + command in capsys.readouterr().out
+
+
+def test_help_is_plain_text() -> None:
+    result = subprocess.run([sys.executable, "-m", "proxy", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0
+    assert "grounds every chat turn in your own documents" in " ".join(result.stdout.split())
+    assert "``" not in result.stdout  # reStructuredText markup of a docstring
+
+
+def test_settings_output_closed_early_is_not_an_error(tmp_path: Path) -> None:
+    """`graphgate settings | head -1`: the reader leaves after one line; no traceback, exit 0."""
+    process = subprocess.Popen([sys.executable, "-m", "proxy", "settings"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=ROOT, env={**os.environ, "TIKTOKEN_CACHE_DIR": ""},
+                               bufsize=0)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # as `head -0` does; the output (a few KB) is written when it has left
+    stderr = process.stderr.read().decode()
+    assert process.wait(30) == 0, stderr
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+def test_unset_settings_print_not_set(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPHGATE_")}
+    result = subprocess.run([sys.executable, "-m", "proxy", "settings"], capture_output=True, text=True, cwd=ROOT,
+                            env={**env, "TIKTOKEN_CACHE_DIR": ""})
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()}
+    for name in ("GRAPHGATE_INBOX_DIR", "GRAPHGATE_LLM_MODEL", "GRAPHGATE_KEYWORD_MODEL", "GRAPHGATE_API_KEY"):
+        assert "(not set)" in rows[name], rows[name]
+    assert "None" not in result.stdout
