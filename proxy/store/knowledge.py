@@ -93,7 +93,13 @@ class KnowledgeStore:
         return int(raw) if raw else None
 
     def _heal_index(self, table: str, index: VectorIndex, *, trust: bool) -> bool:
-        """Make the index hold exactly the table's keys; True if anything had to change."""
+        """Make the index hold exactly the table's keys; True if anything had to change.
+
+        An untrusted index (its file missing, unreadable, of another format, or of another
+        generation) counts as repaired only when the table has rows: an empty table has nothing to
+        be out of step with. A fresh store has no embedding dimension and so no index files at all,
+        every time it starts until its first vector; that is not a repair.
+        """
         db_keys = self.db.read_sync(lambda c: c.execute(f"SELECT key FROM {table}").fetchnumpy()["key"])
         db_keys = np.asarray(db_keys, dtype=np.uint64)
         if trust and len(index) == len(db_keys):
@@ -105,7 +111,7 @@ class KnowledgeStore:
         if len(missing):
             self.db.read_sync(lambda con: [index.add(k, v) for k, v in _embeddings_for(con, table, missing)])
         index.generation = -1
-        return bool(len(missing) or len(extra)) or not trust
+        return bool(len(missing) or len(extra)) or (not trust and len(db_keys) > 0)
 
     def _load_memory(self) -> None:
         """The in-memory rows from the tables, then the graph from the rows (sharing their strings)."""
