@@ -2,14 +2,17 @@
 
 Forwarded untouched: Open WebUI background tasks, /bypass turns, "continue" (assistant last) and
 tool turns, model loads (no messages), models without the completion capability, and every turn
-while the knowledge base is empty or unavailable. Retrieval never blocks a chat: on any failure
-or timeout the turn goes upstream without context, and the failure is logged and traced.
+while the knowledge base is empty or unavailable, or the upstream cannot describe the model
+(/api/show). Every such turn leaves a trace with its reason (GET /rag/traces, the console's Chats
+page). Retrieval never blocks a chat: on any failure or timeout the turn goes upstream without
+context, and the failure is logged and traced.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import re
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -39,18 +42,93 @@ log = logging.getLogger("graphgate.augment")
 NO_CONTEXT = "(The knowledge base has nothing relevant to this question.)"
 
 
-def task_reason(turn: ChatTurn) -> str | None:
-    """Open WebUI background tasks: the X-Task header, or its templates as a fallback."""
+# --- Open WebUI's background tasks -------------------------------------------------------------
+#
+# Open WebUI asks the chat model for titles, tags, follow-ups, search/retrieval queries, emojis,
+# autocompletions, image prompts, tool choices and mixture-of-agents merges. None of these are
+# questions for the knowledge base: augmenting them costs a keyword call and retrieval, and puts
+# context where Open WebUI expects bare JSON. Open WebUI marks them on the wire only when told to
+# (the X-Task header through OLLAMA_API_CONFIGS, see the README; it drops `metadata.task` before
+# sending), so they are also recognised by the text of its default templates (config.py), as
+# backend/open_webui/utils/task.py renders them: {{MESSAGES:END:n}} becomes "ROLE: content" lines,
+# {{prompt}}/{{PROMPT}}, {{TYPE}}, {{CURRENT_DATE}}, {{TOOLS}} and {{responses}} are filled in.
+#
+# Conservative on purpose: only fixed sentences of the templates are matched, never the variable
+# parts, and only in the place Open WebUI puts them (the turn's one user message, after nothing but
+# system messages; for tool choice, the system message). Someone typing "### Task: ..." in a chat
+# is still augmented: the "### Task:" shape also needs Open WebUI's rendered <chat_history> block
+# ("USER: ..." lines, or nothing), which prose does not contain.
+
+_TASK_HEADING = "### Task:"
+_CHAT_HISTORY = re.compile(r"<chat_history>(.*?)</chat_history>", re.S)
+_RENDERED_HISTORY = re.compile(r"\A\s*(?:\Z|[A-Z][A-Z_]*: )")  # empty, or get_messages_content's "ROLE: ..."
+# which "### Task:" template, from its task line (the first paragraph under the heading); the
+# phrases hold for the current defaults and for the older ones (e.g. "Generate a concise, 3-5 word
+# title with an emoji ..."), and are tried in this order
+_TASK_LINES = (
+    ("autocomplete", re.compile(r"\bautocompletion system\b", re.I)),
+    ("follow-ups", re.compile(r"\bfollow-up questions\b", re.I)),
+    ("tags", re.compile(r"\btags\b", re.I)),
+    ("query generation", re.compile(r"\bsearch queries\b", re.I)),
+    ("image prompt", re.compile(r"\bimage generation\b", re.I)),
+    ("title", re.compile(r"\btitle\b", re.I)),
+)
+_EMOJI_OPENING = "Your task is to reflect the speaker's likely facial expression through a fitting emoji."
+_EMOJI_MESSAGE = re.compile(r"\n\s*Message: ```.*```\s*\Z", re.S)
+_MOA_OPENING = "You have been provided with a set of responses from various models to the latest user query: \""
+_MOA_TASK = "Your task is to synthesize these responses into a single, high-quality response."
+_MOA_RESPONSES = "\nResponses from models: "
+_TOOLS_HEADING = "Available Tools: "
+_TOOLS_TASK = ("Your task is to choose and return the correct tool(s) from the list of available tools "
+               "based on the query.")
+_TOOLS_QUERY = re.compile(r"\A(?:Query: |History:\n.*\nQuery: )", re.S)  # old and current shapes
+
+
+def _task_template(text: str) -> str | None:
+    """Which Open WebUI task a user message's text is the rendered template of, if any."""
+    text = text.lstrip()
+    if text.startswith(_TASK_HEADING):
+        history = _CHAT_HISTORY.search(text)
+        if history is None or not _RENDERED_HISTORY.match(history.group(1)):
+            return None
+        task_line = text[len(_TASK_HEADING):].strip().split("\n\n", 1)[0].split("\n#", 1)[0]
+        return next((name for name, pattern in _TASK_LINES if pattern.search(task_line)), "'### Task:' template")
+    if text.startswith(_EMOJI_OPENING) and _EMOJI_MESSAGE.search(text):
+        return "emoji"
+    if text.startswith(_MOA_OPENING) and _MOA_TASK in text and _MOA_RESPONSES in text:
+        return "mixture of agents"
+    return None
+
+
+def _tools_template(text: str) -> bool:
+    """Open WebUI's tool-choice template, in a system message (maybe after the model's own prompt)."""
+    heading = text.find(_TOOLS_HEADING)
+    return heading >= 0 and _TOOLS_TASK in text[heading:] and '"tool_calls"' in text[heading:]
+
+
+def recognise_task(turn: ChatTurn) -> tuple[str, str] | None:
+    """(task, how it was recognised) for an Open WebUI background task, or None. The X-Task
+    header wins; its templates are the fallback."""
     task = turn.headers.get("x-task", "").strip()
     if task and not task.startswith("{{"):  # an unsubstituted template means "no task"
-        return f"background task ({task})"
+        return task, "X-Task header"
     messages = turn.messages
-    if (not turn.streaming and len(messages) == 1 and isinstance(messages[0], dict)
-            and messages[0].get("role") == "user"):
-        text = message_text(messages[0])
-        if text.startswith("### Task:") and "<chat_history>" in text:
-            return "background task (### Task: template)"
-    return None
+    if not messages or not all(isinstance(m, dict) for m in messages):
+        return None
+    *before, last = messages
+    if last.get("role") != "user" or any(m.get("role") != "system" for m in before):
+        return None  # a task is one user message, after at most system messages
+    text = message_text(last)
+    name = _task_template(text)
+    if name is None and before and _TOOLS_QUERY.match(text) and any(_tools_template(message_text(m))
+                                                                      for m in before):
+        name = "tools function calling"
+    return (name, "template") if name else None
+
+
+def describe_task(task: str, how: str) -> str:
+    source = "from the X-Task header" if how == "X-Task header" else "recognised by its template"
+    return f"background task ({task}, {source})"
 
 
 def shape_reason(turn: ChatTurn) -> str | None:
@@ -117,29 +195,41 @@ class Augmenter:
 
     async def __call__(self, turn: ChatTurn, *, whole_turn_only: bool = False) -> ChatTurn | Response:
         """``whole_turn_only``: never answer the client directly (no /context reply, no cached
-        answer), for /api/generate, whose replies have another shape."""
-        reason = task_reason(turn) or shape_reason(turn)
+        answer), for /api/generate, whose replies have another shape.
+
+        Every turn that is not augmented leaves a trace saying why (see ``_skip``)."""
+        task = recognise_task(turn)
+        if task:
+            return self._skip(turn, describe_task(*task), detail={"task": task[0], "recognised_by": task[1]})
+        reason = shape_reason(turn)
         if reason:
-            return turn
+            return self._skip(turn, reason)
         prefixed = first_text(turn.messages[-1])
         control = parse_prefix(prefixed)
-        mode = control.mode or header_mode(turn.headers.get("x-graphgate-mode")) or self.gateway.settings.mode
+        header = None if control.mode else header_mode(turn.headers.get("x-graphgate-mode"))
+        mode = control.mode or header or self.gateway.settings.mode
         if control.text != prefixed:
             turn = turn.with_messages([*turn.messages[:-1], with_text(turn.messages[-1], control.text)])
         if whole_turn_only:
             control = replace(control, context_only=False)
         if mode == "bypass":
-            return turn
+            source = ("the /bypass prefix" if control.mode else "the X-GraphGate-Mode header" if header
+                      else "GRAPHGATE_MODE")
+            return self._skip(turn, f"bypass mode (from {source})", mode)
         knowledge = self.gateway.knowledge
         if knowledge is None or len(knowledge.store.indexes["chunks"]) == 0:
             # the knowledge base is empty or unavailable
+            self._skip(turn, "the knowledge base is empty (no processed documents)", mode)
             return self._context_reply(turn, NO_CONTEXT, time.perf_counter()) if control.context_only else turn
         try:
             info = await knowledge.model_info.get(turn.model)
-        except GraphGateError:
-            return turn  # let the upstream answer for an unknown model with its own error
+        except GraphGateError as exc:
+            # let the upstream answer for an unknown model with its own error; say why here
+            log.warning("not augmenting a turn for model %r: its /api/show failed: %s", turn.model, exc.message)
+            return self._skip(turn, f"/api/show failed for model {turn.model!r}: {exc.message}", mode)
         if "completion" not in info.capabilities:
-            return turn
+            capabilities = ", ".join(info.capabilities) or "none"
+            return self._skip(turn, f"model {turn.model!r} cannot chat (capabilities: {capabilities})", mode)
         return await self._augment(turn, control, mode, info, cache=not whole_turn_only)
 
     async def generate(self, request: Any, body: dict[str, Any], raw: bytes) -> bytes:
@@ -226,6 +316,20 @@ class Augmenter:
     def _finish(self, turn: ChatTurn, trace: Trace, reason: str | None) -> ChatTurn:
         trace.reason = reason
         self.gateway.knowledge.record(trace)  # type: ignore[union-attr]
+        return turn
+
+    def _skip(self, turn: ChatTurn, reason: str, mode: str | None = None, *,
+              detail: dict[str, Any] | None = None) -> ChatTurn:
+        """Forward the turn as it is, leaving a trace with the reason (GET /rag/traces, the console's
+        Chats page). Without a store (it could not be opened) there is nowhere to keep one; the
+        store's failure was logged at start-up."""
+        knowledge = self.gateway.knowledge
+        if knowledge is not None:
+            messages = turn.messages
+            last = messages[-1] if messages else None
+            query = message_text(last) if isinstance(last, dict) else ""
+            knowledge.record(Trace("ollama" if turn.flavour == "ollama" else "openai", turn.model,
+                                   mode or self.gateway.settings.mode, query, False, reason, detail or {}))
         return turn
 
     def _context_reply(self, turn: ChatTurn, text: str, started: float) -> Response:
