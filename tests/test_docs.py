@@ -15,8 +15,12 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 
 
 def test_readme_first_command_installs_and_serves() -> None:
+    """The quick start a newcomer types: clone, cd, a venv, a regular install (what
+    tests/test_packaging.py builds and runs), the installed entry point."""
     readme = (ROOT / "README.md").read_text()
-    assert "pip install . && graphgate serve" in readme
+    assert "git clone " in readme and " graphgate && cd graphgate" in readme
+    assert "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/graphgate serve" in readme
+    assert "ollama pull llama3.2 && ollama pull nomic-embed-text" in readme
     scripts = (ROOT / "pyproject.toml").read_text()
     assert 'graphgate = "proxy.cli:main"' in scripts
 
