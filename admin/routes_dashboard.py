@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import anyio.to_thread
@@ -10,7 +9,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.errors import GraphGateError, UpstreamError
 from proxy.store.tables_duckdb import Con, get_meta
 
 from .rendering import render
@@ -46,23 +44,9 @@ async def pipeline_fragment(request: Request) -> Response:
 
 
 async def health_fragment(request: Request) -> Response:
-    """Asked for by the dashboard after it has rendered: a slow upstream never slows the page."""
-    gateway = request.app.state.gateway
-    started = time.perf_counter()
-    try:
-        tags = await gateway.upstream.call_json("GET", "/api/tags", deadline=gateway.settings.discovery_timeout)
-        models = [m.get("name") or m.get("model") for m in tags.get("models", [])]
-        health = {"ok": True, "models": models, "ms": round((time.perf_counter() - started) * 1000, 1)}
-    except UpstreamError as exc:
-        health = {"ok": False, "error": exc.message, "models": []}
-    chat_model = None
-    if gateway.knowledge is not None and health["ok"]:
-        try:
-            chat_model = await gateway.knowledge.models.chat_model()
-        except GraphGateError as exc:
-            chat_model = f"none ({exc.message})"
-    return render(request, "_health.html", {"health": health, "chat_model": chat_model,
-                                            "upstream": gateway.settings.upstream})
+    """Asked for by the dashboard after it has rendered: a slow upstream never slows the page. The
+    upstream watcher's state, as /rag/health reports it (checked again when a few seconds old)."""
+    return render(request, "_health.html", {"state": await request.app.state.gateway.watcher.latest()})
 
 
 async def settings_page(request: Request) -> Response:

@@ -7,25 +7,28 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
+import anyio
 import duckdb
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
 from admin.console import Console, build_console, error_page
 from admin.console import mount as admin_mount
 
-from . import routes_graph, routes_ollama, routes_openai, routes_query, routes_rag
+from . import routes_graph, routes_health, routes_ollama, routes_openai, routes_query, routes_rag
 from .augment import Augmenter
 from .chat import ChatPipeline
 from .errors import GraphGateError
 from .knowledge import Knowledge, run_knowledge
-from .middleware import build_middleware
+from .middleware import CORSMiddleware, build_middleware
 from .responses import error_response
 from .settings import Settings
 from .upstream import Upstream
+from .upstream_watch import WATCH_SECONDS, UpstreamWatcher
 
 log = logging.getLogger("graphgate")
 
@@ -43,6 +46,7 @@ class Gateway:
     knowledge: Knowledge | None = None
     augmenter: Augmenter | None = None
     knowledge_error: str | None = None  # why the knowledge store is unavailable, when it is
+    watcher: UpstreamWatcher | None = None  # the upstream's last known state (/rag/health, the console)
     tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
     console: Console | None = None
 
@@ -72,18 +76,30 @@ async def on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 def create_app(settings: Settings | None = None, *,
-               upstream_transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+               upstream_transport: httpx.AsyncBaseTransport | None = None,
+               watch_seconds: float | None = None) -> Starlette:
+    """``watch_seconds``: how often the upstream is checked in the background (WATCH_SECONDS by
+    default; 0: never, health requests then check on demand). With an injected transport (an
+    in-process upstream: the tests) the default is never, so that the upstream's request log holds
+    only what a test sent."""
     settings = settings or Settings.load()
+    if watch_seconds is None:
+        watch_seconds = 0 if upstream_transport is not None else WATCH_SECONDS
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, transport=upstream_transport)
-        gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings))
+        gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
+                          watcher=UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS))
         gateway.augmenter = Augmenter(gateway)
         gateway.chat.stages.append(gateway.augmenter)
         app.state.gateway = gateway
         try:
             async with AsyncExitStack() as stack:
+                background = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(background.cancel_scope.cancel)  # at shutdown, before the group is awaited
+                if watch_seconds:
+                    background.start_soon(gateway.watcher.run)  # says at once when the upstream is not there
                 try:
                     gateway.knowledge = await stack.enter_async_context(run_knowledge(settings, upstream))
                 except (OSError, duckdb.Error) as exc:
@@ -94,10 +110,14 @@ def create_app(settings: Settings | None = None, *,
         finally:
             await upstream.aclose()
 
+    middleware = build_middleware(settings)
+    # /rag/health is open (see routes_health): answered inside CORS, before the key checks
+    cors = next(i for i, m in enumerate(middleware) if m.cls is CORSMiddleware)
+    middleware.insert(cors + 1, Middleware(routes_health.PublicHealth))
     return Starlette(
-        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_rag.ROUTES, *routes_query.ROUTES,
-                *routes_graph.ROUTES, *admin_mount()],
-        middleware=build_middleware(settings),
+        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_rag.ROUTES,
+                *routes_query.ROUTES, *routes_graph.ROUTES, *admin_mount()],
+        middleware=middleware,
         exception_handlers={
             GraphGateError: on_graphgate_error,
             HTTPException: on_http_exception,

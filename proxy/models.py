@@ -64,6 +64,23 @@ def cache_key(model: str, payload: Any) -> str:
 CacheLookup = Callable[[str, str], Awaitable[str | None]]
 
 
+async def first_chat_model(entries: Any, capabilities: Callable[[str], Awaitable[Sequence[str]]]) -> str | None:
+    """The extraction model when GRAPHGATE_LLM_MODEL is unset: the first model /api/tags lists with
+    the ``completion`` capability (an entry that does not carry its capabilities, as Ollama's do
+    not, is asked about through ``capabilities``); None when there is none. Shared with the
+    upstream watcher, so that /rag/health names the model ingestion would pick."""
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("model") or entry.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        listed = entry.get("capabilities")
+        if "completion" in (listed if isinstance(listed, list) else await capabilities(name)):
+            return name
+    return None
+
+
 class ModelClient:
     def __init__(self, upstream: Upstream, limiter: PriorityLimiter, settings: Settings,
                  cache_lookup: CacheLookup | None = None, embed_limiter: PriorityLimiter | None = None) -> None:
@@ -96,18 +113,18 @@ class ModelClient:
         if self._chat_model:
             return self._chat_model
         tags = await self.upstream.call_json("GET", "/api/tags", deadline=self.settings.discovery_timeout)
-        for entry in tags.get("models", []):
-            name = entry.get("model") or entry.get("name")
-            capabilities = entry.get("capabilities")
-            if capabilities is None:
-                show = await self.upstream.call_json("POST", "/api/show", {"model": name},
-                                                     deadline=self.settings.discovery_timeout)
-                capabilities = show.get("capabilities") or []
-            if "completion" in capabilities:
-                self._chat_model = name
-                return name
-        raise NoChatModel(f"upstream Ollama at {self.upstream.url} has no chat model; pull one "
-                          "(e.g. `ollama pull llama3.2`) or set GRAPHGATE_LLM_MODEL")
+
+        async def capabilities(name: str) -> list[str]:
+            show = await self.upstream.call_json("POST", "/api/show", {"model": name},
+                                                 deadline=self.settings.discovery_timeout)
+            return show.get("capabilities") or []
+
+        name = await first_chat_model(tags.get("models", []), capabilities)
+        if name is None:
+            raise NoChatModel(f"upstream Ollama at {self.upstream.url} has no chat model; pull one "
+                              "(e.g. `ollama pull llama3.2`) or set GRAPHGATE_LLM_MODEL")
+        self._chat_model = name
+        return name
 
     async def structured(self, kind: str, messages: list[dict[str, Any]], schema: dict[str, Any], *,
                          priority: Priority, model: str | None = None, lookup: bool = True,
