@@ -50,8 +50,13 @@ EXPOSE 11435
 
 USER graphgate
 
-# slim images have no curl: probe GET / with the standard library only.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:11435/', timeout=3).status == 200 else 1)"]
+# Readiness, not just liveness: /rag/health answers 503 when the upstream Ollama is unreachable or the
+# store cannot be opened, so `docker ps` shows "unhealthy" with the reason in the body (GET / would
+# say "Ollama is running" regardless). A missing model is reported but stays 200. Docker does not
+# restart an unhealthy container, so an Ollama that is down causes no restart loop. Its upstream
+# check is bounded by GRAPHGATE_DISCOVERY_TIMEOUT (5 s), hence the 10 s timeout. slim images have no
+# curl: the standard library probes it (urlopen raises on a 503).
+HEALTHCHECK --interval=30s --timeout=10s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:11435/rag/health', timeout=8).status == 200 else 1)"]
 
 CMD ["graphgate", "serve"]

@@ -12,7 +12,6 @@ import duckdb
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -24,7 +23,7 @@ from .augment import Augmenter
 from .chat import ChatPipeline
 from .errors import GraphGateError
 from .knowledge import Knowledge, run_knowledge
-from .middleware import CORSMiddleware, build_middleware
+from .middleware import build_middleware
 from .responses import error_response
 from .settings import Settings
 from .upstream import Upstream
@@ -110,14 +109,10 @@ def create_app(settings: Settings | None = None, *,
         finally:
             await upstream.aclose()
 
-    middleware = build_middleware(settings)
-    # /rag/health is open (see routes_health): answered inside CORS, before the key checks
-    cors = next(i for i, m in enumerate(middleware) if m.cls is CORSMiddleware)
-    middleware.insert(cors + 1, Middleware(routes_health.PublicHealth))
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_rag.ROUTES,
                 *routes_query.ROUTES, *routes_graph.ROUTES, *admin_mount()],
-        middleware=middleware,
+        middleware=build_middleware(settings),
         exception_handlers={
             GraphGateError: on_graphgate_error,
             HTTPException: on_http_exception,

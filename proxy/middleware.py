@@ -20,6 +20,13 @@ from .responses import error_response
 from .settings import Settings
 
 PROTECTED_PREFIXES = ("/api/", "/v1/", "/rag/")
+# readable by anyone who can reach the gateway, like Ollama's GET /: a container health check or a
+# load balancer has no key (routes_health says why it shows nothing secret)
+PUBLIC_READS = frozenset({"/rag/health"})
+
+
+def is_public_read(scope: Scope) -> bool:
+    return scope["path"] in PUBLIC_READS and scope["method"] in ("GET", "HEAD")
 
 
 def _origin_pattern(origins: Sequence[str]) -> re.Pattern[str]:
@@ -84,7 +91,7 @@ class APIKeyMiddleware:
         self.prefixes = tuple(prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(self.prefixes):
+        if scope["type"] == "http" and scope["path"].startswith(self.prefixes) and not is_public_read(scope):
             given = Headers(scope=scope).get("authorization", "").encode()
             if not hmac.compare_digest(given, self.expected):
                 response = error_response(scope["path"], 401, "unauthorized: a valid API key is required "
@@ -106,7 +113,7 @@ class RagAccessMiddleware:
         self.expected = f"Bearer {api_key}".encode() if api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/rag/"):
+        if scope["type"] != "http" or not scope["path"].startswith("/rag/") or is_public_read(scope):
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
         if self.expected and hmac.compare_digest(headers.get("authorization", "").encode(), self.expected):

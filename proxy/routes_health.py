@@ -1,7 +1,7 @@
 """``GET /rag/health``: whether GraphGate can do its job right now, as JSON, for an operator, a
 container health check or a load balancer. ``GET /`` stays Ollama's banner, which clients rely on.
 
-Open without the API key (``PublicHealth`` answers it before the key and console checks): a health
+Open without the API key (``middleware.PUBLIC_READS``; CORS still applies): a health
 check or a load balancer must be able to call it with no secret, as they call Ollama's ``GET /``.
 So it shows nothing secret: the upstream's URL without user, password or query, model names,
 counts, sizes and sentences about what is wrong; never a key, a password, a document or the
@@ -19,8 +19,7 @@ import anyio.to_thread
 import duckdb
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, request_response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.routing import Route
 
 from .errors import GraphGateError
 from .ingest import documents as sql
@@ -124,21 +123,6 @@ def _store_facts(store: KnowledgeStore) -> tuple[dict[str, int], bool, int]:
     database = store.db.path
     writable = os.access(store.data_dir, os.W_OK) and (not database.exists() or os.access(database, os.W_OK))
     return documents, writable, shutil.disk_usage(store.data_dir).free
-
-
-class PublicHealth:
-    """Pure ASGI, placed right inside CORS: ``GET``/``HEAD /rag/health`` is answered here, before the
-    API key and the /rag access checks (see the module's docstring for why it is open). Other
-    methods go on to the route table like any request (and get 405)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.endpoint = request_response(health)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == PATH and scope["method"] in ("GET", "HEAD"):
-            return await self.endpoint(scope, receive, send)
-        await self.app(scope, receive, send)
 
 
 ROUTES = [Route(PATH, health, methods=["GET"])]

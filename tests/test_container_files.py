@@ -302,7 +302,9 @@ def test_expose(instructions):
     assert exposed == [str(PORT)]
 
 
-def test_healthcheck_uses_stdlib_on_get_root(instructions):
+def test_healthcheck_uses_stdlib_on_the_readiness_endpoint(instructions):
+    """The probe itself is run by tests/test_packaging.py (ready: exit 0) and tests/test_health.py
+    covers the 503; here, that it needs nothing the slim image lacks."""
     argv = healthcheck_argv(instructions)
     command = " ".join(argv)
     program = argv[0] if argv[0] != "/bin/sh" else argv[2].split()[0]
@@ -311,7 +313,7 @@ def test_healthcheck_uses_stdlib_on_get_root(instructions):
     assert "curl" not in command and "wget" not in command
     url = healthcheck_url(instructions)
     assert url.port == PORT
-    assert url.path == "/"
+    assert url.path == "/rag/health"
     assert url.hostname in {"127.0.0.1", "localhost"}
 
 

@@ -234,3 +234,13 @@ def test_the_dockerfile_steps_install_and_start_the_image(tmp_path: Path, upstre
     finally:
         gateway.stop()
     assert (tmp_path / "data" / "graphgate.duckdb").is_file()
+
+    # with no Ollama behind it the image reports itself unhealthy (and says why on /rag/health)
+    env.update(GRAPHGATE_UPSTREAM=f"http://127.0.0.1:{free_port()}", GRAPHGATE_DATA_DIR=str(tmp_path / "data2"))
+    gateway = Gateway(exec_or_shell(cmd.args), env, app, port)
+    try:
+        assert subprocess.run(health, cwd=app, env=env, timeout=30, capture_output=True).returncode != 0
+        report = httpx.get(gateway.url + "/rag/health", timeout=15)
+        assert report.status_code == 503 and "unreachable" in report.json()["error"]
+    finally:
+        gateway.stop()
