@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
-import anyio
 import duckdb
 import httpx
 from starlette.applications import Starlette
@@ -95,10 +94,8 @@ def create_app(settings: Settings | None = None, *,
         app.state.gateway = gateway
         try:
             async with AsyncExitStack() as stack:
-                background = await stack.enter_async_context(anyio.create_task_group())
-                stack.callback(background.cancel_scope.cancel)  # at shutdown, before the group is awaited
-                if watch_seconds:
-                    background.start_soon(gateway.watcher.run)  # says at once when the upstream is not there
+                if watch_seconds:  # says at once when the upstream is not there
+                    await stack.enter_async_context(gateway.watcher.watching())
                 try:
                     gateway.knowledge = await stack.enter_async_context(run_knowledge(settings, upstream))
                 except (OSError, duckdb.Error) as exc:

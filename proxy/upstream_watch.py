@@ -12,12 +12,14 @@ is bounded by GRAPHGATE_DISCOVERY_TIMEOUT per call.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno as errnos
 import logging
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -120,6 +122,18 @@ class UpstreamWatcher:
             except Exception:  # noqa: BLE001 - a bug here must not take the gateway down with it
                 log.exception("checking the upstream failed")
             await anyio.sleep(self.interval)
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """``run`` in the background while the body runs. A task of its own, not a task group around
+        the app's whole life: a group would wrap every exception that leaves the lifespan (a refused
+        start-up, a CLI command's error) in an ExceptionGroup."""
+        task = asyncio.get_running_loop().create_task(self.run(), name="upstream-watch")
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.wait([task])  # (not `await task`: that would swallow our own cancellation)
 
     async def latest(self, max_age: float = FRESH_SECONDS) -> UpstreamState:
         """The last result if it is at most ``max_age`` seconds old, else a new check's."""
