@@ -16,10 +16,10 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from proxy.errors import BadRequest
+from proxy.errors import BadRequest, GraphGateError
 
 
-class MissingResources(RuntimeError):
+class MissingResources(GraphGateError):
     """The installation lacks files the console needs (a broken wheel): start-up stops with this."""
 
 
@@ -31,8 +31,8 @@ def installed_dir(package: str, *parts: str, marker: str) -> Path:
     root = resources.files(package).joinpath(*parts)
     if not isinstance(root, Path) or not (root / marker).is_file():
         raise MissingResources(f"this GraphGate installation is incomplete: {marker} is missing from the "
-                               f"package {package} ({'/'.join(parts) or '.'} at {root}); reinstall it "
-                               "with `pip install --force-reinstall graphgate`")
+                               f"package {package} ({'/'.join(parts) or '.'} at {root}); reinstall GraphGate "
+                               "(in your clone: `pip install --force-reinstall .`)")
     return root
 
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
+import anyio
 import duckdb
 import httpx
 from starlette.applications import Starlette
@@ -45,6 +46,8 @@ class Gateway:
     augmenter: Augmenter | None = None
     knowledge_error: str | None = None  # why the knowledge store is unavailable, when it is
     watcher: UpstreamWatcher | None = None  # the upstream's last known state (/rag/health, the console)
+    # /rag/health's store probe: one worker thread at most, however many health requests wait
+    store_probe: anyio.CapacityLimiter | None = None
     tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
     console: Console | None = None
 
@@ -89,6 +92,7 @@ def create_app(settings: Settings | None = None, *,
         upstream = Upstream(settings, transport=upstream_transport)
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
                           watcher=UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS))
+        gateway.store_probe = anyio.CapacityLimiter(1)
         gateway.augmenter = Augmenter(gateway)
         gateway.chat.stages.append(gateway.augmenter)
         app.state.gateway = gateway

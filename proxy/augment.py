@@ -126,6 +126,11 @@ def recognise_task(turn: ChatTurn) -> tuple[str, str] | None:
     return (name, "template") if name else None
 
 
+# a task's trace keeps the start of its prompt: the rest is Open WebUI's template and a copy of the
+# chat history, several KB each, four or five times per chat turn
+TASK_QUERY_CHARS = 200
+
+
 def describe_task(task: str, how: str) -> str:
     source = "from the X-Task header" if how == "X-Task header" else "recognised by its template"
     return f"background task ({task}, {source})"
@@ -200,7 +205,8 @@ class Augmenter:
         Every turn that is not augmented leaves a trace saying why (see ``_skip``)."""
         task = recognise_task(turn)
         if task:
-            return self._skip(turn, describe_task(*task), detail={"task": task[0], "recognised_by": task[1]})
+            return self._skip(turn, describe_task(*task), detail={"task": task[0], "recognised_by": task[1]},
+                              query_chars=TASK_QUERY_CHARS)
         reason = shape_reason(turn)
         if reason:
             return self._skip(turn, reason)
@@ -319,7 +325,7 @@ class Augmenter:
         return turn
 
     def _skip(self, turn: ChatTurn, reason: str, mode: str | None = None, *,
-              detail: dict[str, Any] | None = None) -> ChatTurn:
+              detail: dict[str, Any] | None = None, query_chars: int | None = None) -> ChatTurn:
         """Forward the turn as it is, leaving a trace with the reason (GET /rag/traces, the console's
         Chats page). Without a store (it could not be opened) there is nowhere to keep one; the
         store's failure was logged at start-up."""
@@ -328,6 +334,8 @@ class Augmenter:
             messages = turn.messages
             last = messages[-1] if messages else None
             query = message_text(last) if isinstance(last, dict) else ""
+            if query_chars is not None and len(query) > query_chars:
+                query = query[:query_chars] + "…"
             knowledge.record(Trace("ollama" if turn.flavour == "ollama" else "openai", turn.model,
                                    mode or self.gateway.settings.mode, query, False, reason, detail or {}))
         return turn

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .settings import SETTINGS, Settings, SettingsError, settings_markdown
+from .settings import DEFAULTS_IN_WORDS, SETTINGS, Settings, SettingsError, settings_markdown
 
 log = logging.getLogger("graphgate")
 
@@ -21,7 +21,7 @@ DESCRIPTION = ("GraphGate: an Ollama-compatible chat gateway that grounds every 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("settings (each overrides its environment variable)")
     for setting in SETTINGS:
-        text = f"{setting.help} [default: {setting.default or 'unset'}]"
+        text = f"{setting.help} [default: {DEFAULTS_IN_WORDS.get(setting.name) or setting.default or 'unset'}]"
         # argparse %-formats help text: a literal "80 %" would crash every --help
         group.add_argument(setting.flag, dest=setting.name, metavar=setting.env, help=text.replace("%", "%%"))
 
@@ -67,6 +67,7 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from .app import create_app
+    from .errors import GraphGateError
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for notice in settings.notices:
@@ -78,7 +79,12 @@ def serve(settings: Settings) -> int:
     if not is_loopback(settings.host) and not settings.admin_password:
         log.warning("listening on %s without GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ answers only "
                     "clients on this machine", settings.host)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+    try:
+        app = create_app(settings)
+    except GraphGateError as exc:  # e.g. an installation that lacks the console's files
+        print(f"graphgate: {exc.message}", file=sys.stderr)
+        return 1
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                 timeout_graceful_shutdown=settings.shutdown_grace, server_header=False)
     return 0
 

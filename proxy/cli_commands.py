@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .ingest.parsing import SUPPORTED_TYPES
 from .data_dir import DATABASE_FILE, has_store
+from .errors import GraphGateError
 from .settings import Settings
 
 console = Console(stderr=True)
@@ -31,7 +32,7 @@ def gateway_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
-class CommandError(Exception):
+class CommandError(GraphGateError):
     """A sentence for the user that ends the command (exit status 1) without a traceback."""
 
 
@@ -64,7 +65,7 @@ async def rag_client(settings: Settings, *, create: bool = False,
         raise CommandError(no_store_message(settings, url, can_create=offer_create))
     from .app import create_app  # no gateway running: run one in this process
 
-    app = create_app(settings)
+    app = create_app(settings, watch_seconds=0)  # a command's few calls say for themselves if the upstream is down
     async with app.router.lifespan_context(app):
         error = app.state.gateway.knowledge_error
         if error is not None:

@@ -33,19 +33,20 @@ def legacy_store(cwd: Path | None = None) -> Path | None:
     return candidate.resolve() if has_store(candidate) else None
 
 
-def default_data_dir(cwd: Path | None = None) -> tuple[Path, str | None]:
-    """The directory, and a warning for the operator when a legacy ``./graphgate-data`` store is
-    involved (used, or passed over because the user data directory already holds a store).
-
-    Upgrading never silently starts over with an empty store, nor silently leaves one behind."""
+def default_data_dir(cwd: Path | None = None) -> tuple[Path | None, str | None]:
+    """The directory and a warning for the operator when a legacy ``./graphgate-data`` store is used;
+    or (None, the reason) when the user data directory holds a store too: which of the two holds
+    the documents cannot be told without opening both, and guessing could leave either unused, so
+    the operator is asked to say (GRAPHGATE_DATA_DIR) or to move one."""
     preferred = user_data_dir()
     legacy = legacy_store(cwd)
     if legacy is None or legacy == preferred.resolve():
         return preferred, None
     if has_store(preferred):
-        return preferred, (f"a knowledge store left by an earlier GraphGate version in {legacy} is not used: "
-                           f"GraphGate uses {preferred}; set GRAPHGATE_DATA_DIR={legacy} to use the old one")
+        return None, (f"there are two knowledge stores: {preferred} (where GraphGate keeps it now) and {legacy} "
+                      f"(left by an earlier version in the directory it was started from); set "
+                      f"GRAPHGATE_DATA_DIR to the one to use, or remove or move the other")
     return legacy, (f"using the knowledge store in {legacy}, which an earlier GraphGate version kept in the "
                     f"directory it was started from; GraphGate now keeps its store in {preferred}, the same "
-                    f"from every directory: move it there (`mv {legacy} {preferred}`) or set "
-                    f"GRAPHGATE_DATA_DIR={legacy}")
+                    f"from every directory: move it there (`mkdir -p {preferred.parent} && mv {legacy} "
+                    f"{preferred}`) or set GRAPHGATE_DATA_DIR={legacy}")

@@ -10,6 +10,7 @@ upstream's whole model list (that stays behind the key on /api/tags).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from typing import Any
@@ -27,6 +28,8 @@ from .responses import json_response
 from .store.knowledge import KnowledgeStore
 from .store.tables_duckdb import Con
 from .upstream_watch import FRESH_SECONDS
+
+log = logging.getLogger("graphgate.health")
 
 PATH = "/rag/health"
 STORE_SECONDS = 2.0  # a store busier than this (a long checkpoint) is reported as such, not waited for
@@ -75,7 +78,8 @@ async def _store_report(gateway: Any) -> tuple[dict[str, Any], dict[str, Any] | 
     """(store, pipeline, problems, failed)."""
     kb = gateway.knowledge
     if kb is None:
-        error = gateway.knowledge_error or "not opened"
+        # the class only: the message names paths and process ids, and this endpoint is open (the log has it)
+        error = (gateway.knowledge_error or "not opened").split(":", 1)[0] + "; the log says more"
         return ({"open": False, "error": error, "documents": None, "writable": None, "free_bytes": None,
                  "unrecorded_failures": 0}, None,
                 [f"the knowledge store is unavailable ({error}): chats go through without your documents; "
@@ -90,14 +94,18 @@ async def _store_report(gateway: Any) -> tuple[dict[str, Any], dict[str, Any] | 
     problems: list[str] = []
     try:
         with anyio.fail_after(STORE_SECONDS):
+            # abandoned on timeout, a probe's thread finishes on its own and holds the limiter until
+            # then: during a long stall later probes wait for it (no thread of theirs), then say "busy"
             documents, writable, free = await anyio.to_thread.run_sync(_store_facts, kb.store,
-                                                                       abandon_on_cancel=True)
+                                                                       abandon_on_cancel=True,
+                                                                       limiter=gateway.store_probe)
     except TimeoutError:
         problems.append(f"the knowledge store did not answer within {STORE_SECONDS:g} s: it is busy (a large "
                         "commit or checkpoint); if this persists, check the disk holding GRAPHGATE_DATA_DIR")
         return store, pipeline, problems, False
     except (duckdb.Error, OSError, GraphGateError) as exc:
-        store["error"] = f"{type(exc).__name__}: {exc}"
+        log.error("the knowledge store cannot be read for /rag/health: %s: %s", type(exc).__name__, exc)
+        store["error"] = f"{type(exc).__name__}; the log says more"  # the message may name paths
         problems.append(f"the knowledge store cannot be read ({store['error']}): check the disk holding "
                         "GRAPHGATE_DATA_DIR, then restart")
         return store, pipeline, problems, True

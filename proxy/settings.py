@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .data_dir import default_data_dir, user_data_dir
+
 
 class SettingsError(ValueError):
     """A setting has a value GraphGate cannot use; the message names the variable."""
 
 
-from .data_dir import default_data_dir  # noqa: E402
 from .setting_parsers import (  # noqa: F401 - re-exported: parsers are part of the settings API
     choice,
     int_between,
@@ -194,6 +195,10 @@ SETTINGS: tuple[Setting, ...] = (
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
+# defaults too long for a table cell, or computed at start-up, in words (README and --help)
+DEFAULTS_IN_WORDS = {"cors_origins": "Ollama's defaults", "entity_types": "LightRAG's eleven",
+                     "data_dir": "the user's data directory"}
+
 
 def _parse(setting: Setting, raw: str, source: str) -> Any:
     try:
@@ -208,7 +213,7 @@ class Settings:
     upstream: str = "http://127.0.0.1:11434"
     host: str = "127.0.0.1"
     port: int = 11435
-    data_dir: Path = field(default_factory=lambda: default_data_dir()[0])
+    data_dir: Path = field(default_factory=user_data_dir)
     api_key: str | None = None
     max_body_bytes: int = 64 * 1024**2
     connect_timeout: float = 10.0
@@ -282,8 +287,11 @@ class Settings:
             sources[setting.name] = source
         notices: tuple[str, ...] = ()
         if values["data_dir"] is None:  # unset (or set empty): the per-user default
-            values["data_dir"], notice = default_data_dir()
-            sources["data_dir"] = "default"
+            found, notice = default_data_dir()
+            if found is None:
+                raise SettingsError(f"GRAPHGATE_DATA_DIR is not set and {notice}")
+            values["data_dir"] = found
+            sources["data_dir"] = "default" if notice is None else "a legacy ./graphgate-data"
             notices = (notice,) if notice else ()
         return cls(**values, sources=sources, notices=notices)
 
@@ -315,13 +323,7 @@ def settings_markdown() -> str:
     """The settings reference table for README.md (``graphgate settings --markdown``)."""
     lines = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
     for setting in SETTINGS:
-        default = f"`{setting.default}`" if setting.default else "(unset)"
-        if setting is SETTINGS_BY_NAME["cors_origins"]:
-            default = "Ollama's defaults"
-        elif setting is SETTINGS_BY_NAME["entity_types"]:
-            default = "LightRAG's eleven"
-        elif setting is SETTINGS_BY_NAME["data_dir"]:
-            default = "the user's data directory"
+        default = DEFAULTS_IN_WORDS.get(setting.name) or (f"`{setting.default}`" if setting.default else "(unset)")
         meaning = setting.help.replace("|", "\\|")
         lines.append(f"| `{setting.env}` | `{setting.flag}` | {default} | {meaning} |")
     return "\n".join(lines) + "\n"

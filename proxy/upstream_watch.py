@@ -1,19 +1,20 @@
 """What the upstream Ollama looks like right now: reachable or not, its version, and whether the
 models GraphGate needs (extraction, embedding, keywords) are there.
 
-``UpstreamWatcher.run`` checks at start-up and then every ``interval`` seconds, in the lifespan's
-task group, and logs each change of state once: one warning when the upstream becomes unreachable
+``UpstreamWatcher.run`` checks at start-up and then every ``interval`` seconds, as a task of the
+app's life (``watching``), and logs each change of state once: one warning when the upstream becomes unreachable
 or a needed model goes missing (not again while that stays so), one info line when it is back.
 ``latest`` is what /rag/health and the console read: the last result, or a fresh check when it is
-older than they accept. Checks never overlap (callers arriving during one share it), so the
-upstream sees at most one check every few seconds whatever the rate of health requests, and each
-is bounded by GRAPHGATE_DISCOVERY_TIMEOUT per call.
+older than they accept. Checks never overlap (callers arriving during one share its result, however
+long it took), so the upstream sees at most one check every few seconds whatever the rate of health
+requests, and a whole check is bounded by GRAPHGATE_DISCOVERY_TIMEOUT.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno as errnos
 import logging
 import os
@@ -77,7 +78,7 @@ class UpstreamState:
     version: str | None
     error: str | None                 # why it is not reachable, as a sentence saying what to do
     checked_at: datetime
-    checked: float                    # time.monotonic() of the check's start
+    checked: float                    # time.monotonic() when the check ended (its age counts from then)
     latency_ms: float | None
     models: tuple[str, ...] | None    # the names /api/tags lists; None when unknown
     roles: tuple[ModelState, ...] = ()
@@ -140,11 +141,12 @@ class UpstreamWatcher:
         state = self.state
         if state is not None and state.age() <= max_age:
             return state
+        seen = self.checks
         async with self._lock:  # one check at a time; whoever waited for it takes its result
             state = self.state
-            if state is not None and state.age() <= max_age:
+            if state is not None and (self.checks != seen or state.age() <= max_age):
                 return state
-            state = await self._check()
+            state = dataclasses.replace(await self._check(), checked=time.monotonic())
             self.state = state
             self.checks += 1
             self._report(state)
@@ -153,32 +155,42 @@ class UpstreamWatcher:
     # --- one check ---
 
     async def _check(self) -> UpstreamState:
+        """One check, all of it within GRAPHGATE_DISCOVERY_TIMEOUT (an upstream that accepts and never
+        answers costs one timeout, not one per call)."""
         started, at = time.monotonic(), datetime.now(UTC)
-        deadline = self.settings.discovery_timeout
+        budget = self.settings.discovery_timeout
         try:
-            reply = await self.upstream.call_json("GET", "/api/version", deadline=deadline)
+            with anyio.fail_after(budget):
+                reply = await self.upstream.call_json("GET", "/api/version", deadline=budget)
             version = reply.get("version") if isinstance(reply, dict) else None
             if not isinstance(version, str):
                 raise ValueError(f"its /api/version answer has no version: {str(reply)[:80]}")
+        except TimeoutError:
+            return self._down(UpstreamTimeout(f"no answer within {budget:g} s"), at, started)
         except (GraphGateError, ValueError) as exc:
-            return UpstreamState(self.url, False, None, self._unreachable(exc), at, started, None, None,
-                                 self._unknown_roles())
+            return self._down(exc, at, started)
         latency = round((time.monotonic() - started) * 1000, 1)
         try:
-            tags = await self.upstream.call_json("GET", "/api/tags", deadline=deadline)
-            entries = tags.get("models") if isinstance(tags, dict) else None
-            if not isinstance(entries, list):
-                raise ValueError("its /api/tags answer has no model list")
-            names = tuple(n for e in entries if isinstance(e, dict)
-                          for n in [e.get("name") or e.get("model")] if isinstance(n, str))
-            roles = await self._roles(entries, names)
-        except (GraphGateError, ValueError) as exc:
-            problem = (f"the models of upstream Ollama at {self.url} could not be listed ({self._reason(exc)}): "
+            with anyio.fail_after(max(budget - (time.monotonic() - started), 0.05)):
+                tags = await self.upstream.call_json("GET", "/api/tags", deadline=budget)
+                entries = tags.get("models") if isinstance(tags, dict) else None
+                if not isinstance(entries, list):
+                    raise ValueError("its /api/tags answer has no model list")
+                names = tuple(n for e in entries if isinstance(e, dict)
+                              for n in [e.get("name") or e.get("model")] if isinstance(n, str))
+                roles = await self._roles(entries, names)
+        except (GraphGateError, ValueError, TimeoutError) as exc:
+            reason = f"no answer within {budget:g} s" if isinstance(exc, TimeoutError) else self._reason(exc)
+            problem = (f"the models of upstream Ollama at {self.url} could not be listed ({reason}): "
                        "check that it is a working Ollama server")
             return UpstreamState(self.url, True, version, None, at, started, latency, None,
                                  self._unknown_roles(), {"models": problem})
         return UpstreamState(self.url, True, version, None, at, started, latency, names, roles,
                              self._missing(roles))
+
+    def _down(self, exc: Exception, at: datetime, started: float) -> UpstreamState:
+        return UpstreamState(self.url, False, None, self._unreachable(exc), at, started, None, None,
+                             self._unknown_roles())
 
     async def _roles(self, entries: list[Any], names: Sequence[str]) -> tuple[ModelState, ...]:
         settings = self.settings

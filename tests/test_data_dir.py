@@ -83,20 +83,27 @@ def test_a_store_left_in_the_current_directory_is_used_with_a_warning(tmp_path: 
     message = " ".join(result.stderr.split())
     assert f"using the knowledge store in {legacy}" in message
     assert f"mv {legacy} {tmp_path / 'xdg' / 'graphgate'}" in message
+    assert f"mkdir -p {tmp_path / 'xdg'} && mv" in message
     assert not (tmp_path / "xdg" / "graphgate").exists()  # nothing was made beside it
     settings = graphgate("settings", env=home, cwd=tmp_path / "project")
     assert effective_data_dir(settings) == str(legacy)
+    assert "(a legacy ./graphgate-data)" in settings.stdout
 
 
-def test_the_users_store_wins_over_a_legacy_one_which_is_named(tmp_path: Path, home: dict[str, str]) -> None:
+def test_two_stores_are_not_guessed_between(tmp_path: Path, home: dict[str, str]) -> None:
+    """A legacy store and one in the user data directory: either may hold the documents, so
+    GraphGate names both and stops rather than leave one silently unused."""
     legacy = tmp_path / "project" / "graphgate-data"
     make_store(legacy)
     make_store(tmp_path / "xdg" / "graphgate")
-    result = graphgate("status", env=home, cwd=tmp_path / "project")
-    assert result.returncode == 0, result.stderr
-    message = " ".join(result.stderr.split())
-    assert f"left by an earlier GraphGate version in {legacy} is not used" in message
-    assert f"GRAPHGATE_DATA_DIR={legacy}" in message
+    for args in (("serve",), ("status",)):
+        result = graphgate(*args, env=home, cwd=tmp_path / "project")
+        assert result.returncode == 2, result.stderr
+        message = " ".join(result.stderr.split())
+        assert f"two knowledge stores: {tmp_path / 'xdg' / 'graphgate'}" in message and str(legacy) in message
+        assert "set GRAPHGATE_DATA_DIR to the one to use" in message and "Traceback" not in result.stderr
+    chosen = graphgate("status", env={**home, "GRAPHGATE_DATA_DIR": str(legacy)}, cwd=tmp_path / "project")
+    assert chosen.returncode == 0, chosen.stderr
 
 
 def test_a_store_held_by_a_gateway_on_another_port_is_reported_not_duplicated(

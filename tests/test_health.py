@@ -169,6 +169,23 @@ async def test_health_requests_share_one_recent_check(client: httpx.AsyncClient,
     assert len(fake.requests_to("/api/tags")) == 1
 
 
+@pytest.mark.parametrize("hung", ["/api/version", "/api/tags"])
+async def test_a_hung_upstream_costs_concurrent_health_requests_one_timeout(
+        settings: Settings, fake: FakeOllama, hung: str) -> None:
+    """An upstream that accepts and never answers: five health requests at once wait for one check,
+    bounded as a whole by the discovery timeout, not five checks one after another."""
+    fake.hang_paths.add(hung)
+    async with gateway(settings.replace(discovery_timeout=0.5), upstream_transport=fake.transport()) as (client, _):
+        responses = await _gather([client.get("/rag/health") for _ in range(5)])
+    assert len(fake.requests_to(hung)) == 1  # one check for all five (it was one each, one after another)
+    if hung == "/api/version":
+        assert all(r.status_code == 503 for r in responses)
+        assert "did not answer (no answer within 0.5 s)" in responses[0].json()["error"]
+    else:
+        assert all(r.status_code == 200 for r in responses)
+        assert "could not be listed (no answer within 0.5 s)" in responses[0].json()["problems"][0]
+
+
 async def _gather(calls: list) -> list:
     results: list = [None] * len(calls)
 

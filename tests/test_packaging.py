@@ -3,25 +3,31 @@ Dockerfile's own install and start steps, each run from a directory that is not 
 
 The rest of the suite runs the editable, in-tree install, which hid a wheel that crashed at start
 (its templates were not found). Here nothing of the checkout is importable: the fresh environment
-sees only the installed package, plus the test environment's site-packages for the dependencies
-(added by a .pth line, so no network is needed and the test venv's own editable finder is not run).
+sees only the installed package and the distributions that pyproject.toml's dependencies (and the
+build's requirements) name, recursively, linked from the test environment's site-packages into a
+folder its .pth line adds. So no network is needed, and an import of something GraphGate does not
+declare fails here as it would on a user's machine.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import tomllib
 import shutil
 import site
 import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from importlib import metadata
 from pathlib import Path
 
 import httpx
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -37,8 +43,6 @@ from tests.test_crash_recovery import free_port
 from tests.test_ingestion import PEOPLE, TEAM
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_FILES = ("admin/templates/base.html", "admin/templates/static/console.css",
-                 "admin/templates/static/console.js", "admin/templates/dashboard.html")
 QUESTION = "Who works at Acme Corp?"
 
 
@@ -59,14 +63,47 @@ def copy_checkout(destination: Path, only: list[str] | None = None) -> Path:
     return destination
 
 
+def declared_distributions(roots: Iterable[str]) -> list[metadata.Distribution]:
+    """The installed distributions that ``roots`` (requirement strings) need, recursively, with
+    their extras; a declared one missing from the test environment fails the test."""
+    found: dict[str, tuple[metadata.Distribution, set[str]]] = {}
+    todo = [Requirement(root) for root in roots]
+    while todo:
+        requirement = todo.pop()
+        key = canonicalize_name(requirement.name)
+        if key in found and set(requirement.extras) <= found[key][1]:
+            continue
+        distribution = found[key][0] if key in found else metadata.distribution(requirement.name)
+        extras = (found[key][1] if key in found else set()) | set(requirement.extras)
+        found[key] = (distribution, extras)
+        for raw in distribution.requires or []:
+            needed = Requirement(raw)
+            if needed.marker is None or any(needed.marker.evaluate({"extra": e}) for e in extras | {""}):
+                todo.append(needed)
+    return [distribution for distribution, _ in found.values()]
+
+
+def link_distributions(distributions: list[metadata.Distribution], folder: Path) -> None:
+    folder.mkdir(parents=True)
+    for distribution in distributions:
+        assert distribution.files is not None, f"{distribution.metadata['Name']} lists no files"
+        for top in {file.parts[0] for file in distribution.files if file.parts[0] != ".."}:
+            target = folder / top
+            if not target.exists() and not top.endswith(".pth"):
+                target.symlink_to(Path(distribution.locate_file(top)))
+
+
 def fresh_venv(path: Path) -> Path:
-    """A new virtual environment whose only GraphGate is the one installed into it; returns its python."""
+    """A new virtual environment whose only GraphGate is the one installed into it, and whose other
+    packages are the declared dependencies (plus setuptools and wheel, the build's); returns its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
-    # the dependencies (and setuptools for the build) come from the test environment
-    Path(purelib, "test-dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    roots = [*pyproject["project"]["dependencies"], *pyproject["build-system"]["requires"]]
+    link_distributions(declared_distributions(roots), path / "declared-dependencies")
+    Path(purelib, "declared-dependencies.pth").write_text(str(path / "declared-dependencies") + "\n")
     return python
 
 
@@ -84,8 +121,9 @@ def user_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def imported_from(python: Path, cwd: Path) -> list[str]:
     code = "import proxy, admin, admin.templates; print(proxy.__file__); print(admin.templates.__file__)"
-    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=cwd, check=True,
+    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=cwd,
                             env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")})
+    assert result.returncode == 0, result.stderr  # e.g. an import of an undeclared dependency
     return result.stdout.split()
 
 
@@ -139,6 +177,8 @@ def check_running_gateway(gateway: Gateway, fake: FakeOllama, graphgate: list[st
     css = httpx.get(gateway.url + "/admin/static/console.css")
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
     assert css.content == (ROOT / "templates" / "static" / "console.css").read_bytes()
+    script = httpx.get(gateway.url + "/admin/static/console.js")
+    assert script.status_code == 200 and script.content == (ROOT / "templates" / "static" / "console.js").read_bytes()
     htmx = httpx.get(gateway.url + "/admin/static/htmx/htmx.min.js")
     assert htmx.status_code == 200 and "htmx" in htmx.text[:2000] and len(htmx.content) > 10_000
 
@@ -170,7 +210,10 @@ def test_the_wheel_installed_in_a_fresh_venv_serves_from_any_directory(
     assert built.returncode == 0, built.stderr
     [wheel] = (tmp_path / "dist").glob("graphgate-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert set(PACKAGE_FILES) <= names, set(PACKAGE_FILES) - names
+    # every file of templates/ (the console's templates and static files) ships as admin/templates/
+    console_files = {"admin/" + name for name in checkout_files()
+                     if name.startswith("templates/") and name != "templates/README.md"}
+    assert {name for name in names if name.startswith("admin/templates/")} == console_files
     assert not any(name.startswith(("tests/", "bench/")) for name in names)
 
     python = fresh_venv(tmp_path / "venv")
@@ -192,6 +235,13 @@ def test_the_wheel_installed_in_a_fresh_venv_serves_from_any_directory(
     # the store is the user's, not the directory's
     assert (tmp_path / "xdg" / "graphgate" / "graphgate.duckdb").is_file()
     assert not (elsewhere / "graphgate-data").exists()
+
+    # an installation that lost a file of the console stops at start with one sentence
+    installed = Path(imported_from(python, elsewhere)[1]).parent
+    (installed / "static" / "console.css").unlink()
+    broken = subprocess.run([*graphgate, "serve"], capture_output=True, text=True, env=env, cwd=elsewhere, timeout=60)
+    assert broken.returncode == 1 and "Traceback" not in broken.stderr
+    assert "this GraphGate installation is incomplete: console.css is missing" in broken.stderr
 
 
 @pytest.mark.slow
