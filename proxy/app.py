@@ -91,7 +91,9 @@ def create_app(settings: Settings | None = None, *,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, transport=upstream_transport)
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
-                          watcher=UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS))
+                          watcher=UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS,
+                                                  chosen_model=lambda: gateway.knowledge.models.chosen_chat_model
+                                                  if gateway.knowledge else None))
         gateway.store_probe = anyio.CapacityLimiter(1)
         gateway.augmenter = Augmenter(gateway)
         gateway.chat.stages.append(gateway.augmenter)

@@ -108,6 +108,11 @@ class ModelClient:
                 await anyio.sleep(delay)
         raise AssertionError("unreachable")
 
+    @property
+    def chosen_chat_model(self) -> str | None:
+        """The extraction model in use once chosen (it stays for the process's life)."""
+        return self._chat_model
+
     async def chat_model(self) -> str:
         """GRAPHGATE_LLM_MODEL, or the first upstream model with the completion capability."""
         if self._chat_model:

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -102,7 +102,11 @@ class UpstreamState:
 
 
 class UpstreamWatcher:
-    def __init__(self, upstream: Upstream, settings: Settings, *, interval: float = WATCH_SECONDS) -> None:
+    def __init__(self, upstream: Upstream, settings: Settings, *, interval: float = WATCH_SECONDS,
+                 chosen_model: Callable[[], str | None] = lambda: None) -> None:
+        """``chosen_model``: the extraction model ingestion has already chosen by the rule, if any:
+        reported as is (the rule's answer changes when a newer chat model is pulled; ingestion's not)."""
+        self.chosen_model = chosen_model
         self.upstream = upstream
         self.settings = settings
         self.interval = interval
@@ -211,8 +215,10 @@ class UpstreamWatcher:
                     self._capabilities[key] = found if isinstance(found, list) else []
                 return self._capabilities[key]
 
-            chosen = await first_chat_model(entries, capabilities)
-            extraction = ModelState("extraction", chosen, "GRAPHGATE_LLM_MODEL", False, chosen is not None)
+            chosen = self.chosen_model() or await first_chat_model(entries, capabilities)
+            # (ingestion's choice may have been deleted upstream since: then it is missing)
+            extraction = ModelState("extraction", chosen, "GRAPHGATE_LLM_MODEL", False,
+                                    chosen is not None and normalize(chosen) in listed)
         roles = [extraction, ModelState("embedding", settings.embed_model, "GRAPHGATE_EMBED_MODEL", True,
                                         normalize(settings.embed_model) in listed)]
         if settings.keyword_model and settings.keywords == "llm":

@@ -98,6 +98,23 @@ async def test_documents_and_pipeline_are_counted(client: httpx.AsyncClient, fac
     assert report["pipeline"]["working"] is False
 
 
+async def test_the_extraction_model_reported_is_the_one_ingestion_chose(
+        settings: Settings, fake: FakeOllama, facts) -> None:
+    """With GRAPHGATE_LLM_MODEL unset, ingestion keeps the model it chose; a chat model pulled later
+    (listed first, as Ollama lists the newest) must not be reported as the one in use."""
+    async with gateway(settings, upstream_transport=fake.transport()) as (client, gw):
+        response = await client.post("/rag/documents", json={"name": "a.txt", "text": "Alice met Bob in Paris."})
+        assert response.status_code == 202
+        await wait_for(lambda: gw.knowledge.models.chosen_chat_model is not None, what="a chosen model")
+        in_use = gw.knowledge.models.chosen_chat_model
+        newer = dict(fake.models[in_use], name="newer-chat:latest", model="newer-chat:latest", digest="f" * 64)
+        fake.models = {"newer-chat:latest": newer, **fake.models}
+        await gw.watcher.latest(0)  # a check now, as the watcher's next round would make
+        report = (await client.get("/rag/health")).json()
+    assert report["models"]["extraction"] == {"name": in_use, "present": True, "setting": "GRAPHGATE_LLM_MODEL",
+                                              "chosen": "first model with completion capability"}
+
+
 async def test_a_missing_embedding_model_is_degraded_but_ready(client: httpx.AsyncClient, fake: FakeOllama) -> None:
     del fake.models["nomic-embed-text:latest"]
     response = await client.get("/rag/health")
