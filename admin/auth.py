@@ -21,6 +21,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
+from proxy.hosts import request_host_allowed
 from proxy.settings import Settings
 
 log = logging.getLogger("graphgate.admin")
@@ -69,6 +70,7 @@ class Auth:
     def __init__(self, settings: Settings) -> None:
         self.password = settings.admin_password
         self.api_key = settings.api_key
+        self.allowed_hosts = settings.allowed_hosts
         self.max_age = int(settings.session_hours * 3600)
         # the password is part of the key: changing it ends every session
         key = hmac.new(_secret(settings.data_dir), (self.password or "").encode(), hashlib.sha256).digest()
@@ -117,7 +119,9 @@ class Auth:
     def allowed(self, scope: Scope, session: Session | None) -> bool:
         """May this request see the console at all?"""
         if self.password is None:
-            return is_loopback(scope) or self.api_key_ok(scope)
+            # a loopback client under an allowed Host only: a rebinding page in a local browser is
+            # a loopback client too, whatever the bind (proxy/hosts.py)
+            return (is_loopback(scope) and request_host_allowed(scope, self.allowed_hosts)) or self.api_key_ok(scope)
         return (session is not None and session.authenticated) or self.api_key_ok(scope)
 
     # --- CSRF ---

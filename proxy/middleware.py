@@ -1,21 +1,23 @@
-"""Pure-ASGI middleware on the request path: CORS and the API key.
+"""Pure-ASGI middleware on the request path: the Host check, CORS and the API key.
 
-Both are pure ASGI (not BaseHTTPMiddleware) so that streamed replies pass through untouched.
-``build_middleware`` fixes their order: CORS outermost, because browsers send preflights
-without credentials.
+All are pure ASGI (not BaseHTTPMiddleware) so that streamed replies pass through untouched.
+``build_middleware`` fixes their order: the Host check outermost (a rebinding page is refused
+before anything else), then CORS, because browsers send preflights without credentials.
 """
 
 from __future__ import annotations
 
 import hmac
+import html
 import re
 from collections.abc import Sequence
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .hosts import bind_is_loopback, request_host_allowed
 from .responses import error_response
 from .settings import Settings
 
@@ -32,6 +34,29 @@ def is_public_read(scope: Scope) -> bool:
 def _origin_pattern(origins: Sequence[str]) -> re.Pattern[str]:
     parts = [".*" if o == "*" else ".*".join(re.escape(piece) for piece in o.split("*")) for o in origins]
     return re.compile("|".join(f"(?:{p})" for p in parts) or "(?!)")
+
+
+class HostCheckMiddleware:
+    """Refuses a request whose Host header names the gateway by a name that is not allowed (DNS
+    rebinding, see proxy/hosts.py): 403 and nothing done, on every route."""
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = tuple(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or request_host_allowed(scope, self.allowed):
+            return await self.app(scope, receive, send)
+        host = Headers(scope=scope).get("host", "")
+        message = (f"host {host[:100]!r} is not allowed: open the gateway as localhost or 127.0.0.1, or add the "
+                   "name to GRAPHGATE_ALLOWED_HOSTS")
+        if scope["path"] == "/admin" or scope["path"].startswith("/admin/"):
+            response: Response = HTMLResponse(
+                "<!doctype html><title>GraphGate console</title><h1>Not available under this name</h1>"
+                f"<p>{html.escape(message)}</p>", status_code=403)
+        else:
+            response = error_response(scope["path"], 403, message)
+        await response(scope, receive, send)
 
 
 class CORSMiddleware:
@@ -135,6 +160,8 @@ class RagAccessMiddleware:
 
 def build_middleware(settings: Settings) -> list[Middleware]:
     stack = [Middleware(CORSMiddleware, origins=settings.cors_origins)]
+    if settings.allowed_hosts or bind_is_loopback(settings.host):  # outermost: preflights too
+        stack.insert(0, Middleware(HostCheckMiddleware, allowed=settings.allowed_hosts))
     if settings.admin_password:
         stack.append(Middleware(RagAccessMiddleware, api_key=settings.api_key))
         if settings.api_key:  # /rag/ is the RagAccessMiddleware's: key or console login

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .data_dir import default_data_dir, user_data_dir
+from .hosts import parse_allowed_hosts
 
 
 class SettingsError(ValueError):
@@ -75,6 +76,10 @@ SETTINGS: tuple[Setting, ...] = (
             "macOS, `%LOCALAPPDATA%\\graphgate` on Windows), the same for the server and every CLI command; a "
             "`./graphgate-data` store left by an earlier version in the current directory is used, with a "
             "warning, until it is moved."),
+    Setting("allowed_hosts", "GRAPHGATE_ALLOWED_HOSTS", "", parse_allowed_hosts,
+            "More host names (comma-separated, any port; `*.example.com` for a domain, `*` for any) a request's "
+            "Host header may name, besides IP literals and localhost. Checked on a loopback bind (against DNS "
+            "rebinding) and, when set, on any bind."),
     Setting("api_key", "GRAPHGATE_API_KEY", "", parse_optional_str,
             "When set, every /api/* and /v1/* request needs `Authorization: Bearer <key>`.", secret=True),
     Setting("max_body_bytes", "GRAPHGATE_MAX_BODY_BYTES", "64MiB", parse_size,
@@ -214,6 +219,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 11435
     data_dir: Path = field(default_factory=user_data_dir)
+    allowed_hosts: tuple[str, ...] = ()
     api_key: str | None = None
     max_body_bytes: int = 64 * 1024**2
     connect_timeout: float = 10.0

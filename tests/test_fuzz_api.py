@@ -283,6 +283,7 @@ async def exchange(h: Harness, sent: Sent, *, check_unchanged: bool = True) -> h
         response = await h.client.request(sent.method, sent.url, content=sent.body,
                                           headers={k.encode(): v.encode() for k, v in sent.headers.items()})
         await response.aread()
+    check_host_split(sent, response)
     # the upstream's models are the fake's state, not GraphGate's: put them back for the next example
     h.fake.models = copy.deepcopy(h.models)
     h.fake.loaded = {"llama3.2:latest"}
@@ -548,7 +549,28 @@ def headers(draw) -> dict[str, str]:
         out["hx-target"] = draw(st.sampled_from(["document-table", "entity-table", "cache-rows", "x"]))
     if draw(st.integers(0, 9)) == 0:
         out["origin"] = draw(st.sampled_from(["http://localhost:3000", "http://evil.example", "null"]))
+    if draw(st.integers(0, 4)) == 0:  # a Host header: this machine's names, or a rebinding page's (issue 16)
+        out["host"] = draw(st.sampled_from(ALLOWED_HOSTS + REFUSED_HOSTS))
     return out
+
+
+# the fuzzed gateway binds loopback without GRAPHGATE_ALLOWED_HOSTS: IP literals and localhost pass
+ALLOWED_HOSTS = ["127.0.0.1:11435", "localhost", "LOCALHOST:1", "[::1]:11435", "app.localhost:3000", "10.0.0.7",
+                 "127.0.0.1", "localhost."]
+REFUSED_HOSTS = ["rebind.attacker.example:11435", "evil.example", "127.0.0.1.nip.io:11435", "localhost.evil.example",
+                 "gateway.lan", "é.example", "a b", "xn--80ak6aa92e.com:80"]
+HOST_REFUSAL = "is not allowed: open the gateway as localhost"
+
+
+def check_host_split(sent: Sent, response: httpx.Response) -> None:
+    """A refused Host gets 403 whatever else the request is; an allowed one is never refused for it."""
+    host = sent.headers.get("host")
+    if host in REFUSED_HOSTS:
+        assert response.status_code == 403, (sent, response.status_code)
+        if sent.method != "HEAD":
+            assert HOST_REFUSAL in response.text, (sent, response.text[:300])
+    else:
+        assert HOST_REFUSAL not in response.text, (sent, response.status_code)
 
 
 QUERY_KEYS = ["limit", "offset", "status", "search", "sort", "order", "page", "q", "depth", "cap", "entity", "key",
