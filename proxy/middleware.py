@@ -127,8 +127,9 @@ class APIKeyMiddleware:
 
 
 class RagAccessMiddleware:
-    """``/rag/*`` with a console password: a call that changes the store needs the API key or a
-    console login (whose CSRF token must come in X-CSRF-Token, since a cookie is ambient)."""
+    """``/rag/*`` with a console password: every call (bar ``PUBLIC_READS``) needs the API key or a
+    console login; one that changes the store with a login also needs its CSRF token in
+    X-CSRF-Token, since a cookie is ambient."""
 
     READS = frozenset({"GET", "HEAD", "OPTIONS"})
     QUERIES = ("/rag/query",)  # a POST that reads
@@ -149,11 +150,16 @@ class RagAccessMiddleware:
         reading = scope["method"] in self.READS or scope["path"] in self.QUERIES
         if logged_in and (reading or auth.csrf_ok(session, headers.get("x-csrf-token"))):
             return await self.app(scope, receive, send)
-        if self.expected is None and reading:
-            return await self.app(scope, receive, send)
-        message = ("unauthorized: a valid API key is required (Authorization: Bearer <key>)" if self.expected else
-                   "unauthorized: this call changes the knowledge store; log in to the console (and send its "
-                   "X-CSRF-Token) or set GRAPHGATE_API_KEY and send it")
+        # reads too: the store holds the documents and every user's questions (the traces), which the
+        # console shows only after the login
+        if self.expected:
+            message = "unauthorized: a valid API key is required (Authorization: Bearer <key>)"
+        elif reading:
+            message = ("unauthorized: log in to the console (the same password) or set GRAPHGATE_API_KEY and "
+                       "send it (Authorization: Bearer <key>)")
+        else:
+            message = ("unauthorized: this call changes the knowledge store; log in to the console (and send its "
+                       "X-CSRF-Token) or set GRAPHGATE_API_KEY and send it")
         response = error_response(scope["path"], 401, message, headers={"www-authenticate": "Bearer"})
         await response(scope, receive, send)
 
