@@ -4,6 +4,8 @@ A browser gets one signed cookie (HttpOnly, SameSite=Strict) holding a random se
 whether it has logged in. Every state-changing console request carries a CSRF token derived
 from that id (a hidden form field, or the X-CSRF-Token header htmx sends). With no password set
 the console answers loopback clients only; with one, a login (or the API key) is required.
+A logout revokes its session id server-side (``Revocations``); a password change changes the
+signing key (``Auth.__init__``), which ends every session at once.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import ipaddress
 import logging
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio.to_thread
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.datastructures import Headers
 from starlette.types import Scope
@@ -56,6 +60,83 @@ def _secret(data_dir: Path) -> bytes:
         return secrets.token_bytes(32)
 
 
+REVOKED_FILE = "revoked-sessions"
+
+
+class Revocations:
+    """Session ids ended by a logout, each until its cookie would have expired anyway.
+
+    A signed cookie cannot be taken back from the browser, so the server remembers which ids it
+    no longer honours: in memory (checked on every request) and in a 0600 file beside the session
+    key, one ``<sid> <unix expiry>`` line per logout, so a revoked cookie stays revoked across a
+    restart. Only logouts write (a login needs no state), and entries age out with the longest
+    a cookie lives, so the file stays small; expired lines are dropped when it is loaded. A torn
+    last line (a crash mid-append) is skipped. When the directory cannot be written the ids are
+    kept in memory only (the secret then usually is too, which ends every session at restart)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / REVOKED_FILE
+        self.ids: dict[str, float] = {}
+        self._load()
+
+    def _load(self) -> None:
+        now = time.time()
+        try:
+            lines = self.path.read_text("ascii", errors="replace").splitlines()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.warning("cannot read the revoked sessions in %s (%s)", self.path, exc)
+            return
+        for line in lines:
+            sid, _, expiry = line.partition(" ")
+            try:
+                until = float(expiry)
+            except ValueError:
+                continue
+            if sid and until > now:
+                self.ids[sid] = max(until, self.ids.get(sid, 0.0))
+        if len(self.ids) < len(lines):  # some expired (or torn): write back the live ones
+            try:
+                self._rewrite()
+            except OSError as exc:
+                log.warning("cannot rewrite %s (%s)", self.path, exc)
+
+    def _rewrite(self) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.writelines(f"{sid} {until:.0f}\n" for sid, until in self.ids.items())
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.path)
+
+    def _append(self, sid: str, until: float) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="ascii") as out:
+            out.write(f"{sid} {until:.0f}\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    def __contains__(self, sid: str) -> bool:
+        until = self.ids.get(sid)
+        if until is None:
+            return False
+        if until <= time.time():
+            del self.ids[sid]
+            return False
+        return True
+
+    async def revoke(self, sid: str, until: float) -> None:
+        self.ids[sid] = until  # at once, before any await: no request slips in meanwhile
+        try:
+            await anyio.to_thread.run_sync(self._append, sid, until)
+        except OSError as exc:
+            log.warning("cannot record a logout in %s (%s): that session ends at restart only if the "
+                        "session key is not kept", self.path, exc)
+
+
 def is_loopback(scope: Scope) -> bool:
     client = scope.get("client")
     if not client:
@@ -76,6 +157,7 @@ class Auth:
         key = hmac.new(_secret(settings.data_dir), (self.password or "").encode(), hashlib.sha256).digest()
         self.key = key
         self.serializer = URLSafeTimedSerializer(key, salt="graphgate-console")
+        self.revoked = Revocations(settings.data_dir)
 
     # --- sessions ---
 
@@ -87,9 +169,15 @@ class Auth:
             data = self.serializer.loads(raw, max_age=self.max_age)
         except BadSignature:
             return None
-        if not isinstance(data, dict) or not isinstance(data.get("sid"), str):
+        if not isinstance(data, dict) or not isinstance(data.get("sid"), str) or data["sid"] in self.revoked:
             return None
         return Session(data["sid"], bool(data.get("auth")))
+
+    async def revoke(self, session: Session | None) -> None:
+        """End a logged-in session for good (logout): its cookie and CSRF token stop working here
+        and after a restart. An anonymous session grants nothing a fresh cookie would not."""
+        if session is not None and session.authenticated:
+            await self.revoked.revoke(session.sid, time.time() + self.max_age + 60)
 
     def issue(self, authenticated: bool) -> tuple[Session, str]:
         session = Session(secrets.token_urlsafe(24), authenticated)

@@ -47,6 +47,7 @@ async def login(request: Request) -> Response:
 @action
 async def logout(request: Request) -> Response:
     auth: Auth = request.app.state.gateway.console.auth
+    await auth.revoke(request.scope["state"].get("session"))  # the old cookie must not work anywhere
     response = RedirectResponse("/admin/login" if auth.password else "/admin/", status_code=303)
     response.headers.append("set-cookie", auth.clear_cookie_header())
     return response
