@@ -184,6 +184,12 @@ def write_cache(con: Con, entries: list[CacheEntry], hits: list[CacheEntry]) -> 
                     [stamp, e.kind, e.key])
 
 
+def save_replies(con: Con, entries: list[CacheEntry]) -> None:
+    """Answered model calls committed ahead of the record that will carry them (a crash in
+    between must not make them be paid for again)."""
+    write_cache(con, entries, [])
+
+
 def cached_responses(con: Con, wanted: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """The cached replies among ``wanted`` (kind, key) pairs, in one query (the key's index serves a
     small batch; a big one scans the cache once, still cheaper than a query per key)."""

@@ -25,7 +25,7 @@ import anyio.to_thread
 from anyio.abc import TaskGroup
 
 from ..errors import Conflict, GraphGateError, NotFound, StorageError, first_error
-from ..models import ModelClient
+from ..models import CacheEntry, ModelClient
 from ..settings import Settings
 from ..store.batching import CommitGroup, Pending
 from ..store.changes import Changeset
@@ -61,6 +61,7 @@ class Work:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     commits: list[Pending] = field(default_factory=list)  # extraction records not yet known committed
     alone: bool = False  # its batch failed to commit: merged again on its own
+    resumed: bool = False  # begun in an earlier run (or retried): answered passes may be in the LLM cache
 
 
 class Pipeline:
@@ -84,6 +85,8 @@ class Pipeline:
         self.writes = CommitGroup(store.db)
         self.upload_writer = self.writes.writer(sql.insert_documents)
         self.status_writer = self.writes.writer(sql.start_documents)
+        # a first extraction pass answered while its chunk still waits for gleaning: committed at once
+        self.reply_writer = self.writes.writer(sql.save_replies)
         self.extraction_writer = self.writes.writer(sql.record_extractions)
         self.stored_seq = 0  # uploads stored so far; with when each id and name was last stored
         self._stored_at: dict[str, int] = {}
@@ -329,6 +332,7 @@ class Pipeline:
     async def _extract_document(self, work: Work) -> None:
         db = self.store.db
         handed = self._take_handed(work.document_id)
+        work.resumed = handed is None
         if handed is None:  # resumed after a restart, retried, or its text was too much to keep
             document, text = await db.read(sql.document_with_text, work.document_id)
             if document is None:
@@ -354,7 +358,8 @@ class Pipeline:
                     group.start_soon(self._extract_chunk, work, chunk)
 
     async def _extract_chunk(self, work: Work, chunk: Chunk) -> None:
-        extraction = await extract_chunk(self.models, self.settings, chunk)
+        extraction = await extract_chunk(self.models, self.settings, chunk, save=self._save_reply,
+                                         resumed=work.resumed)
         result, raw, entries, hits = extraction.result, extraction.raw, extraction.entries, extraction.hits
         model = entries[0].model if entries else (hits[0].model if hits else "")
         # not awaited here: the worker moves on to its next document while the record is committed;
@@ -363,6 +368,11 @@ class Pipeline:
             (work.document_id, chunk.id, model, result.to_json(), raw, entries, hits)))
         work.done += 1
         self.finished.append((time.monotonic(), 1))
+
+    def _save_reply(self, entry: CacheEntry) -> None:
+        """Commit an answered extraction pass now (not awaited: the next pass goes on meanwhile;
+        should it fail, the chunk's record still carries the entry)."""
+        self.reply_writer.submit(entry)
 
     # --- status ---
 
