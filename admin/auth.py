@@ -26,6 +26,8 @@ from starlette.datastructures import Headers
 from starlette.types import Scope
 
 from proxy.hosts import request_host_allowed
+
+from .login_limit import LoginLimiter
 from proxy.settings import Settings
 
 log = logging.getLogger("graphgate.admin")
@@ -158,6 +160,7 @@ class Auth:
         self.key = key
         self.serializer = URLSafeTimedSerializer(key, salt="graphgate-console")
         self.revoked = Revocations(settings.data_dir)
+        self.logins = LoginLimiter()
 
     # --- sessions ---
 

@@ -9,9 +9,10 @@ from starlette.routing import Route
 
 from .auth import Auth
 from .guard import action
+from .login_limit import client_key
 from .rendering import render
 
-FAILED_LOGIN_DELAY = 0.5  # seconds: slows password guessing down without a lockout to abuse
+FAILED_LOGIN_DELAY = 0.5  # seconds: slows each guess down; admin/login_limit.py bounds how many there are
 
 
 def _next(request: Request, raw: object) -> str:
@@ -35,9 +36,18 @@ async def login(request: Request) -> Response:
     password = form.get("password")
     if auth.password is None:
         return RedirectResponse("/admin/", status_code=303)
+    client = client_key(request.client.host if request.client else None)
+    refused = auth.logins.admit(client)  # a slot taken before the check: parallel guesses count too
+    if refused is not None:
+        wait, whose = refused
+        who = "from your address" if whose == "client" else "on this console (from all addresses together)"
+        error = f"Too many login attempts {who}. Try again in {wait} seconds."
+        return render(request, "login.html", {"next": target, "error": error}, status=429,
+                      headers={"retry-after": str(wait)})
     if not isinstance(password, str) or not auth.password_ok(password):
         await anyio.sleep(FAILED_LOGIN_DELAY)
         return render(request, "login.html", {"next": target, "error": "Wrong password."}, status=401)
+    auth.logins.succeeded(client)
     _, value = auth.issue(authenticated=True)  # a fresh session id: no fixation
     response = RedirectResponse(target, status_code=303)
     response.headers.append("set-cookie", auth.cookie_header(value, secure=request.url.scheme == "https"))
