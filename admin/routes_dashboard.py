@@ -27,7 +27,7 @@ async def _overview(request: Request) -> dict[str, Any]:
     kb = gateway.knowledge
     if kb is None:
         return {"unavailable": gateway.knowledge_error}
-    stats = await kb.store.stats()
+    stats = await kb.pipeline.stats()  # documents counted as the documents page shows them
     return {"unavailable": None, "stats": stats, "pipeline": kb.pipeline.status(),
             "cache": await kb.store.db.read(_cache_kinds), "embedding": await kb.store.db.read(_embedding)}
 

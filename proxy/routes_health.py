@@ -89,9 +89,19 @@ async def _store_report(gateway: Any) -> tuple[dict[str, Any], dict[str, Any] | 
     pipeline = {"working": bool(status["queued"] or status["running"]), "queued": len(status["queued"]),
                 "running": len(status["running"]), "chunks_per_minute": status["chunks_per_minute"]}
     unrecorded = len(kb.pipeline.unrecorded_failures)
+    db = kb.store.db
+    # reopened: times DuckDB invalidated the database (a checkpoint on a full disk) and GraphGate
+    # opened it again by itself; invalidated: it is unusable right now (no path: this endpoint is open)
     store: dict[str, Any] = {"open": True, "error": None, "documents": None, "writable": None, "free_bytes": None,
-                             "unrecorded_failures": unrecorded}
+                             "unrecorded_failures": unrecorded, "invalidated": db.failure is not None,
+                             "reopened": db.reopened}
     problems: list[str] = []
+    if db.failure is not None:
+        cause = "the disk holding GRAPHGATE_DATA_DIR is full" if "is full" in db.failure else "the log says more"
+        store["error"] = "invalidated; " + cause
+        problems.append(f"DuckDB invalidated the knowledge store's database after a fatal error ({cause}); GraphGate "
+                        "reopens it by itself as soon as it can (free some space): until then /rag and the "
+                        "console answer 507 or 503")
     try:
         with anyio.fail_after(STORE_SECONDS):
             # abandoned on timeout, a probe's thread finishes on its own and holds the limiter until
@@ -104,11 +114,15 @@ async def _store_report(gateway: Any) -> tuple[dict[str, Any], dict[str, Any] | 
                         "commit or checkpoint); if this persists, check the disk holding GRAPHGATE_DATA_DIR")
         return store, pipeline, problems, False
     except (duckdb.Error, OSError, GraphGateError) as exc:
+        if db.failure is not None:  # said above
+            return store, pipeline, problems, True
         log.error("the knowledge store cannot be read for /rag/health: %s: %s", type(exc).__name__, exc)
         store["error"] = f"{type(exc).__name__}; the log says more"  # the message may name paths
         problems.append(f"the knowledge store cannot be read ({store['error']}): check the disk holding "
                         "GRAPHGATE_DATA_DIR, then restart")
         return store, pipeline, problems, True
+    total = documents.pop("total")
+    documents = {**await kb.pipeline.known_counts(documents), "total": total}  # as /rag/documents shows them
     store.update(documents=documents, writable=writable, free_bytes=free)
     if not writable:
         problems.append("the knowledge store's data directory is not writable, so uploads and ingestion fail: "

@@ -133,7 +133,7 @@ async def pipeline_status(request: Request) -> Response:
 
 
 async def stats(request: Request) -> Response:
-    return json_response(await knowledge(request).store.stats())
+    return json_response(await knowledge(request).pipeline.stats())
 
 
 ROUTES = [

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,6 +152,7 @@ def test_a_full_disk_keeps_chats_working_fails_ingestion_readably_and_corrupts_n
             filler = fill(small_disk)
             failed = wait_until(lambda: status_of(gateway, third, "failed"), 60, "the document to fail")
             assert readable(failed["error"]), failed
+            agree(gateway)
             filler.unlink()
             upstream.fake.reply_delay = 0.01
             retried = httpx.post(f"{gateway.url}/rag/documents/{third}/retry", timeout=30)
@@ -175,3 +177,93 @@ def test_a_full_disk_keeps_chats_working_fails_ingestion_readably_and_corrupts_n
             gateway.wait_processed(ids, timeout=30)
             gateway.check_live_stats()
             gateway.terminate()
+
+
+def fill_but(disk: Path, spare: int) -> Path:
+    """Fill ``disk``, then give back ``spare`` bytes: room for a few small writes, not a checkpoint."""
+    filler = fill(disk)
+    os.truncate(filler, max(0, filler.stat().st_size - spare))
+    return filler
+
+
+def agree(gateway: Gateway) -> None:
+    """/rag/stats and /rag/health count the documents as /rag/documents shows them (a failure the
+    full disk would not take included)."""
+    listed = dict(Counter(d["status"] for d in gateway.documents()))
+    stats = {k: v for k, v in gateway.stats()["documents"].items() if v}
+    assert stats == listed, (stats, listed)
+    counted = {k: v for k, v in health(gateway)["store"]["documents"].items() if v and k != "total"}
+    assert counted == listed, (counted, listed)
+
+
+def health(gateway: Gateway) -> dict:
+    return httpx.get(gateway.url + "/rag/health", timeout=30).json()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_on_a_full_disk_does_not_kill_the_store(small_disk: Path, tmp_path: Path) -> None:
+    """DuckDB invalidates its database when a checkpoint hits a full disk; GraphGate reopens it
+    (from its file and log) without a restart: /rag and the console never answer 500, a retry
+    finishes once there is room, and nothing committed is lost (issue 16, item 1)."""
+    upstream = ScriptedUpstream(reply_delay=0.01)
+    data = small_disk / "data"
+    log = tmp_path / "gateway.log"
+    with upstream.serve():
+        gateway = Gateway(data, upstream.url, log_path=log).start()
+        with gateway:
+            first_name, first_text = document(0)
+            first = httpx.post(gateway.url + "/rag/documents", json={"name": first_name, "text": first_text},
+                               timeout=30).json()["documents"][0]["id"]
+            gateway.wait_processed({first}, timeout=60)
+            wait_until(lambda: not health(gateway)["pipeline"]["working"], 30, "the pipeline to go idle")
+
+            # room for the log of a small document, not for the checkpoint the idle pipeline then makes
+            filler = fill_but(small_disk, 96 * 1024)
+            second_name, second_text = document(1)
+            response = httpx.post(gateway.url + "/rag/documents", json={"name": second_name, "text": second_text},
+                                  timeout=30)
+            assert response.status_code in (202, 507), response.text
+            wait_until(lambda: "Failed to create checkpoint" in log.read_text(), 60, "the checkpoint to fail")
+
+            # never a 500, while the disk is still full
+            for path in ("/rag/documents", "/rag/stats", "/rag/pipeline", "/rag/traces", "/admin/",
+                         "/admin/documents"):
+                response = httpx.get(gateway.url + path, timeout=30)
+                assert response.status_code in (200, 503, 507), (path, response.status_code, response.text[:300])
+            report = health(gateway)
+            assert report["store"]["reopened"] >= 1 and "invalidated" in log.read_text(), report
+            third_name, third_text = document(2)
+            third = {"name": third_name, "text": third_text}
+            response = httpx.post(gateway.url + "/rag/documents", json=third, timeout=30)
+            assert response.status_code in (202, 507), response.text
+            if response.status_code == 507:
+                assert readable(response.json()["error"]), response.text
+
+            agree(gateway)
+
+            filler.unlink()  # space again: the same process, no restart
+            for document_ in gateway.documents("failed"):
+                retried = httpx.post(f"{gateway.url}/rag/documents/{document_['id']}/retry", timeout=30)
+                assert retried.status_code in (200, 202), retried.text
+            response = httpx.post(gateway.url + "/rag/documents", json=third, timeout=30)
+            assert response.status_code == 202, response.text
+            ids = {d["id"] for d in gateway.documents()}
+            assert len(ids) == 3
+            gateway.wait_processed(ids, timeout=60)
+            gateway.check_live_stats()
+            assert httpx.get(gateway.url + "/admin/documents", timeout=30).status_code == 200
+            report = health(gateway)
+            assert report["store"]["invalidated"] is False and report["status"] == "ok", report
+            code, _ = gateway.terminate()
+            assert code in GRACEFUL_EXIT_CODES, gateway.log_tail()
+        stopped = read_state(data)
+
+        check_store(data)
+        assert stopped.status_counts() == {"processed": 3}
+        gateway = Gateway(data, upstream.url, log_path=log).start()  # nothing committed was lost
+        with gateway:
+            gateway.wait_processed(ids, timeout=30)
+            gateway.check_live_stats()
+            gateway.terminate()
+        assert read_state(data).entities == stopped.entities
+

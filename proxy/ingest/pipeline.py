@@ -191,6 +191,27 @@ class Pipeline:
             return {**document, "status": "failed", "error": message}
         return document
 
+    async def known_counts(self, counts: dict[str, int]) -> dict[str, int]:
+        """Stored document counts by status as ``as_known`` shows each document, so that /rag/stats
+        and /rag/health agree with /rag/documents (a failure the disk would not take, a merge
+        still being applied)."""
+        ids = [*self.unrecorded_failures, *self.merging]
+        if not ids:
+            return counts
+        counts = dict(counts)
+        for document in (await self.store.db.read(sql.get_documents, ids)).values():
+            known = self.as_known(document)["status"]
+            if known != document["status"]:
+                counts[document["status"]] -= 1
+                counts[known] = counts.get(known, 0) + 1
+        return counts
+
+    async def stats(self) -> dict[str, Any]:
+        """The store's counts, with documents as ``known_counts`` gives them."""
+        stats = await self.store.stats()
+        stats["documents"] = await self.known_counts(stats["documents"])
+        return stats
+
     async def wait_idle(self) -> None:
         if self.queued or self.running or self.merging:
             await self.idle.wait()

@@ -79,7 +79,8 @@ class KnowledgeStore:
         # From here on DuckDB serves small reads and writes, many a second: with worker threads,
         # each statement wakes them, and the context switches cost 12 % of the CPU per ingested
         # chunk (bench/ingest.py). The big scans above (start-up at 1M chunks) keep them.
-        self.db.con.execute("SET threads = 1")
+        self.db.set_threads(1)
+        self.db.on_reopen = self._reopened
         self.saved_generation = self.generation
         if any(index.generation != self.generation for index in self.indexes.values()):
             try:
@@ -87,6 +88,21 @@ class KnowledgeStore:
             except OSError as exc:  # e.g. a full disk: serve from the healed indexes in memory
                 log.warning("repaired vector indexes not saved (%s); they are repaired again at the next "
                             "start", exc)
+
+    def _reopened(self) -> None:
+        """The database was reopened after DuckDB invalidated it: a commit that raised (its
+        automatic checkpoint failed) may be in the log after all; then the indexes, rows and graph
+        are made to match the tables again (in the reopening thread, writers held)."""
+        generation = int(self.db.read_sync(get_meta, "generation", "0") or 0)
+        if generation == self.generation:
+            return
+        log.warning("a commit that reported a failure was in the store's log after all: rebuilding the "
+                    "in-memory indexes and graph from the tables")
+        with self.memory_lock:
+            for name, index in self.indexes.items():
+                self._heal_index(name, index, trust=False)
+            self._load_memory()
+            self.generation = generation
 
     def embedding_dim(self) -> int | None:
         raw = self.db.read_sync(get_meta, "embed_dim")

@@ -7,8 +7,10 @@ cursor (DuckDB's MVCC means a reader sees either all of a commit or none of it).
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +24,7 @@ from .schema import migrate
 
 T = TypeVar("T")
 Con = duckdb.DuckDBPyConnection
+log = logging.getLogger("graphgate.store")
 
 READERS = 4
 # DuckDB moves its write-ahead log into the database file (a checkpoint) once the log passes this
@@ -33,6 +36,14 @@ READERS = 4
 CHECKPOINT_WAL = "32MB"
 # what DuckDB raises when the disk refuses a write (full, read-only, gone); other errors are bugs
 WRITE_FAILURES = (duckdb.IOException, duckdb.TransactionException, duckdb.FatalException)
+REOPEN_SECONDS = 1.0  # while an invalidated database cannot be reopened (a full disk), try at most this often
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """DuckDB gave up on the database (a checkpoint that hit a full disk): every later statement on
+    it fails with "database has been invalidated" until it is closed and opened again."""
+    return isinstance(exc, duckdb.FatalException) or (
+        isinstance(exc, duckdb.Error) and "database has been invalidated" in str(exc))
 
 
 def storage_error(exc: duckdb.Error) -> StorageError:
@@ -42,6 +53,13 @@ def storage_error(exc: duckdb.Error) -> StorageError:
         return StorageError(f"the disk holding the data directory is full ({detail}); free some space, "
                             "then retry", status=507)
     return StorageError(f"the knowledge store could not write: {detail}")
+
+
+def _unusable(reason: str) -> StorageError:
+    """The error for a request that met an invalidated database (507 when the disk is full)."""
+    full = "is full" in reason
+    return StorageError(reason if full else f"the knowledge store is being reopened after a fatal error ({reason}); "
+                        "retry in a moment", status=507 if full else 503)
 
 
 def relation_ready(con: Con) -> Con:
@@ -54,39 +72,144 @@ def relation_ready(con: Con) -> Con:
 
 
 class Database:
+    """DuckDB invalidates a database after a fatal error (a checkpoint that hit a full disk), and
+    then refuses every statement until it is reopened. The database is then closed and opened
+    again from its file and write-ahead log (nothing committed is lost) by the request that meets
+    it; while that fails (the disk still full) every read and write raises StorageError (507 or
+    503), never DuckDB's error, and ``failure`` says why, for /rag/health."""
+
     def __init__(self, path: Path, memory_limit: str = "1GB") -> None:
         self.path = path
-        # DuckDB would otherwise cache up to 80 % of the machine's memory: this is a laptop app
-        self.con = duckdb.connect(str(path), config={"memory_limit": memory_limit,
-                                                     "checkpoint_threshold": CHECKPOINT_WAL})
-        migrate(self.con)
-        self._readers: queue.SimpleQueue[Con] = queue.SimpleQueue()
-        for _ in range(READERS):
-            self._readers.put(self.con.cursor())
+        self.memory_limit = memory_limit
+        self.threads: int | None = None  # SET threads, kept across a reopen
+        self.failure: str | None = None  # why the database is unusable right now (None: it is fine)
+        self.reopened = 0  # times it was reopened after being invalidated
+        self.on_reopen: Callable[[], None] | None = None  # called after a reopen (writers still held)
+        self._last_try = 0.0
+        self._incarnation = 0
+        self._gate = threading.Condition()  # readers in, against a reopen closing their cursors
+        self._reading = 0
+        self._reopening = False
+        self._open()
         self.write_lock = anyio.Lock()
-        self._thread_lock = threading.Lock()  # also guards the sync entry points used by the CLI
+        self._thread_lock = threading.RLock()  # also guards the sync entry points used by the CLI
+
+    def _open(self) -> None:
+        # DuckDB would otherwise cache up to 80 % of the machine's memory: this is a laptop app
+        con = duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit,
+                                                     "checkpoint_threshold": CHECKPOINT_WAL})
+        try:
+            migrate(con)
+            if self.threads is not None:
+                con.execute(f"SET threads = {int(self.threads)}")
+            readers: queue.SimpleQueue[Con] = queue.SimpleQueue()
+            for _ in range(READERS):
+                readers.put(con.cursor())
+        except BaseException:
+            con.close()
+            raise
+        self.con, self._readers = con, readers
+
+    def set_threads(self, threads: int) -> None:
+        self.con.execute(f"SET threads = {int(threads)}")
+        self.threads = threads
 
     def close(self) -> None:
         while not self._readers.empty():
             self._readers.get().close()
         self.con.close()
 
+    # --- an invalidated database ---
+
+    def _lost(self, exc: BaseException, incarnation: int) -> None:
+        """``exc`` (fatal) came from the database opened as ``incarnation``: reopen it, unless done
+        meanwhile. Called with no cursor held."""
+        with self._thread_lock:
+            if incarnation == self._incarnation and self.failure is None:
+                self.failure = str(storage_error(exc))  # type: ignore[arg-type]
+                log.warning("the knowledge store's database was invalidated by DuckDB (%s); reopening it",
+                          str(exc).replace("\n", " "))
+            self._try_reopen(force=incarnation == self._incarnation)
+
+    def _try_reopen(self, *, force: bool = False) -> None:
+        """With ``_thread_lock`` held: close and open the database again, at most every
+        REOPEN_SECONDS unless ``force``; ``failure`` says why, when it cannot."""
+        if self.failure is None or (not force and time.monotonic() - self._last_try < REOPEN_SECONDS):
+            return
+        self._last_try = time.monotonic()
+        with self._gate:
+            self._reopening = True
+            while self._reading:
+                self._gate.wait()
+        try:
+            with contextlib.suppress(Exception):
+                self.close()
+            try:
+                self._open()
+            except (duckdb.Error, OSError) as exc:
+                self.failure = str(storage_error(exc)) if isinstance(exc, duckdb.Error) else (
+                    f"the knowledge store cannot be opened again: {exc}")
+                log.warning("the knowledge store could not be reopened yet: %s", self.failure)
+                return
+            self._incarnation += 1
+            self.failure = None
+            self.reopened += 1
+            log.warning("the knowledge store's database was reopened from its file and log")
+        finally:
+            with self._gate:
+                self._reopening = False
+                self._gate.notify_all()
+        if self.on_reopen is not None:
+            self.on_reopen()
+
+    def _usable(self) -> int:
+        """The incarnation to use, reopening first if the database was lost; StorageError if it
+        cannot be (the disk is still full)."""
+        if self.failure is not None:
+            with self._thread_lock:
+                self._try_reopen()
+                if self.failure is not None:
+                    raise _unusable(self.failure)
+        return self._incarnation
+
     # --- sync entry points (run in worker threads) ---
 
     def read_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        cursor = self._readers.get()
-        try:
-            return fn(cursor, *args)
-        finally:
-            # a result left open (a fetchone(), a streamed reader) keeps its transaction open, and
-            # the idle checkpoint failed on it ("other write transactions active")
+        for attempt in range(2):  # once more on the database reopened after a fatal error
+            incarnation = self._usable()
+            with self._gate:
+                while self._reopening:
+                    self._gate.wait()
+                self._reading += 1
+                readers = self._readers
             try:
-                relation_ready(cursor)
+                cursor = readers.get()
+                try:
+                    return fn(cursor, *args)
+                finally:
+                    # a result left open (a fetchone(), a streamed reader) keeps its transaction open, and
+                    # the idle checkpoint failed on it ("other write transactions active")
+                    try:
+                        with contextlib.suppress(duckdb.Error):
+                            relation_ready(cursor)
+                    finally:
+                        readers.put(cursor)
+            except duckdb.Error as exc:
+                if not is_fatal(exc):
+                    raise
+                fatal = exc
             finally:
-                self._readers.put(cursor)
+                with self._gate:
+                    self._reading -= 1
+                    self._gate.notify_all()
+            self._lost(fatal, incarnation)
+            if self.failure is not None or attempt:
+                raise _unusable(self.failure or str(storage_error(fatal))) from fatal
+        raise AssertionError("unreachable")
 
     def write_sync(self, fn: Callable[..., T], *args: Any) -> T:
         with self._thread_lock:
+            incarnation = self._usable()
             try:
                 self.con.execute("BEGIN TRANSACTION")
                 result = fn(self.con, *args)
@@ -95,13 +218,24 @@ class Database:
             except BaseException as exc:
                 with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already ended it
                     self.con.execute("ROLLBACK")
+                if is_fatal(exc):
+                    # not tried again: a COMMIT whose automatic checkpoint failed is in the log
+                    self._lost(exc, incarnation)
+                    raise _unusable(str(storage_error(exc))) from exc  # type: ignore[arg-type]
                 if isinstance(exc, WRITE_FAILURES):
                     raise storage_error(exc) from exc
                 raise
 
     def checkpoint_sync(self) -> None:
         with self._thread_lock:
-            self.con.execute("CHECKPOINT")
+            incarnation = self._usable()
+            try:
+                self.con.execute("CHECKPOINT")
+            except duckdb.Error as exc:
+                if not is_fatal(exc):
+                    raise
+                self._lost(exc, incarnation)
+                raise _unusable(str(storage_error(exc))) from exc
 
     # --- async entry points ---
 
