@@ -267,3 +267,36 @@ def test_a_checkpoint_on_a_full_disk_does_not_kill_the_store(small_disk: Path, t
             gateway.terminate()
         assert read_state(data).entities == stopped.entities
 
+
+
+@pytest.mark.slow
+def test_stats_agree_with_documents_while_a_failure_cannot_be_recorded(small_disk: Path, tmp_path: Path) -> None:
+    """A document fails while the disk takes no write at all, not even its failure: /rag/documents
+    shows the failure from memory, and /rag/stats and /rag/health count it the same way (they said
+    "processing")."""
+    upstream = ScriptedUpstream(reply_delay=0.01)
+    data = small_disk / "data"
+    log = tmp_path / "gateway.log"
+    with upstream.serve():
+        gateway = Gateway(data, upstream.url, log_path=log).start()
+        with gateway:
+            upstream.fake.hang_paths.add("/api/chat")  # the document stays unfinished
+            name, text = document(0)
+            response = httpx.post(gateway.url + "/rag/documents", json={"name": name, "text": text}, timeout=30)
+            assert response.status_code == 202, response.text
+            doc = response.json()["documents"][0]["id"]
+            wait_until(lambda: upstream.extractions(), 30, "the first extraction call")
+            code, _ = gateway.terminate()  # the shutdown checkpoints: the log is empty, no slack left in it
+            assert code in GRACEFUL_EXIT_CODES, gateway.log_tail()
+        upstream.fake.hang_paths.discard("/api/chat")
+        filler = fill(small_disk)
+        gateway = Gateway(data, upstream.url, log_path=log).start()
+        with gateway:
+            wait_until(lambda: status_of(gateway, doc, "failed"), 60, "the resumed document to fail")
+            assert health(gateway)["store"]["unrecorded_failures"] == 1, gateway.log_tail()
+            agree(gateway)
+            filler.unlink()
+            retried = httpx.post(f"{gateway.url}/rag/documents/{doc}/retry", timeout=30)
+            assert retried.status_code in (200, 202), retried.text
+            gateway.wait_processed({doc}, timeout=60)
+            agree(gateway)
