@@ -17,6 +17,7 @@
     └── UpstreamError (502)        raised only by proxy.upstream, which translates httpx errors
         ├── UpstreamUnavailable (502)
         ├── UpstreamProtocolError (502)
+        │   └── UpstreamShapeError  JSON of the wrong shape for GraphGate's own call (not retried)
         ├── UpstreamStatusError (the upstream's own status)
         └── UpstreamTimeout (504)
 
@@ -99,6 +100,11 @@ class UpstreamUnavailable(UpstreamError):
 
 class UpstreamProtocolError(UpstreamError):
     pass
+
+
+class UpstreamShapeError(UpstreamProtocolError):
+    """The upstream answered GraphGate's own call with valid JSON of the wrong shape (a list, a
+    field of the wrong type): not Ollama as GraphGate knows it, so not worth a retry."""
 
 
 class UpstreamStatusError(UpstreamError):

@@ -21,11 +21,16 @@ class ModelInfo:
 
 
 def parse_show(data: dict[str, Any]) -> ModelInfo:
-    match = re.search(r"^\s*num_ctx\s+(\d+)\s*$", str(data.get("parameters") or ""), re.M)
-    lengths = [v for k, v in (data.get("model_info") or {}).items()
-               if k.endswith(".context_length") and isinstance(v, int)]
-    return ModelInfo(tuple(data.get("capabilities") or ()), int(match.group(1)) if match else None,
-                     max(lengths) if lengths else None)
+    """What is there of the expected fields; one of the wrong type counts as absent (a model is not
+    worth failing a chat over)."""
+    parameters = data.get("parameters")
+    match = re.search(r"^\s*num_ctx\s+(\d+)\s*$", parameters if isinstance(parameters, str) else "", re.M)
+    info = data.get("model_info")
+    lengths = [v for k, v in (info.items() if isinstance(info, dict) else ())
+               if k.endswith(".context_length") and isinstance(v, int) and not isinstance(v, bool)]
+    capabilities = data.get("capabilities")
+    return ModelInfo(tuple(c for c in capabilities if isinstance(c, str)) if isinstance(capabilities, list) else (),
+                     int(match.group(1)) if match else None, max(lengths) if lengths else None)
 
 
 class ModelInfoCache:

@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 import anyio
 import numpy as np
 
-from .errors import Conflict, GraphGateError, UpstreamError, UpstreamStatusError, first_error
+from .errors import Conflict, GraphGateError, UpstreamError, UpstreamShapeError, UpstreamStatusError, first_error
 from .limiter import Priority, PriorityLimiter
 from .settings import Settings
-from .upstream import Upstream
+from .upstream import Upstream, json_kind
 
 log = logging.getLogger("graphgate.models")
 T = TypeVar("T")
@@ -54,7 +54,7 @@ class StructuredReply:
 def is_transient(error: Exception) -> bool:
     if isinstance(error, UpstreamStatusError):
         return error.status >= 500 or error.status == 429
-    return isinstance(error, UpstreamError)
+    return isinstance(error, UpstreamError) and not isinstance(error, UpstreamShapeError)
 
 
 def cache_key(model: str, payload: Any) -> str:
@@ -122,7 +122,8 @@ class ModelClient:
         async def capabilities(name: str) -> list[str]:
             show = await self.upstream.call_json("POST", "/api/show", {"model": name},
                                                  deadline=self.settings.discovery_timeout)
-            return show.get("capabilities") or []
+            found = show.get("capabilities")
+            return found if isinstance(found, list) else []
 
         name = await first_chat_model(tags.get("models", []), capabilities)
         if name is None:
@@ -151,10 +152,7 @@ class ModelClient:
             async with self.limiter.slot(priority, wait=slot_wait):
                 self.calls["chat"] += 1
                 reply = await self.upstream.call_json("POST", "/api/chat", body)
-            content = (reply.get("message") or {}).get("content")
-            if not isinstance(content, str):
-                raise UpstreamStatusError("upstream chat reply has no message content", status=502)
-            return content
+            return self.upstream.chat_content(reply)
 
         content = await self.with_retries(call, f"{kind} call to {model}")
         return StructuredReply(content, CacheEntry(kind, key, model, request, content), cached=False)
@@ -190,13 +188,17 @@ class ModelClient:
                 return await self.upstream.call_json("POST", "/api/embed", {"model": model, "input": batch})
 
         reply = await self.with_retries(call, f"embedding call to {model}")
+        embeddings = reply.get("embeddings")
+        if not isinstance(embeddings, list) or not all(isinstance(row, list) for row in embeddings):
+            raise self.upstream.wrong_shape("/api/embed", f"its embeddings are {json_kind(embeddings)}, "
+                                                          "not a list of vectors")
         try:
-            vectors = np.asarray(reply.get("embeddings") or [], dtype=np.float32)
+            vectors = np.asarray(embeddings, dtype=np.float32)
         except (TypeError, ValueError) as exc:  # nulls, strings, rows of different lengths
             raise UpstreamStatusError(f"embedding model {model} returned vectors that are not lists of numbers",
                                       status=502) from exc
         if vectors.ndim != 2 or vectors.shape[0] != len(batch):
-            raise UpstreamStatusError(f"embedding model {model} returned {len(reply.get('embeddings') or [])} "
+            raise UpstreamStatusError(f"embedding model {model} returned {len(embeddings)} "
                                       f"vectors for {len(batch)} texts", status=502)
         if not np.isfinite(vectors).all():
             raise UpstreamStatusError(f"embedding model {model} returned vectors with NaN or infinite values",

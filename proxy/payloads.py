@@ -7,6 +7,7 @@ The checks mirror Ollama's own answers (``missing request body``, the JSON decod
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -40,7 +41,41 @@ def parse_object(raw: bytes) -> dict[str, Any]:
         raise InvalidJSON("invalid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidJSON(f"invalid JSON: expected an object, got {type(data).__name__}")
+    if _SURROGATE_ESCAPE.search(raw):  # only an escape can carry one (raw UTF-8 ones are bad UTF-8 above)
+        _refuse_lone_surrogates(data)
     return data
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # paired ones too (an emoji): the walk tells them apart
+
+
+def _refuse_lone_surrogates(data: Any) -> None:
+    """A lone UTF-16 surrogate ("\\ud800" with no partner) parses into a str that cannot be encoded
+    again: every later step (the store, tokenizer, the upstream's body) would fail with a 500 or a
+    reset connection. Refused here, once, for every JSON body, including those relayed as sent."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if _SURROGATE.search(key):
+                    raise InvalidJSON(f"invalid JSON: a key{_at(where)} holds {_named(key)}")
+                stack.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, str) and _SURROGATE.search(value):
+            raise InvalidJSON(f"invalid JSON: the string{_at(where)} holds {_named(value)}")
+
+
+def _at(where: str) -> str:
+    return f" at {where[:100]!r}" if where else ""
+
+
+def _named(text: str) -> str:
+    found = _SURROGATE.search(text)
+    code = f"\\u{ord(found.group()):04x}" if found else "a surrogate"
+    return f"a lone UTF-16 surrogate ({code}), which is not valid Unicode"
 
 
 def require_model(body: dict[str, Any], *, legacy_name: bool = False) -> str:

@@ -35,8 +35,23 @@ async def _entity_json(request: Request, key: str) -> dict[str, Any]:
     return found
 
 
+def _alias_target(con: Any, key: str) -> str | None:
+    row = con.execute("SELECT target_key FROM aliases WHERE alias_key = ?", [key]).fetchone()
+    return row[0] if row else None
+
+
 async def get_entity(request: Request) -> Response:
-    return json_response(await _entity_json(request, name_key(request.path_params["name"])))
+    """The entity; a name merged away answers its target (200, ``resolved_from`` naming the alias),
+    as chat retrieval and re-ingestion resolve it, rather than a redirect that curl and httpx do not
+    follow by default."""
+    key = name_key(request.path_params["name"])
+    store = knowledge(request).store
+    with store.memory_lock:
+        present = store.rows.entity(key) is not None
+    target = None if present else await store.db.read(_alias_target, key)
+    if target is None:
+        return json_response(await _entity_json(request, key))
+    return json_response({**await _entity_json(request, target), "resolved_from": request.path_params["name"]})
 
 
 async def edit_entity(request: Request) -> Response:

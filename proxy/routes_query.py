@@ -83,7 +83,7 @@ async def query(request: Request) -> Response:
             final = inject(messages, result["context"]) if result["context"] else messages
             reply = await kb.models.upstream.call_json("POST", "/api/chat", {"model": model, "messages": final,
                                                                              "stream": False})
-            result["answer"] = (reply.get("message") or {}).get("content", "")
+            result["answer"] = kb.models.upstream.chat_content(reply)
     kb.record(Trace("query", str(body.get("model") or ""), params.mode, text, bool(result["context"]),
                     result["skipped"], {k: result[k] for k in ("keywords", "tokens", "timings", "budget")}))
     return json_response(result)

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
+from python_multipart.multipart import DEFAULT_MAX_HEADER_SIZE
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .errors import BadRequest, GraphGateError, PayloadTooLarge, ServiceUnavailable
 from .ingest import documents as sql
-from .ingest.parsing import ParsedDocument, parse_document
+from .ingest.parsing import NAME_MAX, ParsedDocument, parse_document
 from .knowledge import Knowledge
 from .payloads import parse_object, read_body
 from .responses import json_response
@@ -31,11 +33,27 @@ async def _parse(name: str, data: bytes, limit: int) -> ParsedDocument:
     return await anyio.to_thread.run_sync(lambda: parse_document(name, data, max_bytes=limit))
 
 
+def _header_too_long(exc: HTTPException) -> BadRequest | None:
+    """Starlette's "Invalid multipart data." hides python-multipart's reason two exceptions down;
+    the usual one is a file name too long for a part's header line: said so, with the limit."""
+    cause = getattr(exc.__context__, "__cause__", None)
+    if cause is None or "header size" not in str(cause):
+        return None
+    return BadRequest(f"a part's header line is over the limit of {DEFAULT_MAX_HEADER_SIZE} bytes: the file name "
+                      f"is too long (send a shorter one; stored names are cut to {NAME_MAX} characters anyway)")
+
+
 async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | GraphGateError]]:
     """(name, bytes or the reason it was refused) for each uploaded file or JSON text."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        form = await request.form(max_files=MAX_FILES, max_fields=MAX_FILES, max_part_size=1024 * 1024)
+        try:
+            form = await request.form(max_files=MAX_FILES, max_fields=MAX_FILES, max_part_size=1024 * 1024)
+        except HTTPException as exc:
+            readable = _header_too_long(exc)
+            if readable is None:
+                raise
+            raise readable from None
         files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
         if not files:
             raise BadRequest("no files in the upload (send them as multipart form fields)")

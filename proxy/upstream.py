@@ -22,6 +22,7 @@ from .errors import (
     BadRequest,
     UpstreamError,
     UpstreamProtocolError,
+    UpstreamShapeError,
     UpstreamStatusError,
     UpstreamTimeout,
     UpstreamUnavailable,
@@ -126,9 +127,27 @@ class Upstream:
         if status >= 400:
             raise UpstreamStatusError(_error_message(raw, status), status=status)
         try:
-            return orjson.loads(raw)  # embeddings: thousands of floats a reply, ~10x faster than json
+            data = orjson.loads(raw)  # embeddings: thousands of floats a reply, ~10x faster than json
         except ValueError as exc:
             raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent invalid JSON for {path}: {exc}") from exc
+        if not isinstance(data, dict):  # every Ollama endpoint GraphGate calls answers an object
+            raise self.wrong_shape(path, f"expected an object, got {json_kind(data)}")
+        return data
+
+    def wrong_shape(self, path: str, detail: str) -> UpstreamShapeError:
+        """The error for a reply to GraphGate's own call whose JSON is not what Ollama sends."""
+        return UpstreamShapeError(f"upstream Ollama at {self.url} answered {path} with JSON of the wrong shape: "
+                                  f"{detail}")
+
+    def chat_content(self, reply: dict[str, Any], path: str = "/api/chat") -> str:
+        """A non-streamed chat reply's ``message.content``, or ``wrong_shape``."""
+        message = reply.get("message")
+        if not isinstance(message, dict):
+            raise self.wrong_shape(path, f"its message is {json_kind(message)}, not an object")
+        content = message.get("content", "")
+        if not isinstance(content, str):
+            raise self.wrong_shape(path, f"its message content is {json_kind(content)}, not a string")
+        return content
 
     async def _call_lean(self, method: str, path: str, content: bytes | None,
                          deadline: float | None) -> tuple[int, bytes]:
@@ -190,6 +209,14 @@ def _error_message(raw: bytes, status: int) -> str:
         pass
     text = raw.decode("utf-8", "replace").strip()
     return text or f"upstream answered HTTP {status}"
+
+
+def json_kind(value: Any) -> str:
+    """A JSON value named for an error message: its type and the start of it."""
+    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+    text = orjson.dumps(value).decode()[:60] if value is not None else ""
+    return f"{kind} {text}".strip()
 
 
 def _latin1(value: str | bytes) -> bytes:

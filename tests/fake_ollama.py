@@ -60,6 +60,7 @@ SPECIAL_MODELS = {*SPECIAL_ERRORS, "hang", "slow-first", "disconnect", "midstrea
 # what ``garbled`` sends after two good lines: a line cut short, then a proxy's HTML error page
 GARBLED_LINES = (b'{"model":"garbled","message":{"role":"assistant","conte\n',
                  b"<html><body>502 Bad Gateway</body></html>\n")
+_NO_SHAPE = object()
 TAG_FIELDS = ("name", "model", "modified_at", "size", "digest", "details")
 ZERO_DURATION = re.compile(r"^[+-]?0+(\.0*)?(ns|us|µs|ms|s|m|h)?$")
 
@@ -237,6 +238,9 @@ class _Gate:
             return
         if path in self.fake.fail_paths:
             return await _JSON({"error": "injected failure"}, self.fake.fail_paths[path])(scope, receive, send)
+        shape = self.fake.wrong_shape_for(path, self.fake.requests[-1].json)
+        if shape is not _NO_SHAPE:  # valid JSON, status 200, not what Ollama sends
+            return await Response(orjson.dumps(shape), 200, media_type=_JSON.media_type)(scope, receive, send)
         if "origin" in headers:  # like Ollama for an Origin outside OLLAMA_ORIGINS
             return await Response(status_code=403)(scope, receive, send)
 
@@ -309,6 +313,9 @@ class FakeOllama(OpenAIEndpoints):
         self.requests: list[Recorded] = []
         self.hang_paths: set[str] = set()
         self.fail_paths: dict[str, int] = {}
+        # answer 200 with this JSON value (of the wrong shape: [1, 2, 3], {"message": 5}...) to a
+        # request for this path, or naming this model in its JSON body
+        self.wrong_shapes: dict[str, Any] = {}
         self.structured: Callable[[dict], str] | None = None
         self.stream_events: list[StreamEvent] = []
         self.hangs: list[StreamEvent] = []  # one per hung request; ended when the client left
@@ -344,6 +351,15 @@ class FakeOllama(OpenAIEndpoints):
             if thread.is_alive():  # a hung request still holds its connection
                 server.force_exit = True
                 thread.join(timeout=5)
+
+    def wrong_shape_for(self, path: str, body: Any) -> Any:
+        """The wrong-shape reply injected for this request (``wrong_shapes``), or ``_NO_SHAPE``."""
+        if path in self.wrong_shapes:
+            return self.wrong_shapes[path]
+        model = body.get("model") if isinstance(body, dict) else None
+        if isinstance(model, str) and model in self.wrong_shapes:
+            return self.wrong_shapes[model]
+        return _NO_SHAPE
 
     def requests_to(self, path: str) -> list[Recorded]:
         return [r for r in self.requests if r.path == path]

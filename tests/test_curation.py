@@ -170,7 +170,10 @@ async def test_the_json_api_edits_merges_and_deletes(settings: Settings, fake: F
         assert preview.json()["self_loops_dropped"] == 1 and preview.json()["merged"] == ["Orion"]
         assert (await client.get("/rag/entities/orion")).status_code == 200  # a dry run changes nothing
         merged = await client.post("/rag/merge", json={"entities": ["Orion"], "target": "Acme Corp"})
-        assert merged.status_code == 200 and (await client.get("/rag/entities/orion")).status_code == 404
+        assert merged.status_code == 200
+        alias = await client.get("/rag/entities/orion")  # a merged-away name resolves to its target
+        assert alias.status_code == 200 and alias.json()["name"] == "Acme Corp"
+        assert alias.json()["resolved_from"] == "orion"
         relation = {"source": "Alice Smith", "target": "Acme Corp"}
         assert (await client.patch("/rag/relations", json={**relation, "weight": 3})).status_code == 200
         assert (await client.patch("/rag/relations", json={**relation, "weight": "x"})).status_code == 400
