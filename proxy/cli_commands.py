@@ -55,7 +55,11 @@ async def rag_client(settings: Settings, *, create: bool = False,
     url = gateway_url(settings)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, trust_env=False) as client:
         try:
-            await client.get("/rag/stats")
+            probe = await client.get("/rag/stats")
+            if probe.status_code == 401:  # a console password or an API key guards the gateway's /rag
+                raise CommandError(f"the gateway at {url} needs its API key: set GRAPHGATE_API_KEY (or --api-key) "
+                                   "for this command; a gateway with only a console password needs an API key "
+                                   "set too for the command line")
             console.print(f"[dim]using the gateway at {url}[/dim]")
             yield client
             return

@@ -177,3 +177,16 @@ def test_unset_settings_print_not_set(tmp_path: Path) -> None:
     for name in ("GRAPHGATE_INBOX_DIR", "GRAPHGATE_LLM_MODEL", "GRAPHGATE_KEYWORD_MODEL", "GRAPHGATE_API_KEY"):
         assert "(not set)" in rows[name], rows[name]
     assert "None" not in result.stdout
+
+
+def test_a_guarded_gateway_asks_the_command_for_its_key(tmp_path: Path, upstream: str) -> None:
+    server = Server(tmp_path / "data", upstream, GRAPHGATE_ADMIN_PASSWORD="pw-cli-guarded")
+    try:
+        env = {"GRAPHGATE_PORT": str(server.port), "GRAPHGATE_DATA_DIR": str(tmp_path / "data")}
+        result = graphgate("status", env=env)
+        assert result.returncode == 1
+        message = " ".join(result.stderr.split())
+        assert f"the gateway at {server.url} needs its API key: set GRAPHGATE_API_KEY" in message
+        assert "Traceback" not in result.stderr
+    finally:
+        server.stop()

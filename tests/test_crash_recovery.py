@@ -45,18 +45,18 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, data_dir: Path, upstream: str) -> None:
+    def __init__(self, data_dir: Path, upstream: str, **settings: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "TIKTOKEN_CACHE_DIR": "", "GRAPHGATE_UPSTREAM": upstream,
                "GRAPHGATE_PORT": str(self.port), "GRAPHGATE_DATA_DIR": str(data_dir), "GRAPHGATE_GLEANING": "0",
                "GRAPHGATE_CHUNK_TOKENS": "64", "GRAPHGATE_CHUNK_OVERLAP": "0", "GRAPHGATE_LOG_LEVEL": "warning",
-               "GRAPHGATE_INDEX_SAVE_SECONDS": "0.5", "PYTHONPATH": str(ROOT)}
+               "GRAPHGATE_INDEX_SAVE_SECONDS": "0.5", "PYTHONPATH": str(ROOT), **settings}
         self.process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env, cwd=ROOT)
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(self.url + "/rag/stats", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/", timeout=1).status_code == 200:  # served once started
                     return
             except httpx.HTTPError:
                 pass
