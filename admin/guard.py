@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.errors import Forbidden
+from proxy.routes_rag import read_form
 
 from .auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
 
@@ -92,7 +93,7 @@ def action(endpoint: Endpoint) -> Endpoint:
             given = request.headers.get(CSRF_HEADER)
             if given is None and request.headers.get("content-type", "").startswith(
                     ("application/x-www-form-urlencoded", "multipart/form-data")):
-                form = await request.form(max_files=100, max_fields=1000)
+                form = await read_form(request, max_files=100, max_fields=1000)
                 value = form.get(CSRF_FIELD)
                 given = value if isinstance(value, str) else None
             auth: Auth = request.app.state.gateway.console.auth

@@ -41,13 +41,15 @@ def parse_object(raw: bytes) -> dict[str, Any]:
         raise InvalidJSON("invalid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidJSON(f"invalid JSON: expected an object, got {type(data).__name__}")
-    if _SURROGATE_ESCAPE.search(raw):  # only an escape can carry one (raw UTF-8 ones are bad UTF-8 above)
+    if _MAYBE_SURROGATE.search(raw):
         _refuse_lone_surrogates(data)
     return data
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # paired ones too (an emoji): the walk tells them apart
+# an escape ("\\ud800"; paired ones, an emoji, match too: the walk tells them apart), or one encoded
+# raw (ED A0 80: not UTF-8, but Python's json decodes bytes with "surrogatepass")
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
 def _refuse_lone_surrogates(data: Any) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio.to_thread
 from python_multipart.multipart import DEFAULT_MAX_HEADER_SIZE
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -33,6 +33,17 @@ async def _parse(name: str, data: bytes, limit: int) -> ParsedDocument:
     return await anyio.to_thread.run_sync(lambda: parse_document(name, data, max_bytes=limit))
 
 
+async def read_form(request: Request, **limits: Any) -> FormData:
+    """``request.form`` with its one vague error made readable (``_header_too_long``)."""
+    try:
+        return await request.form(**limits)
+    except HTTPException as exc:
+        readable = _header_too_long(exc)
+        if readable is None:
+            raise
+        raise readable from None
+
+
 def _header_too_long(exc: HTTPException) -> BadRequest | None:
     """Starlette's "Invalid multipart data." hides python-multipart's reason two exceptions down;
     the usual one is a file name too long for a part's header line: said so, with the limit."""
@@ -47,13 +58,7 @@ async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | Gra
     """(name, bytes or the reason it was refused) for each uploaded file or JSON text."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        try:
-            form = await request.form(max_files=MAX_FILES, max_fields=MAX_FILES, max_part_size=1024 * 1024)
-        except HTTPException as exc:
-            readable = _header_too_long(exc)
-            if readable is None:
-                raise
-            raise readable from None
+        form = await read_form(request, max_files=MAX_FILES, max_fields=MAX_FILES, max_part_size=1024 * 1024)
         files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
         if not files:
             raise BadRequest("no files in the upload (send them as multipart form fields)")

@@ -50,6 +50,9 @@ LONE_SURROGATES = [
     ("POST", "/v1/chat/completions", b'{"model": "llama3.2", "messages": [{"role": "user", "content": "\\ud800"}]}'),
     ("POST", "/api/generate", b'{"model": "llama3.2", "prompt": "Who runs Orion? \\ud800"}'),
     ("POST", "/api/embed", b'{"model": "nomic-embed-text", "input": ["\\ud800"]}'),
+    # encoded raw (not UTF-8, yet Python's json decodes bytes with "surrogatepass")
+    ("POST", "/api/chat", b'{"model": "llama3.2", "messages": [{"role": "user", "content": "Orion \xed\xa0\x80"}]}'),
+    ("POST", "/rag/query", b'{"query": "Who runs Orion? \xed\xbf\xbf"}'),
 ]
 
 

@@ -352,7 +352,10 @@ def _not_special(text: str) -> bool:
     return text.removesuffix(":latest") not in SPECIAL_MODELS
 
 
-model_names = st.one_of(st.sampled_from(MODEL_NAMES), st.text(max_size=30)).filter(_not_special)
+# a lone UTF-16 surrogate: valid JSON once escaped ("\\ud800"), not valid Unicode; GraphGate answers 400
+lone_surrogates = st.builds(lambda a, code, b: a + chr(code) + b, st.text(max_size=8), st.integers(0xD800, 0xDFFF),
+                            st.text(max_size=8))
+model_names = st.one_of(st.sampled_from(MODEL_NAMES), st.text(max_size=30), lone_surrogates).filter(_not_special)
 
 
 def param_values(h: Harness, name: str) -> st.SearchStrategy[str]:
@@ -395,7 +398,7 @@ def fill(template: str, values: dict[str, str]) -> str:
 # ----------------------------------------------------------------------------- the bodies
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2**70), max_value=2**70),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30), lone_surrogates,
                     st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-0", "0x10", "1_000", "true"]))
 json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                             st.dictionaries(st.text(max_size=8), inner, max_size=4)),
@@ -416,7 +419,7 @@ prefixes = st.sampled_from(["", "/local ", "/global ", "/naive ", "/bypass ", "/
                             "/[x] ", "/nonsense ", "/"])
 questions = st.builds(lambda p, q: p + q, prefixes,
                       st.one_of(st.sampled_from(["Who works at Acme Corp?", "Where is Berlin?", "Orion"]),
-                                st.text(max_size=60)))
+                                st.text(max_size=60), lone_surrogates))
 
 
 def _user_turn(q: str) -> list[dict[str, str]]:
@@ -493,8 +496,43 @@ def objects(keys: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(lambda a, b: {**b, **a}, base, extras)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, allow_nan=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    """UTF-8 JSON; a surrogate is written as its escape, as a client's JSON encoder does (raw, it
+    would be bad UTF-8, which ``raw_bodies`` sends as well)."""
+    text = json.dumps(value, allow_nan=True, ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text).encode("utf-8")
+
+
+def lone_surrogate_in(raw: bytes | None) -> bool:
+    """Whether ``raw`` is a JSON object holding a lone surrogate in a key or string."""
+    try:
+        stack = [json.loads(raw)] if raw else []
+    except (ValueError, RecursionError):
+        return False
+    if not stack or not isinstance(stack[0], dict):
+        return False
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if any(_SURROGATE.search(k) for k in value):
+                return True
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and _SURROGATE.search(value):
+            return True
+    return False
+
+
+def check_lone_surrogate_refused(sent: Sent, response: httpx.Response) -> None:
+    """A JSON body with a lone surrogate is a 400 that says so (issue 16 item 7), never a 500 or a reset."""
+    if sent.headers.get("content-type", "").startswith("multipart/") or not lone_surrogate_in(sent.body):
+        return
+    assert response.status_code == 400 and "surrogate" in response.text, (sent, response.status_code,
+                                                                         response.text[:300])
 
 
 def _deep(depth: int, kind: str) -> bytes:
@@ -631,7 +669,9 @@ OPENAI_ROUTES = [("POST", p) for p in ("/v1/chat/completions", "/v1/completions"
 def test_ollama_json_endpoints(gw: Harness, route: tuple[str, str], data: st.DataObject) -> None:
     method, path = route
     body = data.draw(st.one_of(objects(ROUTE_KEYS[path]).map(_dumps), raw_bodies(ROUTE_KEYS[path])))
-    response = gw.run(exchange, gw, Sent(method, path, body=body, headers={"content-type": "application/json"}))
+    sent = Sent(method, path, body=body, headers={"content-type": "application/json"})
+    response = gw.run(exchange, gw, sent)
+    check_lone_surrogate_refused(sent, response)
     if response.status_code == 200 and path == "/api/chat" and body:
         # a streamed answer is well-formed NDJSON to its last line
         if response.headers.get("content-type", "").startswith("application/x-ndjson"):
@@ -644,7 +684,8 @@ def test_ollama_json_endpoints(gw: Harness, route: tuple[str, str], data: st.Dat
 def test_openai_endpoints(gw: Harness, route: tuple[str, str], data: st.DataObject) -> None:
     method, path = route
     body = data.draw(st.one_of(objects(ROUTE_KEYS[path]).map(_dumps), raw_bodies(ROUTE_KEYS[path])))
-    gw.run(exchange, gw, Sent(method, path, body=body, headers={"content-type": "application/json"}))
+    sent = Sent(method, path, body=body, headers={"content-type": "application/json"})
+    check_lone_surrogate_refused(sent, gw.run(exchange, gw, sent))
 
 
 @st.composite
@@ -676,9 +717,65 @@ def rag_request(draw, h: Harness) -> Sent:
 def test_rag_endpoints(gw: Harness, data: st.DataObject) -> None:
     sent = data.draw(rag_request(gw))
     response = gw.run(exchange, gw, sent)
+    check_lone_surrogate_refused(sent, response)
     if sent.path == "/rag/query" and response.status_code == 200:
         result = response.json()
         assert isinstance(result["context"], str) and isinstance(result["entities"], list)
+
+
+# ------------------------------------------------- upstream replies of the wrong shape (issue 16 item 9)
+
+# where the fake answers 200 with JSON of the wrong shape: a path (every call to it) or a model name
+SHAPE_TARGETS = ["/api/chat", "/api/embed", "/api/show", "/api/tags", "llama3.2:latest", "nomic-embed-text"]
+wrong_shapes = st.one_of(
+    st.sampled_from([[1, 2, 3], {"message": 5}, {"message": {"content": 5}}, {"message": None}, {"embeddings": "x"},
+                     {"embeddings": 5}, {"embeddings": [1.0, 2.0]}, {"embeddings": [[1.0], None]}, {"models": 5},
+                     {"models": [5, {"name": 5}]}, {"capabilities": 5}, {"model_info": [1]}, "x", None, {}]),
+    json_values)
+
+
+@pytest.fixture(scope="module")
+def shaped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    with started(fuzz_app_settings(tmp_path_factory.mktemp("fuzz-shapes") / "data")) as harness:
+        yield harness
+
+
+async def _shaped_exchange(h: Harness, kind: str, n: int) -> None:
+    """One request of GraphGate's that makes it call the upstream itself, under a wrong-shape reply:
+    never a 500 nor an "internal error"; a 5xx is a readable 502/504; a document fails readably."""
+    await quiesce(h)
+    with anyio.fail_after(EXAMPLE_TIMEOUT):
+        if kind == "query":
+            response = await h.client.post("/rag/query", json={"query": "Who works at Acme Corp?", "answer": True})
+        elif kind == "chat":
+            response = await h.client.post("/api/chat", json={"model": "llama3.2", "stream": False, "messages": [
+                {"role": "user", "content": "Who works at Acme Corp?"}]})
+        else:
+            response = await h.client.post("/rag/documents", json={"name": f"shape-{n}.txt",
+                                                                   "text": f"Dana Grey {n} works at Acme Corp."})
+    assert response.status_code != 500 and "internal error" not in response.text, response.text[:300]
+    if response.status_code > 500:
+        assert response.status_code in (502, 504) and "upstream" in response.json()["error"], response.text[:300]
+    if kind == "upload" and response.status_code == 202:
+        doc_id = response.json()["documents"][0]["id"]
+        await quiesce(h)
+        document = (await h.client.get(f"/rag/documents/{doc_id}")).json()
+        assert document["status"] in ("processed", "failed"), document
+        assert "internal error" not in (document.get("error") or ""), document["error"]
+        assert (await h.client.delete(f"/rag/documents/{doc_id}")).status_code == 200
+        await quiesce(h)
+
+
+@fuzz_settings(60)
+@given(target=st.sampled_from(SHAPE_TARGETS), shape=wrong_shapes, kind=st.sampled_from(["query", "chat", "upload"]),
+       n=st.integers(0, 10**6))
+def test_upstream_replies_of_the_wrong_shape(shaped: Harness, target: str, shape: Any, kind: str, n: int) -> None:
+    shaped.fake.wrong_shapes[target] = shape
+    try:
+        shaped.run(_shaped_exchange, shaped, kind, n)
+    finally:
+        shaped.fake.wrong_shapes.clear()
+        shaped.fake.requests.clear()
 
 
 # ------------------------------------------------------------- pathological inputs, one by one
