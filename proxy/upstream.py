@@ -185,10 +185,10 @@ class Upstream:
                         raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent a line that is not "
                                                     f"JSON: {line[:80]!r}") from None
                     if not isinstance(data, dict):
-                        continue
+                        raise self.wrong_shape("/api/chat", f"a line is {json_kind(data)}, not an object")
                     if data.get("error"):
                         raise UpstreamProtocolError(f"the model failed: {data['error']}")
-                    content = (data.get("message") or {}).get("content") or ""
+                    content = self.chat_content(data) if "message" in data else ""
                     if content:
                         yield content
                     if data.get("done"):

@@ -240,7 +240,8 @@ class _Gate:
             return await _JSON({"error": "injected failure"}, self.fake.fail_paths[path])(scope, receive, send)
         shape = self.fake.wrong_shape_for(path, self.fake.requests[-1].json)
         if shape is not _NO_SHAPE:  # valid JSON, status 200, not what Ollama sends
-            raw = json.dumps(shape, separators=(",", ":")).encode()  # escaped: big ints, NaN, lone surrogates too
+            # escaped (big ints, NaN, lone surrogates too); one line, as a stream's reader expects it
+            raw = json.dumps(shape, separators=(",", ":")).encode() + b"\n"
             return await Response(raw, 200, media_type=_JSON.media_type)(scope, receive, send)
         if "origin" in headers:  # like Ollama for an Origin outside OLLAMA_ORIGINS
             return await Response(status_code=403)(scope, receive, send)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -198,9 +199,26 @@ async def test_a_wrong_shape_reply_to_a_client_is_relayed_as_sent(gw: httpx.Asyn
     fake.wrong_shapes["/api/embed"] = [1, 2, 3]
     fake.wrong_shapes["/api/tags"] = {"models": 5}
     embed = await gw.post("/api/embed", json={"model": "nomic-embed-text", "input": "x"})
-    assert embed.status_code == 200 and embed.content == b"[1,2,3]"
+    assert embed.status_code == 200 and embed.content == b"[1,2,3]\n"
     tags = await gw.get("/api/tags")
-    assert tags.status_code == 200 and tags.content == b'{"models":5}'
+    assert tags.status_code == 200 and tags.content == b'{"models":5}\n'
+
+
+@pytest.mark.parametrize("shape", [{"message": 5}, {"message": {"content": [1]}}, {"message": None, "done": True}],
+                         ids=json.dumps)
+async def test_a_wrong_shape_line_in_the_playground_answer_is_an_error_event(client: httpx.AsyncClient,
+                                                                             fake: FakeOllama, shape: Any) -> None:
+    """The console's streamed answer (GraphGate's own streamed /api/chat call) reads each line."""
+    from tests.test_console_playground import run
+
+    fake.wrong_shapes["shaped"] = shape
+    fragment = (await run(client, htmx=True, query="Who?", mode="bypass", answer="1", model="shaped")).text
+    url = re.search(r'data-answer-stream="(/admin/playground/answer/[^"]+)"', fragment).group(1)
+    stream = await client.get(url)
+    assert stream.status_code == 200
+    last = stream.text.replace("\r\n", "\n").strip().split("\n\n")[-1]
+    assert last.startswith("event: error\n") and WRONG in last, last
+    assert "Traceback" not in stream.text and "internal error" not in stream.text
 
 
 # ------------------------------------------------------------------ merged-away names, long file names
