@@ -250,3 +250,16 @@ async def test_a_file_name_too_long_for_the_multipart_header_is_a_clear_400(clie
     long_but_fits = "b" * 1000 + ".txt"
     ok = await client.post("/rag/documents", files={"files": (long_but_fits, b"Orion is a project.", "text/plain")})
     assert ok.status_code == 202 and len(ok.json()["documents"][0]["name"]) <= 200
+
+
+@pytest.mark.parametrize("path, shape", [("/api/version", [1, 2, 3]), ("/api/tags", {"models": 5}),
+                                         ("/api/tags", "x")], ids=str)
+async def test_health_names_a_wrong_shape_discovery_reply(client: httpx.AsyncClient, fake: FakeOllama, path: str,
+                                                          shape: Any) -> None:
+    fake.wrong_shapes[path] = shape
+    response = await client.get("/rag/health")
+    assert response.status_code in (200, 503)
+    report = response.json()
+    assert report["ready"] is False or report["problems"], report
+    text = json.dumps(report)
+    assert "internal error" not in text and ("wrong shape" in text or "could not be listed" in text), text
