@@ -12,6 +12,7 @@ import duckdb
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -20,6 +21,7 @@ from admin.console import mount as admin_mount
 
 from . import routes_graph, routes_health, routes_ollama, routes_openai, routes_query, routes_rag
 from .augment import Augmenter
+from .body_limit import BodyLimitMiddleware
 from .chat import ChatPipeline
 from .errors import GraphGateError
 from .knowledge import Knowledge, run_knowledge
@@ -115,7 +117,7 @@ def create_app(settings: Settings | None = None, *,
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_rag.ROUTES,
                 *routes_query.ROUTES, *routes_graph.ROUTES, *admin_mount()],
-        middleware=build_middleware(settings),
+        middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware)],  # innermost: after auth
         exception_handlers={
             GraphGateError: on_graphgate_error,
             HTTPException: on_http_exception,
