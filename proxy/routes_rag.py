@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio.to_thread
 from python_multipart.multipart import DEFAULT_MAX_HEADER_SIZE
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
@@ -14,7 +13,8 @@ from starlette.routing import Route
 
 from .errors import BadRequest, GraphGateError, PayloadTooLarge, ServiceUnavailable
 from .ingest import documents as sql
-from .ingest.parsing import NAME_MAX, ParsedDocument, parse_document
+from .ingest.parse_worker import parse_isolated
+from .ingest.parsing import NAME_MAX, ParsedDocument
 from .knowledge import Knowledge
 from .payloads import parse_object, read_body
 from .responses import json_response
@@ -29,8 +29,8 @@ def knowledge(request: Request) -> Knowledge:
     return gateway.knowledge
 
 
-async def _parse(name: str, data: bytes, limit: int) -> ParsedDocument:
-    return await anyio.to_thread.run_sync(lambda: parse_document(name, data, max_bytes=limit))
+async def _parse(request: Request, name: str, data: bytes) -> ParsedDocument:
+    return await parse_isolated(name, data, request.app.state.gateway.settings)  # in a worker, with bounds
 
 
 async def read_form(request: Request, **limits: Any) -> FormData:
@@ -87,7 +87,7 @@ async def submit_uploads(request: Request) -> list[dict[str, Any]]:
         try:
             if isinstance(data, GraphGateError):
                 raise data
-            parsed = await _parse(name, data, limit)
+            parsed = await _parse(request, name, data)
             document, outcome = await kb.pipeline.submit(parsed)
             result = {"name": parsed.name, "outcome": outcome, "id": document["id"], "status": document["status"]}
             if outcome == "duplicate":

@@ -135,6 +135,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Tries for an upstream call that fails transiently (connection error, 5xx, timeout)."),
     Setting("max_upload_bytes", "GRAPHGATE_MAX_UPLOAD_BYTES", "50MB", parse_size,
             "Largest document accepted for ingestion."),
+    Setting("parse_seconds", "GRAPHGATE_PARSE_SECONDS", "120", parse_positive_float,
+            "Seconds one document may take to parse (in a worker process); a document taking longer is refused "
+            "with 413. The text extracted from a document may be at most GRAPHGATE_MAX_UPLOAD_BYTES characters."),
+    Setting("parse_memory", "GRAPHGATE_PARSE_MEMORY", "1GiB", parse_size,
+            "Memory one document may take to parse, beyond the parse worker's own; a document needing more is "
+            "refused with 413 and the worker replaced, so the gateway's memory stays where it was."),
     Setting("inbox_dir", "GRAPHGATE_INBOX_DIR", "", parse_optional_path,
             "Optional folder watched for new files, which are ingested automatically."),
     Setting("index_save_seconds", "GRAPHGATE_INDEX_SAVE_SECONDS", "30", parse_positive_float,
@@ -244,6 +250,8 @@ class Settings:
     parallel_documents: int = 4
     llm_retries: int = 3
     max_upload_bytes: int = 50_000_000
+    parse_seconds: float = 120.0
+    parse_memory: int = 1024**3
     inbox_dir: Path | None = None
     index_save_seconds: float = 30.0
     vector_dtype: str = "i8"

@@ -15,7 +15,8 @@ import anyio.to_thread
 
 from ..errors import GraphGateError
 from ..settings import Settings
-from .parsing import SUPPORTED_TYPES, parse_document
+from .parse_worker import parse_isolated
+from .parsing import SUPPORTED_TYPES
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -37,8 +38,7 @@ def scan(folder: Path) -> dict[Path, tuple[int, float]]:
 async def ingest_file(path: Path, pipeline: Pipeline, settings: Settings) -> None:
     try:
         data = await anyio.to_thread.run_sync(path.read_bytes)
-        parsed = await anyio.to_thread.run_sync(
-            lambda: parse_document(path.name, data, max_bytes=settings.max_upload_bytes))
+        parsed = await parse_isolated(path.name, data, settings)
         document, outcome = await pipeline.submit(parsed)
         log.info("inbox: %s %s (%s)", outcome, path.name, document["id"][:16])
     except GraphGateError as exc:
