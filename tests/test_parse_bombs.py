@@ -119,3 +119,13 @@ async def test_the_extracted_text_is_bounded_too(settings: Settings, fake: FakeO
         response = await upload(client, "long.docx", data)
         assert response.status_code == 413, response.text
         assert "over the limit of 60000 (GRAPHGATE_MAX_UPLOAD_BYTES)" in response.json()["error"]
+
+
+async def test_a_document_over_the_time_bound_is_refused_with_that_reason(settings: Settings,
+                                                                        fake: FakeOllama) -> None:
+    roomy = settings.replace(parse_seconds=SECONDS, parse_memory=2 * 1024**3)  # time is the bound that bites
+    async with gateway_client(roomy, fake) as client:
+        response = await upload(client, "nested.html", b"<html><body>" + b"<b>" * 300_000 + b"x")
+        assert response.status_code == 413, response.text
+        assert response.json()["error"] == "'nested.html' took more than 1 s to parse (GRAPHGATE_PARSE_SECONDS)"
+        assert (await client.get("/rag/documents")).json()["documents"] == []
