@@ -105,7 +105,12 @@ class ParsePool:
 
     def _take(self) -> _Worker:
         with self.ready:
-            while not self.idle and self.running >= self.size:
+            while True:
+                while self.idle and self.idle[-1].process.poll() is not None:  # died while idle
+                    self.idle.pop().kill()
+                    self.running -= 1
+                if self.idle or self.running < self.size:
+                    break
                 self.ready.wait()
             if self.idle:
                 return self.idle.pop()
