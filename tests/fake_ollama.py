@@ -230,7 +230,8 @@ class _Gate:
         for key, value in scope["headers"]:
             name, text = key.decode("latin-1").lower(), value.decode("latin-1")
             headers[name] = f"{headers[name]}, {text}" if name in headers else text
-        self.fake.requests.append(Recorded(scope["method"], path, headers, body, _try_json(body)))
+        recorded = Recorded(scope["method"], path, headers, body, _try_json(body))
+        self.fake.requests.append(recorded)  # (a test may trim the list meanwhile: keep our own)
 
         if path in self.fake.hang_paths:
             with contextlib.suppress(_HTTPError):
@@ -238,7 +239,7 @@ class _Gate:
             return
         if path in self.fake.fail_paths:
             return await _JSON({"error": "injected failure"}, self.fake.fail_paths[path])(scope, receive, send)
-        shape = self.fake.wrong_shape_for(path, self.fake.requests[-1].json)
+        shape = self.fake.wrong_shape_for(path, recorded.json)
         if shape is not _NO_SHAPE:  # valid JSON, status 200, not what Ollama sends
             # escaped (big ints, NaN, lone surrogates too); one line, as a stream's reader expects it
             raw = json.dumps(shape, separators=(",", ":")).encode() + b"\n"
