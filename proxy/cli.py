@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
+from .hosts import bind_is_loopback
 from .settings import DEFAULTS_IN_WORDS, SETTINGS, Settings, SettingsError, settings_markdown
 
 log = logging.getLogger("graphgate")
@@ -54,15 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def serve(settings: Settings) -> int:
     import uvicorn
 
@@ -73,10 +64,10 @@ def serve(settings: Settings) -> int:
     for notice in settings.notices:
         log.warning("%s", notice)
     log.info("knowledge store: %s", settings.data_dir)
-    if not is_loopback(settings.host) and not settings.api_key:
+    if not bind_is_loopback(settings.host) and not settings.api_key:
         log.warning("listening on %s without GRAPHGATE_API_KEY: anyone who can reach this address can "
                     "use the API", settings.host)
-    if not is_loopback(settings.host) and not settings.admin_password:
+    if not bind_is_loopback(settings.host) and not settings.admin_password:
         log.warning("listening on %s without GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ answers only "
                     "clients on this machine", settings.host)
     try:
