@@ -12,10 +12,9 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import httpx
 
 from proxy.ingest.chunking import chunk_id
-from tests.reliability_harness import Gateway, ScriptedUpstream, document, wait_until
+from tests.reliability_harness import Gateway, ScriptedUpstream, wait_until
 
 FIRST_PASSES = 6  # answered before the model stops answering and the process is killed
 
@@ -42,12 +41,7 @@ def test_sigkill_after_first_passes_repeats_none_of_them(tmp_path: Path) -> None
     with upstream.serve():
         gateway = Gateway(data, upstream.url, log_path=tmp_path / "gateway.log", env=env).start()
         with gateway:
-            ids = set()
-            for i in range(4):
-                name, text = document(i)
-                response = httpx.post(gateway.url + "/rag/documents", json={"name": name, "text": text}, timeout=10)
-                assert response.status_code == 202, response.text
-                ids.add(response.json()["documents"][0]["id"])
+            ids = gateway.upload(*range(4))
             wait_until(lambda: "/api/chat" in fake.hang_paths, 30, "the first passes", interval=0.005)
             before: list[tuple[str, str]] = []
 

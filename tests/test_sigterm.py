@@ -27,7 +27,6 @@ from tests.reliability_harness import (
     GRACEFUL_EXIT_CODES,
     Gateway,
     ScriptedUpstream,
-    document,
     read_state,
     saved_generations,
     wait_until,
@@ -55,12 +54,7 @@ def test_sigterm_checkpoints_ingestion_and_a_restart_resumes_it(tmp_path: Path, 
         gateway = Gateway(data, upstream.url, log_path=tmp_path / "gateway.log",
                           env={"GRAPHGATE_LLM_CONCURRENCY": str(CONCURRENCY)}).start()
         with gateway:
-            ids = set()
-            for i in range(4):
-                name, text = document(i)
-                response = httpx.post(gateway.url + "/rag/documents", json={"name": name, "text": text}, timeout=10)
-                assert response.status_code == 202, response.text
-                ids.add(response.json()["documents"][0]["id"])
+            ids = gateway.upload(*range(4))
             if moment == "extraction":
                 wait_until(lambda: len(upstream.extractions()) >= 5, 30, "five extraction calls", interval=0.005)
             else:  # the first document's merge is embedding its chunks, under the merge lock
