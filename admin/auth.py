@@ -25,10 +25,10 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
-from proxy.hosts import request_host_allowed
+from proxy.guards.hosts import request_host_allowed
 
-from .login_limit import LoginLimiter
-from proxy.settings import Settings
+from admin.login_limit import LoginLimiter
+from proxy.core.settings import Settings
 
 log = logging.getLogger("graphgate.admin")
 

@@ -14,9 +14,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from proxy.settings import Settings
+from proxy.core.settings import Settings
 
-from . import (
+from admin import (
     routes_auth,
     routes_cache,
     routes_chats,
@@ -26,9 +26,9 @@ from . import (
     routes_merge,
     routes_playground,
 )
-from .auth import Auth
-from .guard import ConsoleGuard
-from .rendering import build_environment, installed_dir, is_htmx, render, static_dir
+from admin.auth import Auth
+from admin.guard import ConsoleGuard
+from admin.rendering import build_environment, installed_dir, is_htmx, render, static_dir
 
 log = logging.getLogger("graphgate.admin")
 

@@ -12,7 +12,7 @@ from proxy.store.knowledge import KnowledgeStore
 from proxy.store.rows_memory import EntityMeta, descriptions
 from proxy.store.tables_duckdb import Con
 
-from .graph_svg import Edge, Node
+from admin.graph_svg import Edge, Node
 
 
 SHOWN_CHUNKS = 20

@@ -25,7 +25,7 @@ PALETTE = (
 )
 # Hashing alone put Person and Organization on one colour (ten types share ten colours badly),
 # so the default types get distinct colours by position; other types fall back to the hash.
-# A copy of proxy.ingest.extraction.DEFAULT_ENTITY_TYPES (importing proxy here would be circular);
+# A copy of proxy.extraction.results.DEFAULT_ENTITY_TYPES (importing proxy here would be circular);
 # tests/test_graph_svg.py keeps the two equal.
 DEFAULT_TYPES = (
     "Person", "Creature", "Organization", "Location", "Event", "Concept",

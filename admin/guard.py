@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import Forbidden
-from proxy.routes_rag import read_form
+from proxy.core.errors import Forbidden
+from proxy.rag_api.routes_documents import read_form
 
-from .auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
+from admin.auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
 
 PUBLIC = ("/admin/login", "/admin/static/")
 

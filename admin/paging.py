@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from proxy.errors import BadRequest
+from proxy.core.errors import BadRequest
 
 MAX_PAGE = 1_000_000
 

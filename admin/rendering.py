@@ -16,7 +16,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from proxy.errors import BadRequest, GraphGateError
+from proxy.core.errors import BadRequest, GraphGateError
 
 
 class MissingResources(GraphGateError):

@@ -7,10 +7,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from .auth import Auth
-from .guard import action
-from .login_limit import client_key
-from .rendering import render
+from admin.auth import Auth
+from admin.guard import action
+from admin.login_limit import client_key
+from admin.rendering import render
 
 FAILED_LOGIN_DELAY = 0.5  # seconds: slows each guess down; admin/login_limit.py bounds how many there are
 

@@ -10,13 +10,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from proxy.errors import NotFound
-from proxy.routes_rag import knowledge
+from proxy.core.errors import NotFound
+from proxy.rag_api.routes_documents import knowledge
 from proxy.store.tables_duckdb import Con
 
-from .guard import action
-from .paging import page_of
-from .rendering import is_htmx, render, unref
+from admin.guard import action
+from admin.paging import page_of
+from admin.rendering import is_htmx, render, unref
 
 # the kinds as stored, and how the console names them
 KINDS = {"extract": "extraction", "summary": "summary", "keywords": "keywords", "answer": "answer"}

@@ -10,13 +10,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.errors import BadRequest, NotFound
-from proxy.routes_rag import knowledge
+from proxy.core.errors import BadRequest, NotFound
+from proxy.rag_api.routes_documents import knowledge
 from proxy.store.tables_duckdb import Con
-from proxy.traces import recent_traces
+from proxy.knowledge.traces import recent_traces
 
-from .paging import page_of
-from .rendering import render
+from admin.paging import page_of
+from admin.rendering import render
 
 PER_PAGE = 50
 TRACE_COLUMNS = ("id", "created_at", "api", "model", "mode", "query", "augmented", "reason", "detail")

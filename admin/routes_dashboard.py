@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from proxy.store.tables_duckdb import Con, get_meta
 
-from .rendering import render
+from admin.rendering import render
 
 
 def _cache_kinds(con: Con) -> dict[str, int]:

@@ -9,15 +9,15 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from proxy.errors import BadRequest, NotFound
+from proxy.core.errors import BadRequest, NotFound
 from proxy.ingest import documents as sql
-from proxy.ingest.extraction import ExtractionResult
-from proxy.routes_rag import knowledge, submit_uploads
+from proxy.extraction.results import ExtractionResult
+from proxy.rag_api.routes_documents import knowledge, submit_uploads
 from proxy.store.tables_duckdb import Con
 
-from .guard import action
-from .paging import page_of
-from .rendering import is_htmx, render
+from admin.guard import action
+from admin.paging import page_of
+from admin.rendering import is_htmx, render
 
 SORTS = {"created_at": "Added", "name": "Name", "status": "Status", "size": "Size", "chunks_total": "Chunks",
          "updated_at": "Updated"}

@@ -8,12 +8,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from proxy.errors import BadRequest, Conflict, NotFound
-from proxy.ingest.extraction import name_key
-from proxy.routes_rag import knowledge
+from proxy.core.errors import BadRequest, Conflict, NotFound
+from proxy.extraction.results import name_key
+from proxy.rag_api.routes_documents import knowledge
 
-from . import graph_svg
-from .entity_queries import (
+from admin import graph_svg
+from admin.entity_queries import (
     entity_detail,
     entity_relations,
     entity_types,
@@ -21,9 +21,9 @@ from .entity_queries import (
     neighbourhood,
     resolve_name,
 )
-from .guard import action
-from .paging import page_of
-from .rendering import is_htmx, ref, render, unref
+from admin.guard import action
+from admin.paging import page_of
+from admin.rendering import is_htmx, ref, render, unref
 
 PAGE_SIZE = 50
 SHOWN_RELATIONS = 50  # a hub's page stays readable (and fast); the graph view shows the rest

@@ -10,17 +10,17 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from proxy.errors import BadRequest
-from proxy.ingest.curation import MAX_MERGE
-from proxy.ingest.suggestions import dismiss
-from proxy.routes_rag import knowledge
+from proxy.core.errors import BadRequest
+from proxy.merging.curation import MAX_MERGE
+from proxy.merging.suggestions import dismiss
+from proxy.rag_api.routes_documents import knowledge
 from proxy.store.knowledge import now
 from proxy.store.rows_memory import descriptions
 
-from .entity_queries import list_entities
-from .guard import action
-from .paging import page_of
-from .rendering import is_htmx, ref, render, unref
+from admin.entity_queries import list_entities
+from admin.guard import action
+from admin.paging import page_of
+from admin.rendering import is_htmx, ref, render, unref
 
 SUGGESTIONS_PER_PAGE = 20
 

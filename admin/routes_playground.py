@@ -25,17 +25,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.augment import inject
-from proxy.errors import BadRequest, GraphGateError, NotFound
+from proxy.gateway.augment import inject
+from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.retrieval.params import _NUMERIC, MODES, QueryParams
 from proxy.retrieval.retriever import Retrieval
-from proxy.routes_query import _budget, _history, describe
-from proxy.routes_rag import knowledge
-from proxy.settings import Settings
-from proxy.traces import Trace
+from proxy.rag_api.routes_query import _budget, _history, describe
+from proxy.rag_api.routes_documents import knowledge
+from proxy.core.settings import Settings
+from proxy.knowledge.traces import Trace
 
-from .guard import action
-from .rendering import is_htmx, render
+from admin.guard import action
+from admin.rendering import is_htmx, render
 
 ANSWER_TTL = 300.0          # seconds a pending answer waits for its stream
 ANSWER_SLOTS = 64           # pending answers kept at most (the oldest go first)

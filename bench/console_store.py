@@ -65,7 +65,7 @@ def make_name(kind: str, rng: np.random.Generator) -> str:
 def entities(n: int, rng: np.random.Generator) -> tuple[list[str], list[str], list[str]]:
     """(names, name keys, types), unique by name key; the last ~0.3 % are same-name variants of
     earlier organisations ("X Group" / "X Group Inc."), for the merge suggestions."""
-    from proxy.ingest.extraction import name_key
+    from proxy.extraction.results import name_key
 
     kinds = list(TYPES)
     weights = np.asarray(list(TYPES.values()), dtype=float)
@@ -157,15 +157,15 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
     import pyarrow as pa
 
     from proxy.ingest import documents as docsql
-    from proxy.ingest.extraction import DEFAULT_ENTITY_TYPES
-    from proxy.ingest.integrate import SUMMARY_SCHEMA, summary_messages
-    from proxy.ingest.prompts import extraction_messages, extraction_schema
-    from proxy.models import CacheEntry
+    from proxy.extraction.results import DEFAULT_ENTITY_TYPES
+    from proxy.merging.recompute import SUMMARY_SCHEMA, summary_messages
+    from proxy.extraction.prompts import extraction_messages, extraction_schema
+    from proxy.upstream.model_calls import CacheEntry
     from proxy.retrieval.keywords import keyword_messages
     from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
     from proxy.store.knowledge import KnowledgeStore, now
     from proxy.store.tables_duckdb import set_meta
-    from proxy.traces import Trace, record_traces
+    from proxy.knowledge.traces import Trace, record_traces
 
     rng = np.random.default_rng(7)
     filler = Sentences(rng)

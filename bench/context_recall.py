@@ -27,7 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from proxy import Settings, create_app  # noqa: E402
+from proxy.app import Settings, create_app  # noqa: E402
 from tests.fake_ollama import FakeOllama  # noqa: E402
 
 SYLLABLES = ["ka", "zor", "vel", "mir", "tan", "quo", "rex", "lun", "dra", "pel", "sif", "nox", "bri", "tal", "um"]

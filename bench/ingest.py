@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.proxy_overhead import free_port, wait_ready  # noqa: E402
-from proxy.cli_commands import UPLOADS_IN_FLIGHT  # noqa: E402
+from proxy.cli.commands import UPLOADS_IN_FLIGHT  # noqa: E402
 
 SYLLABLES = ["ka", "zor", "vel", "mir", "tan", "quo", "rex", "lun", "dra", "pel", "sif", "nox", "bri", "tal"]
 

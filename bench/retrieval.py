@@ -47,7 +47,7 @@ def column(matrix: np.ndarray) -> pa.Array:
 
 def build(data: Path, n_chunks: int) -> None:
     """Tables, indexes and graph exactly as the gateway stores them, written in bulk."""
-    from proxy.settings import Settings
+    from proxy.core.settings import Settings
     from proxy.store.knowledge import KnowledgeStore, now
     from proxy.store.tables_duckdb import bump_generation, set_meta
 
@@ -110,12 +110,12 @@ started = time.perf_counter()
 import anyio, numpy as np
 sys.path.insert(0, sys.argv[2])
 from pathlib import Path
-from proxy.settings import Settings
+from proxy.core.settings import Settings
 from proxy.store.knowledge import KnowledgeStore
 from proxy.retrieval.retriever import Retriever
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.budget import Budget
-from proxy.tokens import get_tokenizer
+from proxy.core.tokens import get_tokenizer
 
 async def main():
     settings = Settings.load()

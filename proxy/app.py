@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 
 import anyio
 import duckdb
@@ -19,39 +18,26 @@ from starlette.responses import Response
 from admin.console import Console, build_console, error_page
 from admin.console import mount as admin_mount
 
-from . import routes_graph, routes_health, routes_ollama, routes_openai, routes_query, routes_rag
-from .augment import Augmenter
-from .body_limit import BodyLimitMiddleware
-from .chat import ChatPipeline
-from .errors import GraphGateError
-from .knowledge import Knowledge, run_knowledge
-from .middleware import build_middleware
-from .responses import error_response
-from .settings import Settings
-from .upstream import Upstream
-from .upstream_watch import WATCH_SECONDS, UpstreamWatcher
+from proxy.gateway import routes_ollama, routes_openai
+from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_query
+from proxy.gateway.augment import Augmenter
+from proxy.guards.body_limit import BodyLimitMiddleware
+from proxy.gateway.chat import ChatPipeline
+from proxy.core.errors import GraphGateError
+from proxy.knowledge.service import run_knowledge
+from proxy.state import Gateway
+from proxy.guards.middleware import build_middleware
+from proxy.core.responses import error_response
+from proxy.core.settings import Settings
+from proxy.upstream.client import Upstream
+from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher
+
+__all__ = ["Settings", "create_app"]
 
 log = logging.getLogger("graphgate")
 
 # Ollama's own texts for routing errors, as its clients show them
 _ROUTING_MESSAGES = {404: "404 page not found", 405: "405 method not allowed"}
-
-
-@dataclass
-class Gateway:
-    """What request handlers reach through ``request.app.state.gateway``."""
-
-    settings: Settings
-    upstream: Upstream
-    chat: ChatPipeline
-    knowledge: Knowledge | None = None
-    augmenter: Augmenter | None = None
-    knowledge_error: str | None = None  # why the knowledge store is unavailable, when it is
-    watcher: UpstreamWatcher | None = None  # the upstream's last known state (/rag/health, the console)
-    # /rag/health's store probe: one worker thread at most, however many health requests wait
-    store_probe: anyio.CapacityLimiter | None = None
-    tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
-    console: Console | None = None
 
 
 def _render_error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -115,7 +101,7 @@ def create_app(settings: Settings | None = None, *,
             await upstream.aclose()
 
     return Starlette(
-        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_rag.ROUTES,
+        routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_documents.ROUTES,
                 *routes_query.ROUTES, *routes_graph.ROUTES, *admin_mount()],
         middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware)],  # innermost: after auth
         exception_handlers={

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from proxy import Settings
+from proxy.core.settings import Settings
 from tests.conftest import gateway_client
 from tests.fake_ollama import FakeOllama
 

@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 
-from proxy import Settings
+from proxy.core.settings import Settings
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -234,7 +234,7 @@ async def test_generate_is_augmented_when_enabled(settings: Settings, fake: Fake
 async def test_official_client_through_augmentation(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     import ollama
     from tests.live import serve_in_thread
-    from proxy import create_app
+    from proxy.app import create_app
 
     with fake.serve() as upstream:
         app = create_app(settings.replace(upstream=upstream))
@@ -286,7 +286,7 @@ async def test_window_from_the_setting(settings: Settings, fake: FakeOllama, fac
 
 
 async def test_injected_context_fits_the_window(gw: httpx.AsyncClient, fake: FakeOllama) -> None:
-    from proxy.tokens import get_tokenizer
+    from proxy.core.tokens import get_tokenizer
 
     await gw.post("/api/chat", json=body(options={"num_ctx": 2048}))
     sent = chats(fake)[-1].json
@@ -377,7 +377,7 @@ async def test_generate_with_answer_cache_calls_the_model_once_with_context(sett
 
 async def test_a_saturated_upstream_skips_the_keyword_call_instead_of_delaying_the_turn(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
-    from proxy.limiter import Priority
+    from proxy.core.limiter import Priority
 
     async with gateway_client(settings.replace(keyword_wait=0.2, llm_concurrency=1), fake) as client:
         await ingest(client)

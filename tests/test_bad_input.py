@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from proxy import Settings
+from proxy.core.settings import Settings
 from tests.conftest import gateway_client
 from tests.fake_ollama import FakeOllama
 
@@ -107,7 +107,7 @@ async def test_unknown_path(client: httpx.AsyncClient, fake: FakeOllama, path: s
 async def test_upstream_unreachable_gives_502_naming_it(settings: Settings) -> None:
     # port 9 (discard) on loopback: nothing listens there, the connection is refused at once
     down = settings.replace(upstream="http://127.0.0.1:9")
-    from proxy import create_app
+    from proxy.app import create_app
     from tests.conftest import running
 
     app = create_app(down)

@@ -1,4 +1,4 @@
-"""proxy.tokens (offline cl100k_base) and proxy.ingest.chunking (structure-aware chunks)."""
+"""proxy.core.tokens (offline cl100k_base) and proxy.ingest.chunking (structure-aware chunks)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from proxy import tokens as tokens_module
+from proxy.core import tokens as tokens_module
 from proxy.ingest.chunking import Chunk, chunk_text
-from proxy.tokens import Tokenizer, get_tokenizer
+from proxy.core.tokens import Tokenizer, get_tokenizer
 
 WORDS = ("graph gate entity relation node edge document chunk token model river stone light "
          "north market garden signal paper window engine summer").split()

@@ -142,7 +142,7 @@ def test_ingest_of_same_named_files_keeps_the_later_one_and_finishes(tmp_path: P
 @pytest.mark.parametrize("command", ["serve", "ingest", "status", "reindex", "query", "settings"])
 def test_every_command_prints_its_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Setting descriptions contain a literal "%" (argparse %-formats help): --help must still print."""
-    from proxy.cli import build_parser
+    from proxy.cli.main import build_parser
 
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args([command, "--help"])

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import httpx
 import pytest
 
-from proxy import Settings
+from proxy.core.settings import Settings
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.extractor import KnownFacts

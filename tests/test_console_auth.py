@@ -11,7 +11,7 @@ import httpx
 import pytest
 from starlette.routing import Mount, Route
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.conftest import running
 from tests.console_helpers import csrf_of
 from tests.fake_ollama import FakeOllama

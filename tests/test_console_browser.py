@@ -27,7 +27,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread

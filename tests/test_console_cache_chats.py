@@ -11,8 +11,8 @@ import anyio
 import httpx
 import pytest
 
-from proxy import Settings
-from proxy.traces import Trace, record_traces
+from proxy.core.settings import Settings
+from proxy.knowledge.traces import Trace, record_traces
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.extractor import KnownFacts

@@ -21,8 +21,8 @@ import httpx
 import pytest
 from markupsafe import escape
 
-from proxy import Settings
-from proxy.ingest.parsing import safe_name
+from proxy.core.settings import Settings
+from proxy.parsing.files import safe_name
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.extractor import KnownFacts

@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 
-from proxy import Settings
+from proxy.core.settings import Settings
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.test_ingestion import CITY, TEAM, settle, upload

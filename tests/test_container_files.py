@@ -209,7 +209,7 @@ def test_runtime_environment(instructions):
     assert env.get("GRAPHGATE_PORT") == str(PORT)
     assert env.get("GRAPHGATE_DATA_DIR") == "/data"
     # every GRAPHGATE_* variable the image sets is a setting GraphGate reads
-    from proxy.settings import SETTINGS
+    from proxy.core.settings import SETTINGS
 
     assert {k for k in env if k.startswith("GRAPHGATE_")} <= {s.env for s in SETTINGS}
 

@@ -7,9 +7,9 @@ import anyio.to_thread
 import httpx
 import pytest
 
-from proxy import Settings
-from proxy.errors import BadRequest, Conflict, NotFound
-from proxy.ingest.suggestions import normalised
+from proxy.core.settings import Settings
+from proxy.core.errors import BadRequest, Conflict, NotFound
+from proxy.merging.suggestions import normalised
 from proxy.store.changes import pair_key
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
@@ -144,7 +144,7 @@ async def test_suggestions_find_namesakes_and_dismissals_stick(settings: Setting
         finder = kb(client).suggestions
         found = finder.find(0.9)
         assert [(s.a, s.b, s.reason) for s in found][:1] == [("acme corp", "acme corporation", "same name")]
-        from proxy.ingest.suggestions import dismiss
+        from proxy.merging.suggestions import dismiss
         from proxy.store.knowledge import now
         await kb(client).store.db.write(dismiss, "acme corporation", "acme corp", now())
         assert not [s for s in finder.find(0.9) if s.reason == "same name"]

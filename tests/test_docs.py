@@ -22,10 +22,10 @@ def test_readme_first_command_installs_and_serves() -> None:
     assert "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/graphgate serve" in readme
     assert "ollama pull llama3.2 && ollama pull nomic-embed-text" in readme
     scripts = (ROOT / "pyproject.toml").read_text()
-    assert 'graphgate = "proxy.cli:main"' in scripts
+    assert 'graphgate = "proxy.cli.main:main"' in scripts
 
 
 def test_public_surface() -> None:
-    import proxy
+    import proxy.app
 
-    assert sorted(proxy.__all__) == ["Settings", "create_app"]
+    assert sorted(proxy.app.__all__) == ["Settings", "create_app"]

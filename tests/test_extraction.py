@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.ingest.prompts import extraction_messages, extraction_schema, gleaning_messages
-from proxy.ingest.extraction import (
+from proxy.extraction.prompts import extraction_messages, extraction_schema, gleaning_messages
+from proxy.extraction.results import (
     DEFAULT_ENTITY_TYPES,
     ExtractedEntity,
     ExtractedRelation,

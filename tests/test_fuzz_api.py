@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.routing import Mount, Route
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.conftest import NOMINAL_UPSTREAM, running
 from tests.console_helpers import csrf_of
 from tests.extractor import KnownFacts

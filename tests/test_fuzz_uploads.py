@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.ingest.parsing import safe_name
+from proxy.parsing.files import safe_name
 from tests.test_fuzz_api import (Harness, Sent, _dumps, exchange, fuzz_app_settings, fuzz_settings, lone_surrogates,
                                   started)
 from tests.test_parsing import encrypt_pdf, make_pdf

@@ -19,7 +19,7 @@ from admin.graph_svg import (
     render_svg,
     type_colour,
 )
-from proxy.ingest.extraction import DEFAULT_ENTITY_TYPES
+from proxy.extraction.results import DEFAULT_ENTITY_TYPES
 
 SVG = "{http://www.w3.org/2000/svg}"
 HOSTILE = ["<script>alert(1)</script>", '"onmouseover="x', "a & b", "Zoë ☃ 東京", "x\x00\x1by"]

@@ -18,7 +18,7 @@ import anyio
 import httpx
 import pytest
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.conftest import running
 from tests.fake_ollama import FakeOllama
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from proxy import Settings, create_app
-from proxy.hosts import host_name, parse_allowed_hosts
-from proxy.settings import SettingsError
+from proxy.app import Settings, create_app
+from proxy.guards.hosts import host_name, parse_allowed_hosts
+from proxy.core.settings import SettingsError
 from tests.fake_ollama import FakeOllama
 from tests.test_console_auth import console_client
 from tests.test_security import store_snapshot_of

@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from proxy import Settings
+from proxy.core.settings import Settings
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -214,9 +214,9 @@ async def test_an_unexpected_merge_error_fails_the_batch_and_merging_goes_on(
     readable error; the merge loop survives, so later documents (and the retry) are merged."""
     import types
 
-    from proxy.errors import StorageError
+    from proxy.core.errors import StorageError
     from proxy.ingest import documents as sql
-    from proxy.ingest import merger
+    from proxy.merging import batches as merger
 
     refuse = {"once": True}
 

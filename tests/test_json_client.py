@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from proxy.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout, UpstreamUnavailable
-from proxy.settings import Settings
-from proxy.upstream import Upstream
+from proxy.core.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout, UpstreamUnavailable
+from proxy.core.settings import Settings
+from proxy.upstream.client import Upstream
 from tests.fake_ollama import FakeOllama, fake_embedding
 
 pytestmark = pytest.mark.anyio
@@ -263,7 +263,7 @@ async def test_a_reply_longer_than_it_said_is_not_followed_on_the_same_connectio
 
 
 async def test_a_request_the_server_held_for_a_while_is_never_sent_twice(monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy import json_client
+    from proxy.upstream import json_client
 
     monkeypatch.setattr(json_client, "STALE_WINDOW", 0.2)
     received: list[bytes] = []

@@ -50,9 +50,9 @@ import anyio.to_thread
 import httpx
 import pytest
 
-from proxy import Settings
-from proxy.ingest.extraction import name_key
-from proxy.ingest.parsing import parse_document
+from proxy.core.settings import Settings
+from proxy.extraction.results import name_key
+from proxy.parsing.files import parse_document
 from tests.fake_ollama import FakeOllama
 from tests.invariants import check_store
 from tests.reliability_harness import (

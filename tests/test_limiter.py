@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from proxy.limiter import Busy, Priority, PriorityLimiter
+from proxy.core.limiter import Busy, Priority, PriorityLimiter
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
 

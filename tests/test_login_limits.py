@@ -14,7 +14,7 @@ import pytest
 
 from admin import routes_auth
 from admin.login_limit import OVERALL, PER_CLIENT, WINDOW, client_key
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.conftest import running
 from tests.fake_ollama import FakeOllama
 from tests.test_console_auth import PASSWORD, log_in

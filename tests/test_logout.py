@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from admin.auth import COOKIE, REVOKED_FILE, Auth
-from proxy import Settings
+from proxy.core.settings import Settings
 from tests.console_helpers import csrf_of
 from tests.fake_ollama import FakeOllama
 from tests.test_console_auth import PASSWORD, console_client, log_in

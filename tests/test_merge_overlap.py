@@ -9,8 +9,8 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from proxy import Settings
-from proxy.ingest import merger
+from proxy.core.settings import Settings
+from proxy.merging import batches as merger
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama

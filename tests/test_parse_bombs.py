@@ -17,7 +17,7 @@ import pytest
 from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
-from proxy.settings import Settings
+from proxy.core.settings import Settings
 from tests.conftest import gateway_client
 from tests.fake_ollama import FakeOllama
 

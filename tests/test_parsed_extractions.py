@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.ingest.extraction import ExtractedEntity, ExtractedRelation, ExtractionResult
-from proxy.ingest.integrate import ParsedExtractions
+from proxy.extraction.results import ExtractedEntity, ExtractedRelation, ExtractionResult
+from proxy.merging.recompute import ParsedExtractions
 from proxy.store.knowledge import now
 from proxy.store.tables_duckdb import Database
 

@@ -1,4 +1,4 @@
-"""proxy.ingest.parsing: names, types, limits, and text extraction from real files of each format."""
+"""proxy.parsing.files: names, types, limits, and text extraction from real files of each format."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import docx
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from proxy.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
-from proxy.ingest import parsing
-from proxy.ingest.parsing import SUPPORTED_TYPES, ParsedDocument, normalise_text, parse_document, safe_name
+from proxy.core.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
+from proxy.parsing import files as parsing
+from proxy.parsing.files import SUPPORTED_TYPES, ParsedDocument, normalise_text, parse_document, safe_name
 
 MAX = 50 * 1024 * 1024
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"

@@ -21,7 +21,7 @@ import pytest
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from proxy.store.changes import Changeset, ChunkRow, EntityRow, RelationRow, pair_key
 from proxy.store.knowledge import KnowledgeStore
 from tests.conftest import running

@@ -10,7 +10,7 @@ import re
 import pytest
 from starlette.routing import Route
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.fake_ollama import FakeOllama
 from tests.test_console_auth import PASSWORD, console_client, log_in
 

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from proxy import Settings
+from proxy.core.settings import Settings
 from proxy.retrieval.select import round_robin, weighted_quota
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
@@ -231,7 +231,7 @@ def test_round_robin_dedups() -> None:
 
 
 async def test_an_oversized_only_entity_is_cut_to_its_budget(kb: httpx.AsyncClient) -> None:
-    from proxy.tokens import get_tokenizer
+    from proxy.core.tokens import get_tokenizer
 
     result = await query(kb, query="q", mode="local", ll_keywords=["Acme Corp"], hl_keywords=[], max_entity_tokens=12)
     section = result["context"].split("## Entities (knowledge graph)\n")[1].split("\n\n")[0]

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from starlette.routing import Route
 
-from proxy import Settings, create_app
-from proxy.settings import SETTINGS
+from proxy.app import Settings, create_app
+from proxy.core.settings import SETTINGS
 from tests.console_helpers import csrf_of
 from tests.reliability_harness import Gateway, ScriptedUpstream, document, wait_until
 from tests.test_console_auth import PASSWORD, console_client, console_paths, log_in

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import build_parser
-from proxy.settings import SETTINGS, Settings, SettingsError, settings_markdown
+from proxy.cli.main import build_parser
+from proxy.core.settings import SETTINGS, Settings, SettingsError, settings_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

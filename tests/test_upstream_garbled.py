@@ -14,7 +14,7 @@ import json
 import httpx
 import pytest
 
-from proxy import Settings, create_app
+from proxy.app import Settings, create_app
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import GARBLED_LINES, FakeOllama

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from proxy.tokens import Tokenizer
+from proxy.core.tokens import Tokenizer
 
 _HEADING = re.compile(r"#{1,6}[ \t]")
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})")

@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 
 
-from ..models import CacheEntry
-from ..store.knowledge import now
-from ..store.tables_duckdb import Con
+from proxy.upstream.model_calls import CacheEntry
+from proxy.store.knowledge import now
+from proxy.store.tables_duckdb import Con
 
 STATUSES = ("pending", "processing", "processed", "failed")
 _COLUMNS = ("id", "name", "mime", "size", "status", "error", "chunks_total", "chunks_done", "replaces",

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
-from ..errors import GraphGateError
-from ..settings import Settings
-from .parse_worker import parse_isolated
-from .parsing import SUPPORTED_TYPES
+from proxy.core.errors import GraphGateError
+from proxy.core.settings import Settings
+from proxy.parsing.workers import parse_isolated
+from proxy.parsing.files import SUPPORTED_TYPES
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from proxy.ingest.pipeline import Pipeline
 
 log = logging.getLogger("graphgate.inbox")
 

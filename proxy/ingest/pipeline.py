@@ -24,19 +24,19 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
-from ..errors import Conflict, GraphGateError, NotFound, StorageError, first_error
-from ..models import CacheEntry, ModelClient
-from ..settings import Settings
-from ..store.batching import CommitGroup, Pending
-from ..store.changes import Changeset
-from ..store.knowledge import KnowledgeStore, now
-from ..tokens import Tokenizer
-from . import documents as sql
-from .chunking import Chunk, chunk_text
-from .chunk_extraction import extract_chunk
-from .integrate import Integrator
-from .merger import Merger
-from .parsing import ParsedDocument
+from proxy.core.errors import Conflict, GraphGateError, NotFound, StorageError, first_error
+from proxy.upstream.model_calls import CacheEntry, ModelClient
+from proxy.core.settings import Settings
+from proxy.store.batching import CommitGroup, Pending
+from proxy.store.changes import Changeset
+from proxy.store.knowledge import KnowledgeStore, now
+from proxy.core.tokens import Tokenizer
+from proxy.ingest import documents as sql
+from proxy.ingest.chunking import Chunk, chunk_text
+from proxy.extraction.per_chunk import extract_chunk
+from proxy.merging.recompute import Integrator
+from proxy.merging.batches import Merger
+from proxy.parsing.files import ParsedDocument
 
 log = logging.getLogger("graphgate.ingest")
 HANDOVER_BYTES = 64_000_000  # memory for the text of queued uploads, kept for their workers; the rest is read back

@@ -9,12 +9,12 @@ from collections.abc import Callable
 import anyio.to_thread
 import numpy as np
 
-from ..limiter import Priority
-from ..models import ModelClient
-from ..settings import Settings
-from ..store.knowledge import INDEXED_TABLES, KnowledgeStore
-from ..store.tables_duckdb import Con, bump_generation, get_meta, next_keys, set_meta
-from .merging import embed_hash, entity_text, relation_text
+from proxy.core.limiter import Priority
+from proxy.upstream.model_calls import ModelClient
+from proxy.core.settings import Settings
+from proxy.store.knowledge import INDEXED_TABLES, KnowledgeStore
+from proxy.store.tables_duckdb import Con, bump_generation, get_meta, next_keys, set_meta
+from proxy.merging.rules import embed_hash, entity_text, relation_text
 
 log = logging.getLogger("graphgate.reindex")
 BATCH = 256

@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..tokens import Tokenizer
-from .search import FoundChunk, FoundEntity, FoundRelation
+from proxy.core.tokens import Tokenizer
+from proxy.retrieval.search import FoundChunk, FoundEntity, FoundRelation
 
 INSTRUCTIONS = """You answer questions using the knowledge base context below: facts from a knowledge \
 graph (entities and their relations) and passages from the user's documents.

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..limiter import Busy, Priority
-from ..models import CacheEntry, ModelClient
+from proxy.core.limiter import Busy, Priority
+from proxy.upstream.model_calls import CacheEntry, ModelClient
 
 KEYWORD_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BadRequest
-from ..settings import Settings
+from proxy.core.errors import BadRequest
+from proxy.core.settings import Settings
 
 MODES = ("local", "global", "hybrid", "mix", "naive", "bypass")
 

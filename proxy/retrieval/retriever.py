@@ -21,18 +21,18 @@ from typing import Any
 import anyio.to_thread
 import numpy as np
 
-from ..limiter import Priority
-from ..models import CacheEntry, ModelClient
-from ..settings import Settings
-from ..store.knowledge import KnowledgeStore
-from ..tokens import Tokenizer
-from . import search
-from .budget import Budget
-from .context import Context, build_context
-from .keywords import Keywords, extract_keywords, fallback
-from .params import QueryParams
-from .search import FoundChunk, FoundEntity, FoundRelation
-from .select import by_similarity, cosine_to, rank_relations, round_robin, weighted_quota
+from proxy.core.limiter import Priority
+from proxy.upstream.model_calls import CacheEntry, ModelClient
+from proxy.core.settings import Settings
+from proxy.store.knowledge import KnowledgeStore
+from proxy.core.tokens import Tokenizer
+from proxy.retrieval import search
+from proxy.retrieval.budget import Budget
+from proxy.retrieval.context import Context, build_context
+from proxy.retrieval.keywords import Keywords, extract_keywords, fallback
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.search import FoundChunk, FoundEntity, FoundRelation
+from proxy.retrieval.select import by_similarity, cosine_to, rank_relations, round_robin, weighted_quota
 
 
 @dataclass

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..store.knowledge import KnowledgeStore
-from ..store.rows_memory import EntityMeta, RelationMeta, descriptions
-from ..store.tables_duckdb import Con
+from proxy.store.knowledge import KnowledgeStore
+from proxy.store.rows_memory import EntityMeta, RelationMeta, descriptions
+from proxy.store.tables_duckdb import Con
 
 
 @dataclass
@@ -134,7 +134,7 @@ def degrees(store: KnowledgeStore, keys: list[str]) -> dict[str, int]:
 
 def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:
     """Pair keys of every edge touching ``keys``, in the order of ``keys``."""
-    from ..store.changes import pair_key
+    from proxy.store.changes import pair_key
 
     pairs: dict[str, None] = {}
     with store.memory_lock:

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from .tables_duckdb import Con, Database
+from proxy.store.tables_duckdb import Con, Database
 
 T = TypeVar("T")
 

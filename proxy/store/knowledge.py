@@ -21,11 +21,11 @@ import anyio.to_thread
 import numpy as np
 import pyarrow as pa
 
-from .changes import Changeset, split_pair
-from .graph_igraph import EntityGraph
-from .rows_memory import EntityMeta, MemoryRows, RelationMeta, graph_edges
-from .tables_duckdb import Con, Database, bump_generation, get_meta, next_keys, set_meta
-from .vectors_usearch import VectorIndex
+from proxy.store.changes import Changeset, split_pair
+from proxy.store.graph_igraph import EntityGraph
+from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta, graph_edges
+from proxy.store.tables_duckdb import Con, Database, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.vectors_usearch import VectorIndex
 
 log = logging.getLogger("graphgate.store")
 

@@ -19,8 +19,8 @@ import anyio
 import anyio.to_thread
 import duckdb
 
-from ..errors import StorageError
-from .schema import migrate
+from proxy.core.errors import StorageError
+from proxy.store.schema import migrate
 
 T = TypeVar("T")
 Con = duckdb.DuckDBPyConnection

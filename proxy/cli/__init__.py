@@ -1,0 +1,1 @@
+"""The graphgate command line."""

@@ -1,0 +1,241 @@
+"""``graphgate ingest``, ``status`` and ``reindex``.
+
+``ingest`` and ``status`` talk to the running gateway over its /rag API; when none answers they
+start the gateway in-process (same code, same API) for the duration of the command, since only
+one process may open the store at a time. ``reindex`` needs the store to itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from proxy.parsing.files import SUPPORTED_TYPES
+from proxy.core.data_dir import DATABASE_FILE, has_store
+from proxy.core.errors import GraphGateError
+from proxy.core.settings import Settings
+
+console = Console(stderr=True)
+
+
+def gateway_url(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    return f"http://{host}:{settings.port}"
+
+
+class CommandError(GraphGateError):
+    """A sentence for the user that ends the command (exit status 1) without a traceback."""
+
+
+def no_store_message(settings: Settings, url: str, *, can_create: bool) -> str:
+    what = (f"no gateway answers at {url} and there is no knowledge store at {settings.data_dir} "
+            f"(no {DATABASE_FILE} there)")
+    hint = ("start `graphgate serve` first, or give --port / --data-dir (GRAPHGATE_PORT, GRAPHGATE_DATA_DIR) "
+            "if the gateway or the store is elsewhere")
+    return f"{what}: {hint}" + ("; or add --create to start a new store there" if can_create else "")
+
+
+@contextlib.asynccontextmanager
+async def rag_client(settings: Settings, *, create: bool = False,
+                     offer_create: bool = False) -> AsyncIterator[httpx.AsyncClient]:
+    """The running gateway's /rag API, or one run in this process over the store when none answers.
+
+    Never a second store by accident: without a gateway, the store must already exist where the
+    settings say (or ``create`` must be asked for), and it must not be held by another process."""
+    headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    url = gateway_url(settings)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, trust_env=False) as client:
+        try:
+            probe = await client.get("/rag/stats")
+            if probe.status_code == 401:  # a console password or an API key guards the gateway's /rag
+                raise CommandError(f"the gateway at {url} needs its API key: set GRAPHGATE_API_KEY (or --api-key) "
+                                   "for this command; a gateway with only a console password needs an API key "
+                                   "set too for the command line")
+            console.print(f"[dim]using the gateway at {url}[/dim]")
+            yield client
+            return
+        except httpx.ConnectError:
+            pass
+    if not has_store(settings.data_dir) and not create:
+        raise CommandError(no_store_message(settings, url, can_create=offer_create))
+    from proxy.app import create_app  # no gateway running: run one in this process
+
+    app = create_app(settings, watch_seconds=0)  # a command's few calls say for themselves if the upstream is down
+    async with app.router.lifespan_context(app):
+        error = app.state.gateway.knowledge_error
+        if error is not None:
+            raise CommandError(f"no gateway answers at {url}, and the knowledge store at {settings.data_dir} "
+                               f"cannot be opened ({error}); if a gateway runs on another port, give it "
+                               "with --port")
+        state = "a new store" if create and not has_store(settings.data_dir) else "the store"
+        console.print(f"[dim]no gateway at {url}; working on {state} at {settings.data_dir} directly[/dim]")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=url, headers=headers, timeout=None) as client:
+            yield client
+
+
+def collect_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_TYPES)
+        elif path.is_file():
+            files.append(path)
+        else:
+            console.print(f"[red]no such file or folder: {raw}[/red]")
+    return files
+
+
+UPLOADS_IN_FLIGHT = 16  # uploads that reach the gateway together are stored in one transaction (8 left
+# the gateway waiting on its writer between rounds; more holds more files in memory at once)
+
+
+async def _upload(client: httpx.AsyncClient, files: list[Path]) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = [{} for _ in files]
+    limiter = anyio.CapacityLimiter(UPLOADS_IN_FLIGHT)
+
+    async def one(i: int, path: Path) -> None:
+        async with limiter:
+            response = await client.post("/rag/documents", files={"file": (path.name, path.read_bytes())})
+        body = response.json()
+        result = (body.get("documents") or [{"name": path.name, "outcome": "rejected", "error": body.get("error")}])[0]
+        result["path"] = str(path)
+        results[i] = result
+        if result["outcome"] == "rejected":
+            console.print(f"[red]rejected[/red] {path}: {result.get('error')}")
+
+    async def lane(indexes: list[int]) -> None:
+        for i in indexes:  # files of one name in order: the later one is the newer version
+            await one(i, files[i])
+
+    lanes: dict[str, list[int]] = {}
+    for i, path in enumerate(files):
+        lanes.setdefault(path.name, []).append(i)
+    async with anyio.create_task_group() as group:
+        for indexes in lanes.values():
+            group.start_soon(lane, indexes)
+    return results
+
+
+async def _follow(client: httpx.AsyncClient, ids: list[str]) -> dict[str, dict[str, Any]]:
+    final: dict[str, dict[str, Any]] = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("processing", total=len(ids))
+        while len(final) < len(ids):
+            for document_id in [i for i in ids if i not in final]:
+                response = await client.get(f"/rag/documents/{document_id}")
+                if response.status_code == 404:  # a later file of the same name replaced it before it ran
+                    final[document_id] = {"status": "superseded"}
+                    continue
+                document = response.json()
+                if document.get("status") in ("processed", "failed"):
+                    final[document_id] = document
+                    if document["status"] == "failed":
+                        console.print(f"[red]failed[/red] {document['name']}: {document['error']}")
+            progress.update(task, completed=len(final))
+            await anyio.sleep(0.3)
+    return final
+
+
+async def ingest(settings: Settings, paths: list[str], create: bool = False) -> int:
+    files = collect_files(paths)
+    if not files:
+        console.print("nothing to ingest (supported: " + ", ".join(SUPPORTED_TYPES) + ")")
+        return 1
+    async with rag_client(settings, create=create, offer_create=True) as client:
+        results = await _upload(client, files)
+        waiting = [r["id"] for r in results if r["outcome"] in ("accepted", "replaced")]
+        final = await _follow(client, waiting)
+    counts = {"processed": 0, "failed": 0, "duplicate": 0, "rejected": 0, "superseded": 0}
+    for result in results:
+        outcome = final[result["id"]]["status"] if result.get("id") in final else result["outcome"]
+        counts[outcome if outcome in counts else "processed"] += 1
+    console.print(", ".join(f"{n} {k}" for k, n in counts.items()))
+    return 1 if counts["failed"] or counts["rejected"] else 0
+
+
+async def status(settings: Settings) -> int:
+    async with rag_client(settings) as client:
+        stats = (await client.get("/rag/stats")).json()
+        pipeline = (await client.get("/rag/pipeline")).json()
+    print(json.dumps({"store": stats, "pipeline": pipeline}, indent=2))
+    return 0
+
+
+async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> int:
+    async with rag_client(settings) as client:
+        response = await client.post("/rag/query", json=request)
+    result = response.json()
+    if response.status_code != 200:
+        console.print(f"[red]{result.get('error')}[/red]")
+        return 1
+    if as_json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    keywords = result["keywords"] or {}
+    print(f"mode {result['mode']}; keywords: low {keywords.get('low_level', [])}, high {keywords.get('high_level', [])}")
+    print(f"{len(result['entities'])} entities, {len(result['relations'])} relations, {len(result['chunks'])} chunks; "
+          f"tokens {result['tokens']}; timings (ms) {result['timings']}")
+    print()
+    print(result["context"] or f"(no context: {result['skipped']})")
+    if "answer" in result:
+        print("\n--- answer ---\n" + result["answer"])
+    return 0
+
+
+async def reindex(settings: Settings) -> int:
+    from proxy.ingest.reindex import reindex as run_reindex
+    from proxy.core.limiter import PriorityLimiter
+    from proxy.upstream.model_calls import ModelClient
+    from proxy.store.knowledge import KnowledgeStore
+    from proxy.upstream.client import Upstream
+
+    if not has_store(settings.data_dir):
+        raise CommandError(f"there is no knowledge store at {settings.data_dir} (no {DATABASE_FILE} there): "
+                           "nothing to reindex; give --data-dir (GRAPHGATE_DATA_DIR) if it is elsewhere")
+    try:
+        store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
+    except Exception as exc:  # noqa: BLE001 - most often: the running gateway holds the lock
+        console.print(f"[red]cannot open the store at {settings.data_dir}: {exc}[/red]\n"
+                      "stop `graphgate serve` first: reindex needs the store to itself")
+        return 1
+    upstream = Upstream(settings)
+    try:
+        models = ModelClient(upstream, PriorityLimiter(settings.llm_concurrency), settings)
+        models.expected_dim = store.embedding_dim()
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console) as bar:
+            tasks: dict[str, Any] = {}
+
+            def report(what: str, done: int, total: int) -> None:
+                if what not in tasks:
+                    tasks[what] = bar.add_task(what, total=total)
+                bar.update(tasks[what], completed=done, total=total)
+
+            sizes = await run_reindex(store, models, settings, report)
+        console.print("indexes rebuilt: " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
+        return 0
+    finally:
+        await upstream.aclose()
+        await store.close()
+
+
+def run(coroutine_fn: Any, *args: Any) -> int:
+    try:
+        return anyio.run(coroutine_fn, *args)
+    except CommandError as exc:
+        console.print(f"graphgate: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

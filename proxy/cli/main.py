@@ -1,0 +1,132 @@
+"""The ``graphgate`` command line. Every setting is also a flag, which overrides the environment."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from proxy.guards.hosts import bind_is_loopback
+from proxy.core.settings import DEFAULTS_IN_WORDS, SETTINGS, Settings, SettingsError, settings_markdown
+
+log = logging.getLogger("graphgate")
+
+# what `graphgate --help` prints (plain text: the module docstring's markup would show as is)
+DESCRIPTION = ("GraphGate: an Ollama-compatible chat gateway that grounds every chat turn in your own documents. "
+               "Every setting is also a flag of each command, which overrides its environment variable.")
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (each overrides its environment variable)")
+    for setting in SETTINGS:
+        text = f"{setting.help} [default: {DEFAULTS_IN_WORDS.get(setting.name) or setting.default or 'unset'}]"
+        # argparse %-formats help text: a literal "80 %" would crash every --help
+        group.add_argument(setting.flag, dest=setting.name, metavar=setting.env, help=text.replace("%", "%%"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphgate", description=DESCRIPTION)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway (Ollama API on GRAPHGATE_HOST:GRAPHGATE_PORT)")
+    _add_setting_flags(serve)
+    show = commands.add_parser("settings", help="print the effective settings and where each came from")
+    show.add_argument("--markdown", action="store_true", help="print the reference table for README.md")
+    _add_setting_flags(show)
+    ingest = commands.add_parser("ingest", help="add files and folders (recursively) to the knowledge store")
+    ingest.add_argument("paths", nargs="+", metavar="PATH")
+    ingest.add_argument("--create", action="store_true",
+                        help="when no gateway answers and no store exists yet, create a new store (in "
+                             "GRAPHGATE_DATA_DIR) instead of stopping")
+    _add_setting_flags(ingest)
+    status = commands.add_parser("status", help="print the store's counts and the pipeline's work")
+    _add_setting_flags(status)
+    query = commands.add_parser("query", help="retrieve for a question and print what chat augmentation would inject")
+    query.add_argument("text", metavar="QUESTION")
+    query.add_argument("--num-ctx", type=int, help="simulate a model context window of this many tokens")
+    query.add_argument("--answer", action="store_true", help="also generate the answer")
+    query.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    _add_setting_flags(query)
+    reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; re-embed "
+                                                  "everything if the embedding model changed")
+    _add_setting_flags(reindex)
+    return parser
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    from proxy.app import create_app
+    from proxy.core.errors import GraphGateError
+
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for notice in settings.notices:
+        log.warning("%s", notice)
+    log.info("knowledge store: %s", settings.data_dir)
+    if not bind_is_loopback(settings.host) and not settings.api_key:
+        log.warning("listening on %s without GRAPHGATE_API_KEY: anyone who can reach this address can "
+                    "use the API", settings.host)
+    if not bind_is_loopback(settings.host) and not settings.admin_password:
+        log.warning("listening on %s without GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ answers only "
+                    "clients on this machine", settings.host)
+    try:
+        app = create_app(settings)
+    except GraphGateError as exc:  # e.g. an installation that lacks the console's files
+        print(f"graphgate: {exc.message}", file=sys.stderr)
+        return 1
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                timeout_graceful_shutdown=settings.shutdown_grace, server_header=False)
+    return 0
+
+
+def print_settings(settings: Settings, *, markdown: bool) -> int:
+    if markdown:
+        print(settings_markdown(), end="")
+        return 0
+    for setting, shown, source in settings.describe():
+        print(f"{setting.env:<30} {shown}  ({source})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # inside the try: a reader that left makes this raise, not the exit's flush
+        return status
+    except BrokenPipeError:
+        # the reader of our output went away (`graphgate settings | head`): not an error of ours.
+        # Point stdout at devnull so that the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides = {s.name: getattr(args, s.name, None) for s in SETTINGS}
+    try:
+        settings = Settings.load(overrides=overrides)
+    except SettingsError as exc:
+        print(f"graphgate: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        return serve(settings)
+    if args.command == "settings":
+        return print_settings(settings, markdown=args.markdown)
+    from proxy.cli import commands as cli_commands
+
+    logging.basicConfig(level=max(logging.WARNING, logging.getLevelName(settings.log_level.upper())))
+    for notice in settings.notices:
+        log.warning("%s", notice)
+    if args.command == "ingest":
+        return cli_commands.run(cli_commands.ingest, settings, args.paths, args.create)
+    if args.command == "status":
+        return cli_commands.run(cli_commands.status, settings)
+    if args.command == "query":
+        # --mode (GRAPHGATE_MODE) picks the retrieval mode, as it does for the gateway
+        request = {"query": args.text, "mode": settings.mode, "num_ctx": args.num_ctx, "answer": args.answer}
+        return cli_commands.run(cli_commands.query, settings, {k: v for k, v in request.items() if v is not None},
+                                args.json)
+    if args.command == "reindex":
+        return cli_commands.run(cli_commands.reindex, settings)
+    return 2

@@ -1,0 +1,1 @@
+"""The shared kernel: errors, settings, the tokenizer, limits, request and error shapes."""

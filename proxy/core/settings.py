@@ -1,0 +1,343 @@
+"""GraphGate's settings: one declared table, read once at start-up.
+
+Each row of ``SETTINGS`` names a setting, its environment variable, its default, a parser
+and a line of help. ``Settings.load()`` reads the environment, lets command-line values
+override it and fails with a ``SettingsError`` naming the variable and the bad value.
+README.md documents every row (``tests/test_settings.py`` checks that it does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proxy.core.data_dir import default_data_dir, user_data_dir
+from proxy.guards.hosts import parse_allowed_hosts
+
+
+class SettingsError(ValueError):
+    """A setting has a value GraphGate cannot use; the message names the variable."""
+
+
+from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers are part of the settings API
+    choice,
+    int_between,
+    parse_bool,
+    parse_db_memory,
+    parse_fraction,
+    parse_log_level,
+    parse_names,
+    parse_optional_path,
+    parse_optional_str,
+    parse_origins,
+    parse_path,
+    parse_port,
+    parse_positive_float,
+    parse_positive_int,
+    parse_size,
+    parse_url,
+)
+
+DEFAULT_ORIGINS = ",".join(
+    f"{scheme}://{host}{port}"
+    for host in ("localhost", "127.0.0.1", "0.0.0.0")
+    for scheme in ("http", "https")
+    for port in ("", ":*")
+) + ",app://*,file://*,tauri://*,vscode-webview://*,chrome-extension://*,moz-extension://*,safari-web-extension://*"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    env: str
+    default: str
+    parse: Callable[[str], Any]
+    help: str
+    secret: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("upstream", "GRAPHGATE_UPSTREAM", "http://127.0.0.1:11434", parse_url,
+            "URL of the upstream Ollama server that GraphGate forwards to."),
+    Setting("host", "GRAPHGATE_HOST", "127.0.0.1", str,
+            "Address to listen on. Binding elsewhere than loopback without a key or password logs a warning."),
+    Setting("port", "GRAPHGATE_PORT", "11435", parse_port, "TCP port to listen on."),
+    Setting("data_dir", "GRAPHGATE_DATA_DIR", "", parse_optional_path,
+            "Directory holding the knowledge store (DuckDB database, vector indexes). Unset: the user's data "
+            "directory (`~/.local/share/graphgate` on Linux, `~/Library/Application Support/graphgate` on "
+            "macOS, `%LOCALAPPDATA%\\graphgate` on Windows), the same for the server and every CLI command; a "
+            "`./graphgate-data` store left by an earlier version in the current directory is used, with a "
+            "warning, until it is moved."),
+    Setting("allowed_hosts", "GRAPHGATE_ALLOWED_HOSTS", "", parse_allowed_hosts,
+            "More host names (comma-separated, any port; `*.example.com` for a domain, `*` for any) a request's "
+            "Host header may name, besides IP literals and localhost. Checked on a loopback bind (against DNS "
+            "rebinding) and, when set, on any bind."),
+    Setting("api_key", "GRAPHGATE_API_KEY", "", parse_optional_str,
+            "When set, every /api/* and /v1/* request needs `Authorization: Bearer <key>`.", secret=True),
+    Setting("max_body_bytes", "GRAPHGATE_MAX_BODY_BYTES", "64MiB", parse_size,
+            "Largest request body accepted on JSON endpoints (blob uploads are streamed and exempt)."),
+    Setting("connect_timeout", "GRAPHGATE_CONNECT_TIMEOUT", "10", parse_positive_float,
+            "Seconds to wait for a connection to the upstream."),
+    Setting("read_timeout", "GRAPHGATE_READ_TIMEOUT", "600", parse_positive_float,
+            "Seconds the upstream may stay silent before a request fails with 504 (between bytes; "
+            "streams have no total time limit, so long answers are never cut)."),
+    Setting("discovery_timeout", "GRAPHGATE_DISCOVERY_TIMEOUT", "5", parse_positive_float,
+            "Seconds allowed for /api/version, /api/tags, /api/ps and /api/show; on timeout /api/tags "
+            "answers from its last good copy."),
+    Setting("cors_origins", "GRAPHGATE_CORS_ORIGINS", DEFAULT_ORIGINS, parse_origins,
+            "Comma-separated browser origins allowed to call the API (`*` wildcards allowed, `*` alone "
+            "allows all). The default is Ollama's: localhost pages on any port and app/extension schemes."),
+    Setting("shutdown_grace", "GRAPHGATE_SHUTDOWN_GRACE", "5", parse_positive_float,
+            "Seconds open requests (a streaming chat) get to finish after SIGTERM before they are cut; "
+            "ingestion is then checkpointed, so a stop stays well within 10 s."),
+    Setting("log_level", "GRAPHGATE_LOG_LEVEL", "info", parse_log_level,
+            "Logging level: debug, info, warning, error or critical."),
+    # --- knowledge store and ingestion ---
+    Setting("llm_model", "GRAPHGATE_LLM_MODEL", "", parse_optional_str,
+            "Upstream chat model for extraction and summaries; unset: the first model the upstream "
+            "lists with the `completion` capability."),
+    Setting("embed_model", "GRAPHGATE_EMBED_MODEL", "nomic-embed-text", str,
+            "Upstream embedding model. Changing it to one of another dimension requires `graphgate reindex`."),
+    Setting("embed_batch", "GRAPHGATE_EMBED_BATCH", "32", int_between(1, 1024),
+            "Texts per upstream /api/embed call."),
+    Setting("chunk_tokens", "GRAPHGATE_CHUNK_TOKENS", "1200", int_between(64, 32768),
+            "Chunk size in tokens (tiktoken cl100k_base)."),
+    Setting("chunk_overlap", "GRAPHGATE_CHUNK_OVERLAP", "100", int_between(0, 4096),
+            "Tokens of the previous chunk repeated at the start of the next."),
+    Setting("entity_types", "GRAPHGATE_ENTITY_TYPES",
+            "Person,Creature,Organization,Location,Event,Concept,Method,Content,Data,Artifact,NaturalObject",
+            parse_names, "Comma-separated entity types the extraction asks for (others become `Other`)."),
+    Setting("language", "GRAPHGATE_LANGUAGE", "English", str,
+            "Language of extracted descriptions and summaries."),
+    Setting("gleaning", "GRAPHGATE_GLEANING", "1", int_between(0, 3),
+            "Extra extraction passes per chunk that ask only for what was missed (0-3)."),
+    Setting("summary_fragments", "GRAPHGATE_SUMMARY_FRAGMENTS", "8", int_between(2, 1000),
+            "An entity or relation description is summarised by the LLM once it has this many fragments..."),
+    Setting("summary_tokens", "GRAPHGATE_SUMMARY_TOKENS", "1200", int_between(100, 100000),
+            "...or once its joined fragments exceed this many tokens."),
+    Setting("embed_concurrency", "GRAPHGATE_EMBED_CONCURRENCY", "4", int_between(1, 64),
+            "Embedding calls GraphGate sends the upstream at once (their own limit: the embedding model "
+            "runs beside the chat model, so its quick calls never queue behind generations)."),
+    Setting("llm_concurrency", "GRAPHGATE_LLM_CONCURRENCY", "2", int_between(1, 64),
+            "GraphGate's own chat-model calls at once (extraction, summaries, keywords); chat-time calls "
+            "get the next free slot first, but while both wait, ingestion gets every other slot."),
+    Setting("parallel_documents", "GRAPHGATE_PARALLEL_DOCUMENTS", "4", int_between(1, 64),
+            "Documents processed at once (their chunks share the LLM slots)."),
+    Setting("llm_retries", "GRAPHGATE_LLM_RETRIES", "3", int_between(1, 10),
+            "Tries for an upstream call that fails transiently (connection error, 5xx, timeout)."),
+    Setting("max_upload_bytes", "GRAPHGATE_MAX_UPLOAD_BYTES", "50MB", parse_size,
+            "Largest document accepted for ingestion."),
+    Setting("parse_seconds", "GRAPHGATE_PARSE_SECONDS", "120", parse_positive_float,
+            "Seconds one document may take to parse (in a worker process); a document taking longer is refused "
+            "with 413. The text extracted from a document may be at most GRAPHGATE_MAX_UPLOAD_BYTES characters."),
+    Setting("parse_memory", "GRAPHGATE_PARSE_MEMORY", "1GiB", parse_size,
+            "Memory one document may take to parse, beyond the parse worker's own; a document needing more is "
+            "refused with 413 and the worker replaced, so the gateway's memory stays where it was."),
+    Setting("inbox_dir", "GRAPHGATE_INBOX_DIR", "", parse_optional_path,
+            "Optional folder watched for new files, which are ingested automatically."),
+    Setting("index_save_seconds", "GRAPHGATE_INDEX_SAVE_SECONDS", "30", parse_positive_float,
+            "How often changed vector indexes are saved (they are also saved at shutdown and healed "
+            "from the database after a crash)."),
+    Setting("vector_dtype", "GRAPHGATE_VECTOR_DTYPE", "i8", choice("f32", "f16", "i8"),
+            "Element type of the vector indexes. i8 (768 bytes a 768-d vector, scaled per vector so that "
+            "no resolution is wasted) keeps 1M chunks within 4 GB at top-10 recall 0.98-0.99; f16 "
+            "doubles the memory for 0.998+, f32 doubles it again (bench/index_recall.py). Changing it "
+            "rebuilds the indexes at start-up."),
+    Setting("db_memory", "GRAPHGATE_DB_MEMORY", "1GB", parse_db_memory,
+            "Memory DuckDB may use for its caches (DuckDB's own default is 80 % of the machine's memory)."),
+    # --- retrieval and chat augmentation (LightRAG's defaults) ---
+    Setting("mode", "GRAPHGATE_MODE", "mix", choice("local", "global", "hybrid", "mix", "naive", "bypass"),
+            "Default retrieval mode: local, global, hybrid, mix, naive or bypass."),
+    Setting("top_k", "GRAPHGATE_TOP_K", "40", int_between(1, 1000), "Entities / relations taken from the vector search."),
+    Setting("chunk_top_k", "GRAPHGATE_CHUNK_TOP_K", "20", int_between(1, 1000), "Text chunks kept in the context."),
+    Setting("max_entity_tokens", "GRAPHGATE_MAX_ENTITY_TOKENS", "6000", int_between(0, 1_000_000),
+            "Token ceiling of the entities section."),
+    Setting("max_relation_tokens", "GRAPHGATE_MAX_RELATION_TOKENS", "8000", int_between(0, 1_000_000),
+            "Token ceiling of the relations section."),
+    Setting("max_total_tokens", "GRAPHGATE_MAX_TOTAL_TOKENS", "30000", int_between(100, 10_000_000),
+            "Token ceiling of the whole injected context (instructions, sections and references)."),
+    Setting("cosine_threshold", "GRAPHGATE_COSINE_THRESHOLD", "0.2", parse_fraction,
+            "Minimum cosine similarity of a vector match."),
+    Setting("related_chunks", "GRAPHGATE_RELATED_CHUNKS", "5", int_between(1, 100),
+            "Chunks taken per entity or relation from its sources."),
+    Setting("chunk_selection", "GRAPHGATE_CHUNK_SELECTION", "vector", choice("vector", "weight"),
+            "How an entity's source chunks are picked: by similarity to the query, or by weighted polling."),
+    Setting("keywords", "GRAPHGATE_KEYWORDS", "llm", choice("llm", "off"),
+            "`llm`: one model call per turn extracts keywords; `off`: search with the question's embedding alone."),
+    Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
+            "A separate (smaller) model for keyword extraction; unset: the extraction model."),
+    Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
+            "Longest wait, in seconds, for an upstream slot for a turn's keyword extraction; past it the "
+            "turn is searched with the question's embedding alone (as with keywords=off), at once when "
+            "as many such calls already queue as there are slots: a saturated upstream never holds a "
+            "chat back for long."),
+    Setting("history_turns", "GRAPHGATE_HISTORY_TURNS", "3", int_between(0, 50),
+            "Previous conversation turns the keyword extraction sees, so follow-up questions resolve."),
+    Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,
+            "Seconds retrieval may take before the turn is forwarded without context."),
+    Setting("augment_generate", "GRAPHGATE_AUGMENT_GENERATE", "false", parse_bool,
+            "Also augment /api/generate (off by default, like LightRAG)."),
+    Setting("answer_cache", "GRAPHGATE_ANSWER_CACHE", "false", parse_bool,
+            "Cache answers to identical non-streaming augmented requests (invalidated by every change to the "
+            "knowledge base)."),
+    Setting("default_num_ctx", "GRAPHGATE_DEFAULT_NUM_CTX", "4096", int_between(256, 10_000_000),
+            "Context window assumed when neither the request nor the model's parameters set `num_ctx`."),
+    Setting("answer_reserve", "GRAPHGATE_ANSWER_RESERVE", "1024", int_between(0, 1_000_000),
+            "Tokens of the context window kept free for the answer."),
+    Setting("raise_num_ctx", "GRAPHGATE_RAISE_NUM_CTX", "false", parse_bool,
+            "When a request sets no `num_ctx`, raise it so the full configured context fits (bounded by the "
+            "model's trained context length)."),
+    Setting("admin_password", "GRAPHGATE_ADMIN_PASSWORD", "", parse_optional_str,
+            "Password of the console at /admin/ (and of mutating /rag/* calls without the API key). Unset: the "
+            "console answers loopback clients only.", secret=True),
+    Setting("session_hours", "GRAPHGATE_SESSION_HOURS", "12", parse_positive_float,
+            "How long a console login lasts."),
+    Setting("suggest_threshold", "GRAPHGATE_SUGGEST_THRESHOLD", "0.9", parse_fraction,
+            "Embedding similarity from which two entities are suggested as duplicates in the console."),
+)
+
+SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+# defaults too long for a table cell, or computed at start-up, in words (README and --help)
+DEFAULTS_IN_WORDS = {"cors_origins": "Ollama's defaults", "entity_types": "LightRAG's eleven",
+                     "data_dir": "the user's data directory"}
+
+
+def _parse(setting: Setting, raw: str, source: str) -> Any:
+    try:
+        return setting.parse(raw)
+    except ValueError as exc:
+        where = setting.flag if source == "cli" else setting.env
+        raise SettingsError(f"{where}: invalid value {raw!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    upstream: str = "http://127.0.0.1:11434"
+    host: str = "127.0.0.1"
+    port: int = 11435
+    data_dir: Path = field(default_factory=user_data_dir)
+    allowed_hosts: tuple[str, ...] = ()
+    api_key: str | None = None
+    max_body_bytes: int = 64 * 1024**2
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+    discovery_timeout: float = 5.0
+    cors_origins: tuple[str, ...] = field(default_factory=lambda: parse_origins(DEFAULT_ORIGINS))
+    shutdown_grace: float = 5.0
+    log_level: str = "info"
+    llm_model: str | None = None
+    embed_model: str = "nomic-embed-text"
+    embed_batch: int = 32
+    chunk_tokens: int = 1200
+    chunk_overlap: int = 100
+    entity_types: tuple[str, ...] = ("Person", "Creature", "Organization", "Location", "Event", "Concept",
+                                     "Method", "Content", "Data", "Artifact", "NaturalObject")
+    language: str = "English"
+    gleaning: int = 1
+    summary_fragments: int = 8
+    summary_tokens: int = 1200
+    embed_concurrency: int = 4
+    llm_concurrency: int = 2
+    parallel_documents: int = 4
+    llm_retries: int = 3
+    max_upload_bytes: int = 50_000_000
+    parse_seconds: float = 120.0
+    parse_memory: int = 1024**3
+    inbox_dir: Path | None = None
+    index_save_seconds: float = 30.0
+    vector_dtype: str = "i8"
+    db_memory: str = "1GB"
+    mode: str = "mix"
+    top_k: int = 40
+    chunk_top_k: int = 20
+    max_entity_tokens: int = 6000
+    max_relation_tokens: int = 8000
+    max_total_tokens: int = 30000
+    cosine_threshold: float = 0.2
+    related_chunks: int = 5
+    chunk_selection: str = "vector"
+    keywords: str = "llm"
+    keyword_model: str | None = None
+    keyword_wait: float = 1.0
+    history_turns: int = 3
+    retrieval_timeout: float = 10.0
+    augment_generate: bool = False
+    answer_cache: bool = False
+    default_num_ctx: int = 4096
+    answer_reserve: int = 1024
+    raise_num_ctx: bool = False
+    admin_password: str | None = None
+    session_hours: float = 12.0
+    suggest_threshold: float = 0.9
+    # where each value came from: "default", "env" or "cli" (shown by the console)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # warnings about the values found while loading (a legacy ./graphgate-data store), for the log
+    notices: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None,
+             overrides: Mapping[str, str | None] | None = None) -> Settings:
+        """Defaults, then the environment, then command-line ``overrides`` (raw strings)."""
+        environ = os.environ if environ is None else environ
+        overrides = overrides or {}
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for setting in SETTINGS:
+            raw, source = setting.default, "default"
+            if setting.env in environ:
+                raw, source = environ[setting.env], "env"
+            if overrides.get(setting.name) is not None:
+                raw, source = str(overrides[setting.name]), "cli"
+            values[setting.name] = _parse(setting, raw, source)
+            sources[setting.name] = source
+        notices: tuple[str, ...] = ()
+        if values["data_dir"] is None:  # unset (or set empty): the per-user default
+            found, notice = default_data_dir()
+            if found is None:
+                raise SettingsError(f"GRAPHGATE_DATA_DIR is not set and {notice}")
+            values["data_dir"] = found
+            sources["data_dir"] = "default" if notice is None else "a legacy ./graphgate-data"
+            notices = (notice,) if notice else ()
+        return cls(**values, sources=sources, notices=notices)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> list[tuple[Setting, str, str]]:
+        """(setting, displayed value, source) rows with secrets masked."""
+        rows = []
+        for setting in SETTINGS:
+            value = getattr(self, setting.name)
+            if setting.secret:
+                shown = "(set, hidden)" if value else "(not set)"
+            elif value is None:
+                shown = "(not set)"
+            elif isinstance(value, tuple):
+                shown = ",".join(value)
+            else:
+                shown = str(value)
+            rows.append((setting, shown, self.sources.get(setting.name, "default")))
+        return rows
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def settings_markdown() -> str:
+    """The settings reference table for README.md (``graphgate settings --markdown``)."""
+    lines = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
+    for setting in SETTINGS:
+        default = DEFAULTS_IN_WORDS.get(setting.name) or (f"`{setting.default}`" if setting.default else "(unset)")
+        meaning = setting.help.replace("|", "\\|")
+        lines.append(f"| `{setting.env}` | `{setting.flag}` | {default} | {meaning} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Entity and relation extraction: prompts, the per-chunk calls, reading the replies."""

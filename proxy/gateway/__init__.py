@@ -1,0 +1,1 @@
+"""The Ollama and OpenAI surfaces: routes, the chat pipeline, grounding, relaying replies."""

@@ -1,0 +1,367 @@
+"""The chat pipeline's retrieval stage: decide whether a turn is augmented, retrieve, inject.
+
+Forwarded untouched: Open WebUI background tasks, /bypass turns, "continue" (assistant last) and
+tool turns, model loads (no messages), models without the completion capability, and every turn
+while the knowledge base is empty or unavailable, or the upstream cannot describe the model
+(/api/show). Every such turn leaves a trace with its reason (GET /rag/traces, the console's Chats
+page). Retrieval never blocks a chat: on any failure or timeout the turn goes upstream without
+context, and the failure is logged and traced.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from starlette.responses import Response
+
+from proxy.gateway.budget_window import window_for
+from proxy.gateway.chat import ChatTurn
+from proxy.core.errors import GraphGateError, UpstreamError
+from proxy.gateway.forward import forward
+from proxy.upstream.model_calls import cache_key
+from proxy.gateway.prefixes import TurnControl, header_mode, parse_prefix
+from proxy.retrieval.budget import Budget, conversation_tokens, message_text, plan_budget
+from proxy.retrieval.context import context_summary
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.retriever import Retrieval
+from proxy.core.responses import json_bytes
+from proxy.gateway.synthetic import ollama_reply, openai_reply
+from proxy.knowledge.traces import Trace
+
+if TYPE_CHECKING:
+    from proxy.state import Gateway
+
+log = logging.getLogger("graphgate.augment")
+
+NO_CONTEXT = "(The knowledge base has nothing relevant to this question.)"
+
+
+# --- Open WebUI's background tasks -------------------------------------------------------------
+#
+# Open WebUI asks the chat model for titles, tags, follow-ups, search/retrieval queries, emojis,
+# autocompletions, image prompts, tool choices and mixture-of-agents merges. None of these are
+# questions for the knowledge base: augmenting them costs a keyword call and retrieval, and puts
+# context where Open WebUI expects bare JSON. Open WebUI marks them on the wire only when told to
+# (the X-Task header through OLLAMA_API_CONFIGS, see the README; it drops `metadata.task` before
+# sending), so they are also recognised by the text of its default templates (config.py), as
+# backend/open_webui/utils/task.py renders them: {{MESSAGES:END:n}} becomes "ROLE: content" lines,
+# {{prompt}}/{{PROMPT}}, {{TYPE}}, {{CURRENT_DATE}}, {{TOOLS}} and {{responses}} are filled in.
+#
+# Conservative on purpose: only fixed sentences of the templates are matched, never the variable
+# parts, and only in the place Open WebUI puts them (the turn's one user message, after nothing but
+# system messages; for tool choice, the system message). Someone typing "### Task: ..." in a chat
+# is still augmented: the "### Task:" shape also needs Open WebUI's rendered <chat_history> block
+# ("USER: ..." lines, or nothing), which prose does not contain.
+
+_TASK_HEADING = "### Task:"
+_CHAT_HISTORY = re.compile(r"<chat_history>(.*?)</chat_history>", re.S)
+_RENDERED_HISTORY = re.compile(r"\A\s*(?:\Z|[A-Z][A-Z_]*: )")  # empty, or get_messages_content's "ROLE: ..."
+# which "### Task:" template, from its task line (the first paragraph under the heading); the
+# phrases hold for the current defaults and for the older ones (e.g. "Generate a concise, 3-5 word
+# title with an emoji ..."), and are tried in this order
+_TASK_LINES = (
+    ("autocomplete", re.compile(r"\bautocompletion system\b", re.I)),
+    ("follow-ups", re.compile(r"\bfollow-up questions\b", re.I)),
+    ("tags", re.compile(r"\btags\b", re.I)),
+    ("query generation", re.compile(r"\bsearch queries\b", re.I)),
+    ("image prompt", re.compile(r"\bimage generation\b", re.I)),
+    ("title", re.compile(r"\btitle\b", re.I)),
+)
+_EMOJI_OPENING = "Your task is to reflect the speaker's likely facial expression through a fitting emoji."
+_EMOJI_MESSAGE = re.compile(r"\n\s*Message: ```.*```\s*\Z", re.S)
+_MOA_OPENING = "You have been provided with a set of responses from various models to the latest user query: \""
+_MOA_TASK = "Your task is to synthesize these responses into a single, high-quality response."
+_MOA_RESPONSES = "\nResponses from models: "
+_TOOLS_HEADING = "Available Tools: "
+_TOOLS_TASK = ("Your task is to choose and return the correct tool(s) from the list of available tools "
+               "based on the query.")
+_TOOLS_QUERY = re.compile(r"\A(?:Query: |History:\n.*\nQuery: )", re.S)  # old and current shapes
+
+
+def _task_template(text: str) -> str | None:
+    """Which Open WebUI task a user message's text is the rendered template of, if any."""
+    text = text.lstrip()
+    if text.startswith(_TASK_HEADING):
+        history = _CHAT_HISTORY.search(text)
+        if history is None or not _RENDERED_HISTORY.match(history.group(1)):
+            return None
+        task_line = text[len(_TASK_HEADING):].strip().split("\n\n", 1)[0].split("\n#", 1)[0]
+        return next((name for name, pattern in _TASK_LINES if pattern.search(task_line)), "'### Task:' template")
+    if text.startswith(_EMOJI_OPENING) and _EMOJI_MESSAGE.search(text):
+        return "emoji"
+    if text.startswith(_MOA_OPENING) and _MOA_TASK in text and _MOA_RESPONSES in text:
+        return "mixture of agents"
+    return None
+
+
+def _tools_template(text: str) -> bool:
+    """Open WebUI's tool-choice template, in a system message (maybe after the model's own prompt)."""
+    heading = text.find(_TOOLS_HEADING)
+    return heading >= 0 and _TOOLS_TASK in text[heading:] and '"tool_calls"' in text[heading:]
+
+
+def recognise_task(turn: ChatTurn) -> tuple[str, str] | None:
+    """(task, how it was recognised) for an Open WebUI background task, or None. The X-Task
+    header wins; its templates are the fallback."""
+    task = turn.headers.get("x-task", "").strip()
+    if task and not task.startswith("{{"):  # an unsubstituted template means "no task"
+        return task, "X-Task header"
+    messages = turn.messages
+    if not messages or not all(isinstance(m, dict) for m in messages):
+        return None
+    *before, last = messages
+    if last.get("role") != "user" or any(m.get("role") != "system" for m in before):
+        return None  # a task is one user message, after at most system messages
+    text = message_text(last)
+    name = _task_template(text)
+    if name is None and before and _TOOLS_QUERY.match(text) and any(_tools_template(message_text(m))
+                                                                      for m in before):
+        name = "tools function calling"
+    return (name, "template") if name else None
+
+
+# a task's trace keeps the start of its prompt: the rest is Open WebUI's template and a copy of the
+# chat history, several KB each, four or five times per chat turn
+TASK_QUERY_CHARS = 200
+
+
+def describe_task(task: str, how: str) -> str:
+    source = "from the X-Task header" if how == "X-Task header" else "recognised by its template"
+    return f"background task ({task}, {source})"
+
+
+def shape_reason(turn: ChatTurn) -> str | None:
+    messages = turn.messages
+    if not messages:
+        return "no messages (model load or unload)"
+    if not all(isinstance(m, dict) for m in messages):
+        return "malformed messages (left for the upstream to refuse)"
+    role = messages[-1].get("role")
+    if role == "assistant":
+        return "continuation of an assistant message"
+    if role == "tool":
+        return "tool result"
+    if role != "user":
+        return f"last message is from {role!r}"
+    return None
+
+
+def first_text(message: dict[str, Any]) -> str:
+    """Where a prefix can stand: the content, or the first text part of an OpenAI parts list."""
+    content = message.get("content")
+    if isinstance(content, list):
+        text = next((p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"), "")
+        return text if isinstance(text, str) else ""
+    return content if isinstance(content, str) else ""
+
+
+def with_text(message: dict[str, Any], text: str) -> dict[str, Any]:
+    """The message with its text replaced (the first text part of an OpenAI parts list)."""
+    out = dict(message)
+    if isinstance(message.get("content"), list):
+        parts = copy.deepcopy(message["content"])
+        for part in parts:
+            if isinstance(part, dict) and part.get("type") == "text":
+                part["text"] = text
+                break
+        out["content"] = parts
+    else:
+        out["content"] = text
+    return out
+
+
+def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
+    """Our block joins the client's front system message, or becomes one; nothing else changes."""
+    if messages and messages[0].get("role") == "system":
+        first = messages[0]
+        content = first.get("content")
+        if isinstance(content, list):
+            merged = {**first, "content": [*content, {"type": "text", "text": block}]}
+        else:
+            merged = {**first, "content": f"{content}\n\n{block}" if content else block}
+        return [merged, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
+
+
+def history_of(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(m["role"], message_text(m)) for m in messages[:-1]
+            if m.get("role") in ("user", "assistant") and message_text(m).strip()]
+
+
+class Augmenter:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def __call__(self, turn: ChatTurn, *, whole_turn_only: bool = False) -> ChatTurn | Response:
+        """``whole_turn_only``: never answer the client directly (no /context reply, no cached
+        answer), for /api/generate, whose replies have another shape.
+
+        Every turn that is not augmented leaves a trace saying why (see ``_skip``)."""
+        task = recognise_task(turn)
+        if task:
+            return self._skip(turn, describe_task(*task), detail={"task": task[0], "recognised_by": task[1]},
+                              query_chars=TASK_QUERY_CHARS)
+        reason = shape_reason(turn)
+        if reason:
+            return self._skip(turn, reason)
+        prefixed = first_text(turn.messages[-1])
+        control = parse_prefix(prefixed)
+        header = None if control.mode else header_mode(turn.headers.get("x-graphgate-mode"))
+        mode = control.mode or header or self.gateway.settings.mode
+        if control.text != prefixed:
+            turn = turn.with_messages([*turn.messages[:-1], with_text(turn.messages[-1], control.text)])
+        if whole_turn_only:
+            control = replace(control, context_only=False)
+        if mode == "bypass":
+            source = ("the /bypass prefix" if control.mode else "the X-GraphGate-Mode header" if header
+                      else "GRAPHGATE_MODE")
+            return self._skip(turn, f"bypass mode (from {source})", mode)
+        knowledge = self.gateway.knowledge
+        if knowledge is None or len(knowledge.store.indexes["chunks"]) == 0:
+            # the knowledge base is empty or unavailable
+            self._skip(turn, "the knowledge base is empty (no processed documents)", mode)
+            return self._context_reply(turn, NO_CONTEXT, time.perf_counter()) if control.context_only else turn
+        try:
+            info = await knowledge.model_info.get(turn.model)
+        except GraphGateError as exc:
+            # let the upstream answer for an unknown model with its own error; say why here
+            log.warning("not augmenting a turn for model %r: its /api/show failed: %s", turn.model, exc.message)
+            return self._skip(turn, f"/api/show failed for model {turn.model!r}: {exc.message}", mode)
+        if "completion" not in info.capabilities:
+            capabilities = ", ".join(info.capabilities) or "none"
+            return self._skip(turn, f"model {turn.model!r} cannot chat (capabilities: {capabilities})", mode)
+        return await self._augment(turn, control, mode, info, cache=not whole_turn_only)
+
+    async def generate(self, request: Any, body: dict[str, Any], raw: bytes) -> bytes:
+        """/api/generate (only with GRAPHGATE_AUGMENT_GENERATE): the prompt is the question and the
+        context joins the `system` field. Raw prompts and model loads are forwarded as they are."""
+        prompt = body.get("prompt")
+        if body.get("raw") or not isinstance(prompt, str) or not prompt.strip():
+            return raw
+        messages = [{"role": "user", "content": prompt}]
+        if isinstance(body.get("system"), str) and body["system"]:
+            messages.insert(0, {"role": "system", "content": body["system"]})
+        pseudo = ChatTurn("ollama", request.url.path, request.headers, {**body, "messages": messages}, raw, request)
+        result = await self(pseudo, whole_turn_only=True)
+        if not isinstance(result, ChatTurn) or not result.changed:
+            return raw
+        out = {k: v for k, v in result.body.items() if k != "messages"}
+        final = result.body["messages"]
+        out["prompt"] = final[-1]["content"]
+        if final[0].get("role") == "system":
+            out["system"] = final[0]["content"]
+        return json_bytes(out)
+
+    async def _augment(self, turn: ChatTurn, control: TurnControl, mode: str, info: Any, *,
+                       cache: bool) -> ChatTurn | Response:
+        started = time.perf_counter()
+        knowledge, settings = self.gateway.knowledge, self.gateway.settings
+        assert knowledge is not None
+        query = message_text(turn.messages[-1]).strip()
+        trace = Trace("ollama" if turn.flavour == "ollama" else "openai", turn.model, mode, query, False)
+        budget = self._budget(turn, info)
+        trace.detail["budget"] = budget.as_dict()
+        if budget.reason:
+            log.info("not augmenting a %s turn: %s", turn.model, budget.reason)
+            self._finish(turn, trace, budget.reason)
+            return self._context_reply(turn, NO_CONTEXT, started) if control.context_only else turn
+        params = QueryParams.from_settings(settings, mode=mode, instructions=control.instructions)
+        try:
+            with anyio.fail_after(settings.retrieval_timeout):
+                retrieval = await knowledge.retriever.retrieve(query, history_of(turn.messages), params, budget)
+        except (TimeoutError, GraphGateError, UpstreamError) as exc:
+            message = "retrieval timed out" if isinstance(exc, TimeoutError) else f"retrieval failed: {exc}"
+            log.warning("forwarding a %s turn without context: %s", turn.model, message)
+            self._finish(turn, trace, message)
+            return self._context_reply(turn, f"(Retrieval failed: {message}.)", started) if control.context_only else turn
+        except Exception as exc:  # noqa: BLE001 - a retrieval bug must not break the chat
+            log.exception("retrieval failed")
+            self._finish(turn, trace, f"retrieval failed: {type(exc).__name__}")
+            return self._context_reply(turn, "(Retrieval failed.)", started) if control.context_only else turn
+        self._describe(trace, retrieval)
+        if control.context_only:
+            text = retrieval.context.text if retrieval.context and not retrieval.empty else NO_CONTEXT
+            self._finish(turn, trace, "context requested (/context)")
+            return self._context_reply(turn, text, started)
+        if retrieval.empty:
+            return self._finish(turn, trace, retrieval.skipped or "nothing relevant found")
+        assert retrieval.context is not None
+        turn.with_messages(inject(turn.messages, retrieval.context.text))
+        if budget.raised_num_ctx:
+            turn.body = {**turn.body, "options": {**(turn.body.get("options") or {}), "num_ctx": budget.raised_num_ctx}}
+        trace.augmented = True
+        self._finish(turn, trace, None)
+        if settings.answer_cache and not turn.streaming and cache:
+            return await self._cached_answer(turn)
+        return turn
+
+    def _budget(self, turn: ChatTurn, info: Any) -> Budget:
+        settings = self.gateway.settings
+        count = self.gateway.knowledge.tokenizer.count  # type: ignore[union-attr]
+        conversation = conversation_tokens(turn.messages, count)
+        options = turn.body.get("options") if turn.flavour == "ollama" else None
+        window, source, raised = window_for(options if isinstance(options, dict) else None, info, settings,
+                                            conversation, can_raise=turn.flavour == "ollama")
+        budget = plan_budget(window=window, source=source, conversation=conversation, reserve=settings.answer_reserve,
+                             max_total=settings.max_total_tokens, max_entity=settings.max_entity_tokens,
+                             max_relation=settings.max_relation_tokens)
+        return replace(budget, raised_num_ctx=window) if raised else budget
+
+    def _describe(self, trace: Trace, retrieval: Retrieval) -> None:
+        trace.detail["keywords"] = retrieval.keywords.as_dict() if retrieval.keywords else None
+        trace.detail["timings"] = retrieval.timings
+        if retrieval.context is not None:
+            trace.detail.update(context_summary(retrieval.context))
+
+    def _finish(self, turn: ChatTurn, trace: Trace, reason: str | None) -> ChatTurn:
+        trace.reason = reason
+        self.gateway.knowledge.record(trace)  # type: ignore[union-attr]
+        return turn
+
+    def _skip(self, turn: ChatTurn, reason: str, mode: str | None = None, *,
+              detail: dict[str, Any] | None = None, query_chars: int | None = None) -> ChatTurn:
+        """Forward the turn as it is, leaving a trace with the reason (GET /rag/traces, the console's
+        Chats page). Without a store (it could not be opened) there is nowhere to keep one; the
+        store's failure was logged at start-up."""
+        knowledge = self.gateway.knowledge
+        if knowledge is not None:
+            messages = turn.messages
+            last = messages[-1] if messages else None
+            query = message_text(last) if isinstance(last, dict) else ""
+            if query_chars is not None and len(query) > query_chars:
+                query = query[:query_chars] + "…"
+            knowledge.record(Trace("ollama" if turn.flavour == "ollama" else "openai", turn.model,
+                                   mode or self.gateway.settings.mode, query, False, reason, detail or {}))
+        return turn
+
+    def _context_reply(self, turn: ChatTurn, text: str, started: float) -> Response:
+        count = self.gateway.knowledge.tokenizer.count if self.gateway.knowledge else len  # type: ignore[union-attr]
+        prompt, tokens = conversation_tokens(turn.messages, count), count(text)
+        if turn.flavour == "ollama":
+            return ollama_reply(turn.model, text, stream=turn.streaming, started=started, prompt_tokens=prompt,
+                                tokens=tokens)
+        usage = bool((turn.body.get("stream_options") or {}).get("include_usage"))
+        return openai_reply(turn.model, text, stream=turn.streaming, prompt_tokens=prompt, tokens=tokens,
+                            include_usage=usage)
+
+    async def _cached_answer(self, turn: ChatTurn) -> Response:
+        """Non-streaming answers cached under the request and the knowledge-base generation, so
+        that any change to the documents makes them miss (LightRAG#755)."""
+        knowledge = self.gateway.knowledge
+        assert knowledge is not None
+        payload = turn.payload()
+        key = cache_key(turn.model, [turn.path, payload.decode("utf-8", "replace"), knowledge.store.generation])
+        cached = await knowledge.cached("answer", key)
+        if cached is not None:
+            return Response(cached.encode(), media_type="application/json; charset=utf-8",
+                            headers={"x-graphgate-cache": "hit"})
+        response = await forward(turn.request, content=payload)
+        if isinstance(response, Response) and response.status_code == 200:
+            knowledge.remember_answer(turn.model, key, payload, bytes(response.body))
+        return response  # type: ignore[return-value]

@@ -1,0 +1,80 @@
+"""The chat pipeline shared by ``/api/chat`` and ``/v1/chat/completions``.
+
+    read + check body -> ChatTurn -> stages, in order -> forward -> relay
+
+A stage is an async callable that receives the turn and returns it (changed or not), or
+returns a finished response to answer the client itself. Stages are where a turn's messages
+may be rewritten before forwarding; a turn no stage changed reaches the upstream byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp
+
+from proxy.gateway.forward import forward
+from proxy.core.payloads import parse_object, read_body, require_model
+from proxy.core.responses import json_bytes
+
+Flavour = Literal["ollama", "openai"]
+
+
+@dataclass
+class ChatTurn:
+    flavour: Flavour
+    path: str
+    headers: Headers
+    body: dict[str, Any]
+    raw: bytes
+    request: Request
+    changed: bool = False
+
+    @property
+    def model(self) -> str:
+        return str(self.body["model"])
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages = self.body.get("messages")
+        return messages if isinstance(messages, list) else []
+
+    @property
+    def streaming(self) -> bool:
+        # Ollama streams unless told not to; the OpenAI API only when asked
+        default = self.flavour == "ollama"
+        return bool(self.body.get("stream", default))
+
+    def with_messages(self, messages: list[dict[str, Any]]) -> ChatTurn:
+        self.body = {**self.body, "messages": messages}
+        self.changed = True
+        return self
+
+    def payload(self) -> bytes:
+        return json_bytes(self.body) if self.changed else self.raw
+
+
+Stage = Callable[[ChatTurn], Awaitable["ChatTurn | Response | ASGIApp"]]
+
+
+class ChatPipeline:
+    def __init__(self, stages: Sequence[Stage] = ()) -> None:
+        self.stages = list(stages)
+
+    async def handle(self, request: Request, flavour: Flavour) -> Response | ASGIApp:
+        gateway = request.app.state.gateway
+        raw = await read_body(request, gateway.settings.max_body_bytes)
+        body = parse_object(raw)
+        require_model(body)
+        turn = ChatTurn(flavour, request.url.path, request.headers, body, raw, request)
+        for stage in self.stages:
+            result = await stage(turn)
+            if not isinstance(result, ChatTurn):
+                return result
+            turn = result
+        return await forward(request, content=turn.payload())

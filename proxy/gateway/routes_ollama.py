@@ -1,0 +1,104 @@
+"""The Ollama API surface (``/`` and ``/api/*``), proxied to the upstream.
+
+Every JSON endpoint checks its body first (so bad input never reaches the upstream), then
+forwards the client's bytes unchanged. ``/api/chat`` goes through the chat pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from proxy.core.errors import UpstreamError
+from proxy.gateway.forward import forward, forward_small, upstream_headers
+from proxy.core.payloads import parse_object, read_body, require_fields, require_model
+from proxy.gateway.relay import whole_response
+
+Handler = Callable[[Request], Awaitable[Response | ASGIApp]]
+
+
+async def root(request: Request) -> Response:
+    return PlainTextResponse("Ollama is running")
+
+
+async def discovery(request: Request) -> Response:
+    """/api/version and /api/ps: the upstream's answer, with the short discovery deadline."""
+    return await forward_small(request)
+
+
+async def tags(request: Request) -> Response:
+    """The upstream's model list; its last good copy when the upstream is slow or down, so that
+    Open WebUI (10 s timeout) keeps its models rather than marking the connection dead."""
+    gateway = request.app.state.gateway
+    try:
+        response, body = await gateway.upstream.fetch(request.method, "/api/tags",
+                                                      headers=upstream_headers(request),
+                                                      deadline=gateway.settings.discovery_timeout)
+    except UpstreamError:
+        if gateway.tags_cache is None:
+            raise
+        body, headers = gateway.tags_cache
+        return Response(body, 200, headers={**headers, "x-graphgate-stale": "1"})
+    if response.status_code == 200 and request.method == "GET":
+        gateway.tags_cache = (body, {"content-type": response.headers.get("content-type", "application/json")})
+    return whole_response(response, body)
+
+
+def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
+                  needs_model: bool = True, discovery_call: bool = False) -> Handler:
+    """A handler that checks the JSON body and forwards it unchanged."""
+
+    async def handler(request: Request) -> Response | ASGIApp:
+        raw = await read_body(request, request.app.state.gateway.settings.max_body_bytes)
+        body = parse_object(raw)
+        if needs_model:
+            require_model(body, legacy_name=legacy_name)
+        require_fields(body, *fields)
+        if discovery_call:
+            return await forward_small(request, content=raw)
+        return await forward(request, content=raw)
+
+    return handler
+
+
+async def generate(request: Request) -> Response | ASGIApp:
+    gateway = request.app.state.gateway
+    raw = await read_body(request, gateway.settings.max_body_bytes)
+    body = parse_object(raw)
+    require_model(body)
+    if gateway.settings.augment_generate:
+        raw = await gateway.augmenter.generate(request, body, raw)
+    return await forward(request, content=raw)
+
+
+async def chat(request: Request) -> Response | ASGIApp:
+    return await request.app.state.gateway.chat.handle(request, "ollama")
+
+
+async def blobs(request: Request) -> Response | ASGIApp:
+    """Blobs are model files (gigabytes): streamed through, exempt from the body limit."""
+    content = request.stream() if request.method == "POST" else None
+    return await forward(request, content=content)
+
+
+ROUTES = [
+    Route("/", root, methods=["GET", "HEAD"]),
+    Route("/api/version", discovery, methods=["GET", "HEAD"]),
+    Route("/api/tags", tags, methods=["GET", "HEAD"]),
+    Route("/api/ps", discovery, methods=["GET", "HEAD"]),
+    Route("/api/show", json_endpoint(legacy_name=True, discovery_call=True), methods=["POST"]),
+    Route("/api/chat", chat, methods=["POST"]),
+    Route("/api/generate", generate, methods=["POST"]),
+    Route("/api/embed", json_endpoint(), methods=["POST"]),
+    Route("/api/embeddings", json_endpoint(), methods=["POST"]),
+    Route("/api/pull", json_endpoint(legacy_name=True), methods=["POST"]),
+    Route("/api/push", json_endpoint(legacy_name=True), methods=["POST"]),
+    Route("/api/create", json_endpoint(legacy_name=True), methods=["POST"]),
+    Route("/api/copy", json_endpoint(needs_model=False, fields=("source", "destination")), methods=["POST"]),
+    Route("/api/delete", json_endpoint(legacy_name=True), methods=["DELETE"]),
+    Route("/api/blobs/{digest}", blobs, methods=["HEAD", "POST"]),
+]

@@ -1,0 +1,177 @@
+"""Pure-ASGI middleware on the request path: the Host check, CORS and the API key.
+
+All are pure ASGI (not BaseHTTPMiddleware) so that streamed replies pass through untouched.
+``build_middleware`` fixes their order: the Host check outermost (a rebinding page is refused
+before anything else), then CORS, because browsers send preflights without credentials.
+"""
+
+from __future__ import annotations
+
+import hmac
+import html
+import re
+from collections.abc import Sequence
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.middleware import Middleware
+from starlette.responses import HTMLResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.guards.hosts import bind_is_loopback, request_host_allowed
+from proxy.core.responses import error_response
+from proxy.core.settings import Settings
+
+PROTECTED_PREFIXES = ("/api/", "/v1/", "/rag/")
+# readable by anyone who can reach the gateway, like Ollama's GET /: a container health check or a
+# load balancer has no key (routes_health says why it shows nothing secret)
+PUBLIC_READS = frozenset({"/rag/health"})
+
+
+def is_public_read(scope: Scope) -> bool:
+    return scope["path"] in PUBLIC_READS and scope["method"] in ("GET", "HEAD")
+
+
+def _origin_pattern(origins: Sequence[str]) -> re.Pattern[str]:
+    parts = [".*" if o == "*" else ".*".join(re.escape(piece) for piece in o.split("*")) for o in origins]
+    return re.compile("|".join(f"(?:{p})" for p in parts) or "(?!)")
+
+
+class HostCheckMiddleware:
+    """Refuses a request whose Host header names the gateway by a name that is not allowed (DNS
+    rebinding, see proxy/hosts.py): 403 and nothing done, on every route."""
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = tuple(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or request_host_allowed(scope, self.allowed):
+            return await self.app(scope, receive, send)
+        host = Headers(scope=scope).get("host", "")
+        message = (f"host {host[:100]!r} is not allowed: open the gateway as localhost or 127.0.0.1, or add the "
+                   "name to GRAPHGATE_ALLOWED_HOSTS")
+        if scope["path"] == "/admin" or scope["path"].startswith("/admin/"):
+            response: Response = HTMLResponse(
+                "<!doctype html><title>GraphGate console</title><h1>Not available under this name</h1>"
+                f"<p>{html.escape(message)}</p>", status_code=403)
+        else:
+            response = error_response(scope["path"], 403, message)
+        await response(scope, receive, send)
+
+
+class CORSMiddleware:
+    """Answers preflights itself; refuses browser origins that are neither allowed nor same-origin."""
+
+    def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = _origin_pattern(origins)
+
+    def origin_allowed(self, origin: str, headers: Headers) -> bool:
+        host = headers.get("host", "")
+        same_origin = bool(host) and origin.split("://", 1)[-1] == host
+        return same_origin or self.allowed.fullmatch(origin) is not None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin is None:
+            return await self.app(scope, receive, send)
+        if not self.origin_allowed(origin, headers):
+            response = error_response(scope["path"], 403, f"origin {origin} is not allowed "
+                                      "(add it to GRAPHGATE_CORS_ORIGINS)")
+            return await response(scope, receive, send)
+        if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            return await self._preflight(scope, receive, send, origin, headers)
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                out = MutableHeaders(scope=message)
+                out["access-control-allow-origin"] = origin
+                out.add_vary_header("Origin")
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+    async def _preflight(self, scope: Scope, receive: Receive, send: Send, origin: str,
+                         headers: Headers) -> None:
+        requested = headers.get("access-control-request-headers", "")
+        response = Response(status_code=204, headers={
+            "access-control-allow-origin": origin,
+            "access-control-allow-methods": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+            "access-control-allow-headers": requested or "authorization, content-type",
+            "access-control-max-age": "600",
+            "vary": "Origin",
+        })
+        await response(scope, receive, send)
+
+
+class APIKeyMiddleware:
+    """With an API key set, the API surfaces need ``Authorization: Bearer <key>``."""
+
+    def __init__(self, app: ASGIApp, api_key: str, prefixes: Sequence[str] = PROTECTED_PREFIXES) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+        self.prefixes = tuple(prefixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self.prefixes) and not is_public_read(scope):
+            given = Headers(scope=scope).get("authorization", "").encode()
+            if not hmac.compare_digest(given, self.expected):
+                response = error_response(scope["path"], 401, "unauthorized: a valid API key is required "
+                                          "(Authorization: Bearer <key>)",
+                                          headers={"www-authenticate": "Bearer"})
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+class RagAccessMiddleware:
+    """``/rag/*`` with a console password: every call (bar ``PUBLIC_READS``) needs the API key or a
+    console login; one that changes the store with a login also needs its CSRF token in
+    X-CSRF-Token, since a cookie is ambient."""
+
+    READS = frozenset({"GET", "HEAD", "OPTIONS"})
+    QUERIES = ("/rag/query",)  # a POST that reads
+
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode() if api_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/rag/") or is_public_read(scope):
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        if self.expected and hmac.compare_digest(headers.get("authorization", "").encode(), self.expected):
+            return await self.app(scope, receive, send)
+        auth = scope["app"].state.gateway.console.auth
+        session = auth.read(scope)
+        logged_in = session is not None and session.authenticated
+        reading = scope["method"] in self.READS or scope["path"] in self.QUERIES
+        if logged_in and (reading or auth.csrf_ok(session, headers.get("x-csrf-token"))):
+            return await self.app(scope, receive, send)
+        # reads too: the store holds the documents and every user's questions (the traces), which the
+        # console shows only after the login
+        if self.expected:
+            message = "unauthorized: a valid API key is required (Authorization: Bearer <key>)"
+        elif reading:
+            message = ("unauthorized: log in to the console (the same password) or set GRAPHGATE_API_KEY and "
+                       "send it (Authorization: Bearer <key>)")
+        else:
+            message = ("unauthorized: this call changes the knowledge store; log in to the console (and send its "
+                       "X-CSRF-Token) or set GRAPHGATE_API_KEY and send it")
+        response = error_response(scope["path"], 401, message, headers={"www-authenticate": "Bearer"})
+        await response(scope, receive, send)
+
+
+def build_middleware(settings: Settings) -> list[Middleware]:
+    stack = [Middleware(CORSMiddleware, origins=settings.cors_origins)]
+    if settings.allowed_hosts or bind_is_loopback(settings.host):  # outermost: preflights too
+        stack.insert(0, Middleware(HostCheckMiddleware, allowed=settings.allowed_hosts))
+    if settings.admin_password:
+        stack.append(Middleware(RagAccessMiddleware, api_key=settings.api_key))
+        if settings.api_key:  # /rag/ is the RagAccessMiddleware's: key or console login
+            stack.append(Middleware(APIKeyMiddleware, api_key=settings.api_key, prefixes=("/api/", "/v1/")))
+    elif settings.api_key:
+        stack.append(Middleware(APIKeyMiddleware, api_key=settings.api_key))
+    return stack

@@ -1,0 +1,1 @@
+"""Merging into the graph: the rules, recomputation, the pipeline's merge batches, curation by hand, suggestions."""

@@ -1,0 +1,210 @@
+"""The merge stage of the pipeline: extracted documents into the graph, a batch at a time.
+
+A batch is prepared (stored state read, names recomputed, descriptions summarised, texts
+embedded) and then committed (tables, then indexes and graph, in worker threads). Batches
+overlap: while one commits, the next is prepared against the rows the committing one writes (an
+``Overlay``), so that neither the store's writer nor the upstream waits for the other. Batches
+that remove anything (a new version replacing an old one) do not overlap.
+
+Everything else that changes the graph (deletes, curation) takes ``exclusive()``: the merge lock,
+then no commit in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from proxy.core.limiter import Priority
+from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate
+from proxy.store.tables_duckdb import set_meta
+from proxy.ingest import documents as sql
+from proxy.extraction.per_chunk import ExtractionFailed
+from proxy.merging.recompute import Overlay, load_extractions
+
+if TYPE_CHECKING:
+    from proxy.ingest.pipeline import Pipeline, Work
+
+log = logging.getLogger("graphgate.ingest")
+
+MERGE_BATCH = 48  # documents merged in one transaction when they wait together
+
+
+@dataclass
+class InFlight:
+    """A batch whose commit is running."""
+    works: list[Work]
+    overlay: Overlay | None  # None: the next batch must wait for this one to finish
+    done: anyio.Event
+    failed: bool = False
+
+
+class Merger:
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.store = pipeline.store
+        self.lock = anyio.Lock()
+        self.inflight: InFlight | None = None
+        self._group: TaskGroup | None = None
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """The graph to oneself: no batch being prepared and none committing."""
+        async with self.lock:
+            await self._settle()
+            yield
+
+    async def _settle(self) -> bool:
+        """Wait for the commit in flight, if any; False if it failed (its documents are then merged
+        again one by one)."""
+        inflight = self.inflight
+        if inflight is None:
+            return True
+        await inflight.done.wait()  # cleared only once done: a caller cancelled here hides nothing
+        if self.inflight is inflight:
+            self.inflight = None
+        return not inflight.failed
+
+    # --- the loop ---
+
+    async def run(self, group: TaskGroup) -> None:
+        self._group = group
+        receive = self.pipeline.merge_receive
+        while True:
+            if self.inflight is None:
+                batch = [await receive.receive()]
+            else:
+                try:
+                    batch = [receive.receive_nowait()]
+                except anyio.WouldBlock:  # nothing to prepare meanwhile: let the commit finish
+                    async with self.lock:
+                        await self._settle()
+                    continue
+            while len(batch) < MERGE_BATCH:
+                try:
+                    batch.append(receive.receive_nowait())
+                except anyio.WouldBlock:
+                    break
+            ready = []
+            for work in batch:
+                try:
+                    for commit in work.commits:
+                        await commit.wait()
+                    ready.append(work)
+                except Exception as exc:  # noqa: BLE001 - only this document failed to record
+                    await self.pipeline.fail_with(work.document_id, exc)
+            async with self.lock:
+                try:
+                    await self._merge_batch(batch, ready)
+                except Exception as exc:  # noqa: BLE001 - e.g. a read the store refused: these
+                    # documents fail (and can be retried); the merging of later ones goes on
+                    if self.inflight is not None and self.inflight.works is batch:
+                        raise  # already committing: it reports for itself
+                    for work in ready:
+                        await self.pipeline.fail_with(work.document_id, exc)
+                    self._finished(batch)
+
+    async def _merge_batch(self, batch: list[Work], ready: list[Work]) -> None:
+        for work in ready:
+            work.phase = "merging"
+        stored = await self.store.db.read(sql.get_documents, [w.document_id for w in ready])
+        live = [w for w in ready if not w.scope.cancel_called and w.document_id in stored]
+        if any(w.alone for w in live):  # documents whose batch failed to commit
+            await self._settle()
+            await self._one_by_one(batch, live, stored)
+            return
+        replacing = any(stored[w.document_id].get("replaces") for w in live)
+        overlay = self.inflight.overlay if self.inflight is not None and not replacing else None
+        if overlay is None:
+            await self._settle()  # prepared against the tables as committed
+        changes: Changeset | None = None
+        if live:
+            try:
+                changes = await self._prepare(live, stored, overlay)
+            except Exception as exc:  # noqa: BLE001 - the batch fails; each document is tried alone
+                log.info("merging %d documents together failed (%s); merging them one by one", len(live), exc)
+        if not await self._settle() and overlay is not None:
+            changes = None  # prepared against a commit that did not happen
+        if changes is None:
+            await self._one_by_one(batch, live, stored)
+            return
+        assert self._group is not None
+        self.inflight = InFlight(batch, None if _removes(changes) else Overlay.of(changes), anyio.Event())
+        self._group.start_soon(self._commit, self.inflight, changes, [w for w in batch if w not in live])
+
+    async def _commit(self, inflight: InFlight, changes: Changeset, skipped: list[Work]) -> None:
+        try:
+            await self.store.apply(changes)
+            log.info("%d documents merged: %d new chunks, %d entities and %d relations touched",
+                     len(inflight.works) - len(skipped), len(changes.chunks_added), len(changes.entities_upserted),
+                     len(changes.relations_upserted))
+            self._finished(inflight.works)
+        except Exception as exc:  # noqa: BLE001 - each document again, alone, by the merge loop
+            log.info("committing %d merged documents failed (%s); merging them one by one",
+                     len(inflight.works), exc)
+            inflight.failed = True
+            for work in inflight.works:
+                if work not in skipped:
+                    work.alone = True
+                    self.pipeline.merge_send.send_nowait(work)
+            self._finished(skipped)
+        finally:
+            inflight.done.set()
+
+    async def _one_by_one(self, batch: list[Work], live: list[Work], stored: dict[str, dict[str, Any]]) -> None:
+        """Each document of ``live`` merged and committed on its own, so a bad one fails alone."""
+        for work in live:
+            try:
+                await self.store.apply(await self._prepare([work], stored, None))
+            except Exception as exc:  # noqa: BLE001 - this document fails; merging goes on
+                await self.pipeline.fail_with(work.document_id, exc)
+        self._finished(batch)
+
+    def _finished(self, works: list[Work]) -> None:
+        for work in works:
+            self.pipeline.merging.pop(work.document_id, None)
+            self.pipeline.finished_run(work.document_id)
+
+    # --- preparing a batch ---
+
+    async def _prepare(self, works: list[Work], stored: dict[str, dict[str, Any]],
+                       overlay: Overlay | None) -> Changeset:
+        """One transaction's changes for the documents in ``works`` (their rows in ``stored``):
+        their new chunks, the graph changes, the chunks of the versions they replace, their status."""
+        db, pipeline = self.store.db, self.pipeline
+        documents = {w.document_id: stored[w.document_id] for w in works}
+        unique = {c.id: c for w in works for c in w.chunks}
+        present = await db.read(sql.stored_chunk_ids, list(unique))
+        if overlay is not None:
+            present |= overlay.chunks & set(unique)
+        new_chunks = [c for c in unique.values() if c.id not in present]
+        added = await db.read(load_extractions, [c.id for c in new_chunks])
+        if missing := [c.id for c in new_chunks if c.id not in added]:
+            raise ExtractionFailed(f"{len(missing)} chunks have no stored extraction; retry the document")
+        replaced = [d["replaces"] for d in documents.values() if d.get("replaces")]
+        removed = sorted({c for old in replaced for c in await db.read(sql.orphaned_chunks, old, list(unique))})
+        graph = await pipeline.integrator.changes(added, set(removed), overlay)
+        vectors = await pipeline.models.embed([c.content for c in new_chunks], priority=Priority.INGEST)
+        return Changeset(
+            chunks_added=[ChunkRow(c.id, c.content, c.tokens, v) for c, v in zip(new_chunks, vectors, strict=True)],
+            chunks_removed=removed,
+            links_added=[(w.document_id, c.id, c.order) for w in works for c in w.chunks],
+            documents_removed=replaced,
+            entities_upserted=graph.entities, entities_removed=graph.entities_removed,
+            relations_upserted=graph.relations, relations_removed=graph.relations_removed,
+            documents=[DocumentUpdate(w.document_id, "processed", None, w.total, w.total) for w in works],
+            also=[functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[]),
+                  functools.partial(set_meta, key="embed_model", value=pipeline.settings.embed_model)],
+        )
+
+
+def _removes(changes: Changeset) -> bool:
+    return bool(changes.chunks_removed or changes.documents_removed or changes.entities_removed
+                or changes.relations_removed)

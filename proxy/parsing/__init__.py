@@ -1,0 +1,1 @@
+"""Parsing uploads into text: file types, decoding, HTML, bounded worker processes."""

@@ -1,0 +1,1 @@
+"""The /rag JSON API: documents, queries and traces, graph curation, health."""

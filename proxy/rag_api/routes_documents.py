@@ -1,0 +1,170 @@
+"""The ``/rag`` JSON API for scripts, the CLI and tests: documents, pipeline and store statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from python_multipart.multipart import DEFAULT_MAX_HEADER_SIZE
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge, ServiceUnavailable
+from proxy.ingest import documents as sql
+from proxy.parsing.workers import parse_isolated
+from proxy.parsing.files import NAME_MAX, ParsedDocument
+from proxy.knowledge.service import Knowledge
+from proxy.core.payloads import parse_object, read_body
+from proxy.core.responses import json_response
+
+MAX_FILES = 100
+
+
+def knowledge(request: Request) -> Knowledge:
+    gateway = request.app.state.gateway
+    if gateway.knowledge is None:
+        raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
+    return gateway.knowledge
+
+
+async def _parse(request: Request, name: str, data: bytes) -> ParsedDocument:
+    return await parse_isolated(name, data, request.app.state.gateway.settings)  # in a worker, with bounds
+
+
+async def read_form(request: Request, **limits: Any) -> FormData:
+    """``request.form`` with its one vague error made readable (``_header_too_long``)."""
+    try:
+        return await request.form(**limits)
+    except HTTPException as exc:
+        readable = _header_too_long(exc)
+        if readable is None:
+            raise
+        raise readable from None
+
+
+def _header_too_long(exc: HTTPException) -> BadRequest | None:
+    """Starlette's "Invalid multipart data." hides python-multipart's reason two exceptions down;
+    the usual one is a file name too long for a part's header line: said so, with the limit."""
+    cause = getattr(exc.__context__, "__cause__", None)
+    if cause is None or "header size" not in str(cause):
+        return None
+    return BadRequest(f"a part's header line is over the limit of {DEFAULT_MAX_HEADER_SIZE} bytes: the file name "
+                      f"is too long (send a shorter one; stored names are cut to {NAME_MAX} characters anyway)")
+
+
+async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | GraphGateError]]:
+    """(name, bytes or the reason it was refused) for each uploaded file or JSON text."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        form = await read_form(request, max_files=MAX_FILES, max_fields=MAX_FILES, max_part_size=1024 * 1024)
+        files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
+        if not files:
+            raise BadRequest("no files in the upload (send them as multipart form fields)")
+        out: list[tuple[str, bytes | GraphGateError]] = []
+        for upload in files:
+            data = await upload.read(limit + 1)
+            name = upload.filename or ""
+            out.append((name, PayloadTooLarge(f"file '{name}' exceeds the limit of {limit} bytes")
+                        if len(data) > limit else data))
+        await form.close()
+        return out
+    body = parse_object(await read_body(request, limit + 64 * 1024))
+    name, text = body.get("name"), body.get("text")
+    if not isinstance(name, str) or not isinstance(text, str):
+        raise BadRequest('expected multipart files, or JSON {"name": "...", "text": "..."}')
+    return [(name, text.encode())]
+
+
+async def submit_uploads(request: Request) -> list[dict[str, Any]]:
+    """Parse and queue every uploaded file; one result per file (accepted, replaced, duplicate or
+    rejected with the reason and its status code)."""
+    kb = knowledge(request)
+    limit = request.app.state.gateway.settings.max_upload_bytes
+    results: list[dict[str, Any]] = []
+    for name, data in await _uploaded(request, limit):
+        try:
+            if isinstance(data, GraphGateError):
+                raise data
+            parsed = await _parse(request, name, data)
+            document, outcome = await kb.pipeline.submit(parsed)
+            result = {"name": parsed.name, "outcome": outcome, "id": document["id"], "status": document["status"]}
+            if outcome == "duplicate":
+                result["duplicate_of"] = document["name"]
+            results.append(result)
+        except GraphGateError as exc:
+            results.append({"name": name, "outcome": "rejected", "error": exc.message, "status_code": exc.status})
+    return results
+
+
+async def upload(request: Request) -> Response:
+    results = await submit_uploads(request)
+    if all(r["outcome"] == "rejected" for r in results):
+        first = results[0]
+        return json_response({"error": first["error"], "documents": results}, first["status_code"])
+    accepted = any(r["outcome"] in ("accepted", "replaced") for r in results)
+    return json_response({"documents": results}, 202 if accepted else 200)
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}")
+    return value
+
+
+async def list_documents(request: Request) -> Response:
+    kb = knowledge(request)
+    status = request.query_params.get("status") or None
+    if status is not None and status not in sql.STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(sql.STATUSES)}")
+    limit = _int_param(request, "limit", 50, 1, 1000)
+    offset = _int_param(request, "offset", 0, 0, 10**9)
+    rows, total = await kb.store.db.read(
+        lambda con: sql.list_documents(con, status=status, search=request.query_params.get("search") or None,
+                                       sort=request.query_params.get("sort", "created_at"),
+                                       descending=request.query_params.get("order", "desc") != "asc",
+                                       limit=limit, offset=offset))
+    rows = [kb.pipeline.as_known(r) for r in rows]
+    return json_response({"documents": rows, "total": total, "limit": limit, "offset": offset})
+
+
+async def get_document(request: Request) -> Response:
+    kb = knowledge(request)
+    document = await kb.pipeline.get(request.path_params["id"])
+    document["counts"] = await kb.store.db.read(sql.document_counts, document["id"])
+    return json_response(document)
+
+
+async def delete_document(request: Request) -> Response:
+    return json_response(await knowledge(request).pipeline.delete(request.path_params["id"]))
+
+
+async def retry_document(request: Request) -> Response:
+    return json_response(await knowledge(request).pipeline.retry(request.path_params["id"]), 202)
+
+
+async def pipeline_status(request: Request) -> Response:
+    return json_response(knowledge(request).pipeline.status())
+
+
+async def stats(request: Request) -> Response:
+    return json_response(await knowledge(request).pipeline.stats())
+
+
+ROUTES = [
+    Route("/rag/documents", upload, methods=["POST"]),
+    Route("/rag/documents", list_documents, methods=["GET"]),
+    Route("/rag/documents/{id}", get_document, methods=["GET"]),
+    Route("/rag/documents/{id}", delete_document, methods=["DELETE"]),
+    Route("/rag/documents/{id}/retry", retry_document, methods=["POST"]),
+    Route("/rag/pipeline", pipeline_status, methods=["GET"]),
+    Route("/rag/stats", stats, methods=["GET"]),
+]

@@ -1,0 +1,150 @@
+"""``GET /rag/health``: whether GraphGate can do its job right now, as JSON, for an operator, a
+container health check or a load balancer. ``GET /`` stays Ollama's banner, which clients rely on.
+
+Open without the API key (``middleware.PUBLIC_READS``; CORS still applies): a health
+check or a load balancer must be able to call it with no secret, as they call Ollama's ``GET /``.
+So it shows nothing secret: the upstream's URL without user, password or query, model names,
+counts, sizes and sentences about what is wrong; never a key, a password, a document or the
+upstream's whole model list (that stays behind the key on /api/tags).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import duckdb
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.core.errors import GraphGateError
+from proxy.ingest import documents as sql
+from proxy.core.responses import json_response
+from proxy.store.knowledge import KnowledgeStore
+from proxy.store.tables_duckdb import Con
+from proxy.upstream.watch import FRESH_SECONDS
+
+log = logging.getLogger("graphgate.health")
+
+PATH = "/rag/health"
+STORE_SECONDS = 2.0  # a store busier than this (a long checkpoint) is reported as such, not waited for
+
+
+async def health(request: Request) -> Response:
+    """Readiness, with the reasons when something is wrong.
+
+    ``status`` is ``"ok"`` when nothing is wrong, else ``"degraded"``, with ``problems``: one
+    sentence each, saying what to do.
+
+    HTTP 503 ("not ready") when GraphGate cannot serve a grounded chat at all and the cause is
+    not a model choice: the upstream is unreachable or does not answer as Ollama does, or the
+    knowledge store is not open (or cannot be read). HTTP 200 otherwise, degraded included: a
+    missing model (embedding, extraction or keyword model), a store that cannot write, a busy
+    store. A missing model still lets every client chat with the models it names; only ``ollama
+    pull`` fixes it, so taking the gateway out of a load balancer or restarting its container
+    (what a 503 makes them do) would only add an outage, and on a fresh install it would keep
+    the gateway "unhealthy" until the models are pulled. The 503 body is the same report, plus
+    ``error`` (the problems in one string), the shape of GraphGate's other errors.
+
+    The upstream part is the background watcher's last check, checked again first when older
+    than a few seconds (never more than one check at a time, each bounded by
+    GRAPHGATE_DISCOVERY_TIMEOUT), so health requests never hammer the upstream.
+    """
+    gateway = request.app.state.gateway
+    upstream = await gateway.watcher.latest(FRESH_SECONDS)
+    store, pipeline, store_problems, store_failed = await _store_report(gateway)
+    problems = [*upstream.problems, *store_problems]
+    ready = upstream.reachable and not store_failed
+    body: dict[str, Any] = {
+        "status": "degraded" if problems else "ok",
+        "ready": ready,
+        "problems": problems,
+        "upstream": upstream.describe(),
+        "models": {role.role: role.describe() for role in upstream.roles},
+        "store": store,
+        "pipeline": pipeline,
+    }
+    if not ready:
+        body["error"] = "; ".join(problems)
+    return json_response(body, 200 if ready else 503, headers={"cache-control": "no-store"})
+
+
+async def _store_report(gateway: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[str], bool]:
+    """(store, pipeline, problems, failed)."""
+    kb = gateway.knowledge
+    if kb is None:
+        # the class only: the message names paths and process ids, and this endpoint is open (the log has it)
+        error = (gateway.knowledge_error or "not opened").split(":", 1)[0] + "; the log says more"
+        return ({"open": False, "error": error, "documents": None, "writable": None, "free_bytes": None,
+                 "unrecorded_failures": 0}, None,
+                [f"the knowledge store is unavailable ({error}): chats go through without your documents; "
+                 "check GRAPHGATE_DATA_DIR (free space, permissions, another GraphGate using it), then restart"],
+                True)
+    status = kb.pipeline.status()
+    pipeline = {"working": bool(status["queued"] or status["running"]), "queued": len(status["queued"]),
+                "running": len(status["running"]), "chunks_per_minute": status["chunks_per_minute"]}
+    unrecorded = len(kb.pipeline.unrecorded_failures)
+    db = kb.store.db
+    # reopened: times DuckDB invalidated the database (a checkpoint on a full disk) and GraphGate
+    # opened it again by itself; invalidated: it is unusable right now (no path: this endpoint is open)
+    store: dict[str, Any] = {"open": True, "error": None, "documents": None, "writable": None, "free_bytes": None,
+                             "unrecorded_failures": unrecorded, "invalidated": db.failure is not None,
+                             "reopened": db.reopened}
+    problems: list[str] = []
+    if db.failure is not None:
+        cause = "the disk holding GRAPHGATE_DATA_DIR is full" if "is full" in db.failure else "the log says more"
+        store["error"] = "invalidated; " + cause
+        problems.append(f"DuckDB invalidated the knowledge store's database after a fatal error ({cause}); GraphGate "
+                        "reopens it by itself as soon as it can (free some space): until then /rag and the "
+                        "console answer 507 or 503")
+    try:
+        with anyio.fail_after(STORE_SECONDS):
+            # abandoned on timeout, a probe's thread finishes on its own and holds the limiter until
+            # then: during a long stall later probes wait for it (no thread of theirs), then say "busy"
+            documents, writable, free = await anyio.to_thread.run_sync(_store_facts, kb.store,
+                                                                       abandon_on_cancel=True,
+                                                                       limiter=gateway.store_probe)
+    except TimeoutError:
+        problems.append(f"the knowledge store did not answer within {STORE_SECONDS:g} s: it is busy (a large "
+                        "commit or checkpoint); if this persists, check the disk holding GRAPHGATE_DATA_DIR")
+        return store, pipeline, problems, False
+    except (duckdb.Error, OSError, GraphGateError) as exc:
+        if db.failure is not None:  # said above
+            return store, pipeline, problems, True
+        log.error("the knowledge store cannot be read for /rag/health: %s: %s", type(exc).__name__, exc)
+        store["error"] = f"{type(exc).__name__}; the log says more"  # the message may name paths
+        problems.append(f"the knowledge store cannot be read ({store['error']}): check the disk holding "
+                        "GRAPHGATE_DATA_DIR, then restart")
+        return store, pipeline, problems, True
+    total = documents.pop("total")
+    documents = {**await kb.pipeline.known_counts(documents), "total": total}  # as /rag/documents shows them
+    store.update(documents=documents, writable=writable, free_bytes=free)
+    if not writable:
+        problems.append("the knowledge store's data directory is not writable, so uploads and ingestion fail: "
+                        "give GraphGate write access to GRAPHGATE_DATA_DIR")
+    if unrecorded:
+        problems.append(f"the knowledge store refused to record {unrecorded} failed document(s) (is the disk "
+                        "full?): free some space, then retry them")
+    return store, pipeline, problems, False
+
+
+def _document_statuses(con: Con) -> list[tuple[str, int]]:
+    return con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall()
+
+
+def _store_facts(store: KnowledgeStore) -> tuple[dict[str, int], bool, int]:
+    """(documents by status with their total, writable, free bytes): in a worker thread."""
+    counts = dict(store.db.read_sync(_document_statuses))
+    documents = {status: int(counts.get(status, 0)) for status in sql.STATUSES}
+    documents["total"] = sum(documents.values())
+    database = store.db.path
+    writable = os.access(store.data_dir, os.W_OK) and (not database.exists() or os.access(database, os.W_OK))
+    return documents, writable, shutil.disk_usage(store.data_dir).free
+
+
+ROUTES = [Route(PATH, health, methods=["GET"])]

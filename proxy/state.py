@@ -1,0 +1,35 @@
+"""What request handlers reach through ``request.app.state.gateway``: the resources the app's
+lifespan builds (proxy/app.py). Only types are imported here, so any route module may use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import anyio
+
+    from admin.console import Console
+    from proxy.core.settings import Settings
+    from proxy.gateway.augment import Augmenter
+    from proxy.gateway.chat import ChatPipeline
+    from proxy.knowledge.service import Knowledge
+    from proxy.upstream.client import Upstream
+    from proxy.upstream.watch import UpstreamWatcher
+
+
+@dataclass
+class Gateway:
+    """What request handlers reach through ``request.app.state.gateway``."""
+
+    settings: Settings
+    upstream: Upstream
+    chat: ChatPipeline
+    knowledge: Knowledge | None = None
+    augmenter: Augmenter | None = None
+    knowledge_error: str | None = None  # why the knowledge store is unavailable, when it is
+    watcher: UpstreamWatcher | None = None  # the upstream's last known state (/rag/health, the console)
+    # /rag/health's store probe: one worker thread at most, however many health requests wait
+    store_probe: anyio.CapacityLimiter | None = None
+    tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
+    console: Console | None = None
