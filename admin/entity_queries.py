@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from proxy.store.knowledge import KnowledgeStore
+from proxy.store.store import KnowledgeStore
 from proxy.store.rows_memory import EntityMeta, descriptions
-from proxy.store.tables_duckdb import Con
+from proxy.store.duckdb.connection import Con
 
 from admin.graph_svg import Edge, Node
 

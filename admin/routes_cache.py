@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from proxy.core.errors import NotFound
 from proxy.rag_api.routes_documents import knowledge
-from proxy.store.tables_duckdb import Con
+from proxy.store.duckdb.connection import Con
 
 from admin.guard import action
 from admin.paging import page_of

@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from proxy.core.errors import BadRequest, NotFound
 from proxy.rag_api.routes_documents import knowledge
-from proxy.store.tables_duckdb import Con
+from proxy.store.duckdb.connection import Con
 from proxy.knowledge.traces import recent_traces
 
 from admin.paging import page_of

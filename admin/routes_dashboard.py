@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.store.tables_duckdb import Con, get_meta
+from proxy.store.duckdb.connection import Con, get_meta
 
 from admin.rendering import render
 

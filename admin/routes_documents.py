@@ -13,7 +13,7 @@ from proxy.core.errors import BadRequest, NotFound
 from proxy.ingest import documents as sql
 from proxy.extraction.results import ExtractionResult
 from proxy.rag_api.routes_documents import knowledge, submit_uploads
-from proxy.store.tables_duckdb import Con
+from proxy.store.duckdb.connection import Con
 
 from admin.guard import action
 from admin.paging import page_of

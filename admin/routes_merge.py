@@ -14,7 +14,7 @@ from proxy.core.errors import BadRequest
 from proxy.merging.curation import MAX_MERGE
 from proxy.merging.suggestions import dismiss
 from proxy.rag_api.routes_documents import knowledge
-from proxy.store.knowledge import now
+from proxy.store.store import now
 from proxy.store.rows_memory import descriptions
 
 from admin.entity_queries import list_entities

@@ -163,8 +163,8 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
     from proxy.upstream.model_calls import CacheEntry
     from proxy.retrieval.keywords import keyword_messages
     from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
-    from proxy.store.knowledge import KnowledgeStore, now
-    from proxy.store.tables_duckdb import set_meta
+    from proxy.store.store import KnowledgeStore, now
+    from proxy.store.duckdb.connection import set_meta
     from proxy.knowledge.traces import Trace, record_traces
 
     rng = np.random.default_rng(7)

@@ -48,8 +48,8 @@ def column(matrix: np.ndarray) -> pa.Array:
 def build(data: Path, n_chunks: int) -> None:
     """Tables, indexes and graph exactly as the gateway stores them, written in bulk."""
     from proxy.core.settings import Settings
-    from proxy.store.knowledge import KnowledgeStore, now
-    from proxy.store.tables_duckdb import bump_generation, set_meta
+    from proxy.store.store import KnowledgeStore, now
+    from proxy.store.duckdb.connection import bump_generation, set_meta
 
     rng = np.random.default_rng(7)
     centers = rng.standard_normal((500, DIM)).astype(np.float32)
@@ -111,7 +111,7 @@ import anyio, numpy as np
 sys.path.insert(0, sys.argv[2])
 from pathlib import Path
 from proxy.core.settings import Settings
-from proxy.store.knowledge import KnowledgeStore
+from proxy.store.store import KnowledgeStore
 from proxy.retrieval.retriever import Retriever
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.budget import Budget

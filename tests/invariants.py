@@ -6,7 +6,7 @@ from pathlib import Path
 
 import anyio
 
-from proxy.store.knowledge import KnowledgeStore
+from proxy.store.store import KnowledgeStore
 
 
 def check_store(data_dir: Path) -> dict[str, int]:

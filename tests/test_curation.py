@@ -145,7 +145,7 @@ async def test_suggestions_find_namesakes_and_dismissals_stick(settings: Setting
         found = finder.find(0.9)
         assert [(s.a, s.b, s.reason) for s in found][:1] == [("acme corp", "acme corporation", "same name")]
         from proxy.merging.suggestions import dismiss
-        from proxy.store.knowledge import now
+        from proxy.store.store import now
         await kb(client).store.db.write(dismiss, "acme corporation", "acme corp", now())
         assert not [s for s in finder.find(0.9) if s.reason == "same name"]
 

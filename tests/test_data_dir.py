@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from proxy.store.knowledge import KnowledgeStore
+from proxy.store.store import KnowledgeStore
 from tests.test_crash_recovery import Server, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ import pytest
 
 from proxy.extraction.results import ExtractedEntity, ExtractedRelation, ExtractionResult
 from proxy.merging.recompute import ParsedExtractions
-from proxy.store.knowledge import now
-from proxy.store.tables_duckdb import Database
+from proxy.store.store import now
+from proxy.store.duckdb.connection import Database
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.app import Settings, create_app
 from proxy.store.changes import Changeset, ChunkRow, EntityRow, RelationRow, pair_key
-from proxy.store.knowledge import KnowledgeStore
+from proxy.store.store import KnowledgeStore
 from tests.conftest import running
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
-from proxy.store.knowledge import KnowledgeStore
-from proxy.store.schema import SCHEMA_VERSION, current_version
+from proxy.store.store import KnowledgeStore
+from proxy.store.duckdb.schema import SCHEMA_VERSION, current_version
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +39,7 @@ def sample_changes() -> Changeset:
 
 
 async def set_dim(store: KnowledgeStore) -> None:
-    from proxy.store.tables_duckdb import set_meta
+    from proxy.store.duckdb.connection import set_meta
     await store.db.write(set_meta, "embed_dim", DIM)
 
 
@@ -72,7 +72,7 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
     import duckdb
 
     from proxy.ingest.documents import cached_responses
-    from proxy.store.schema import MIGRATIONS
+    from proxy.store.duckdb.schema import MIGRATIONS
 
     con = duckdb.connect(str(tmp_path / "graphgate.duckdb"))
     for script in MIGRATIONS[:3]:
@@ -176,7 +176,7 @@ async def test_missing_or_corrupt_index_files_are_rebuilt(tmp_path: Path, damage
 
 async def test_document_update_and_generation(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
-    from proxy.store.knowledge import now
+    from proxy.store.store import now
 
     await store.db.write(lambda c: c.execute(
         "INSERT INTO documents (id, name, mime, size, status, text, created_at, updated_at) "

@@ -198,7 +198,7 @@ async def reindex(settings: Settings) -> int:
     from proxy.ingest.reindex import reindex as run_reindex
     from proxy.core.limiter import PriorityLimiter
     from proxy.upstream.model_calls import ModelClient
-    from proxy.store.knowledge import KnowledgeStore
+    from proxy.store.store import KnowledgeStore
     from proxy.upstream.client import Upstream
 
     if not has_store(settings.data_dir):

@@ -87,7 +87,7 @@ class ServiceUnavailable(GraphGateError):
 
 
 class StorageError(ServiceUnavailable):
-    """DuckDB could not write: raised only by proxy.store.tables_duckdb, which translates its errors."""
+    """DuckDB could not write: raised only by proxy.store.duckdb.connection, which translates its errors."""
 
 
 class UpstreamError(GraphGateError):

@@ -8,8 +8,8 @@ from typing import Any
 
 
 from proxy.upstream.model_calls import CacheEntry
-from proxy.store.knowledge import now
-from proxy.store.tables_duckdb import Con
+from proxy.store.store import now
+from proxy.store.duckdb.connection import Con
 
 STATUSES = ("pending", "processing", "processed", "failed")
 _COLUMNS = ("id", "name", "mime", "size", "status", "error", "chunks_total", "chunks_done", "replaces",

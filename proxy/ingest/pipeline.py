@@ -27,9 +27,9 @@ from anyio.abc import TaskGroup
 from proxy.core.errors import Conflict, GraphGateError, NotFound, StorageError, first_error
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.core.settings import Settings
-from proxy.store.batching import CommitGroup, Pending
+from proxy.store.duckdb.batching import CommitGroup, Pending
 from proxy.store.changes import Changeset
-from proxy.store.knowledge import KnowledgeStore, now
+from proxy.store.store import KnowledgeStore, now
 from proxy.core.tokens import Tokenizer
 from proxy.ingest import documents as sql
 from proxy.ingest.chunking import Chunk, chunk_text

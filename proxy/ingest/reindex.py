@@ -12,8 +12,8 @@ import numpy as np
 from proxy.core.limiter import Priority
 from proxy.upstream.model_calls import ModelClient
 from proxy.core.settings import Settings
-from proxy.store.knowledge import INDEXED_TABLES, KnowledgeStore
-from proxy.store.tables_duckdb import Con, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.store import INDEXED_TABLES, KnowledgeStore
+from proxy.store.duckdb.connection import Con, bump_generation, get_meta, next_keys, set_meta
 from proxy.merging.rules import embed_hash, entity_text, relation_text
 
 log = logging.getLogger("graphgate.reindex")

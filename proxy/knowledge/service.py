@@ -25,12 +25,12 @@ from proxy.core.limiter import PriorityLimiter
 from proxy.upstream.model_info import ModelInfoCache
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.retrieval.retriever import Retriever
-from proxy.store.batching import BatchedReader, BatchWriter
+from proxy.store.duckdb.batching import BatchedReader, BatchWriter
 from proxy.knowledge.traces import Trace, record_traces
 from proxy.core.settings import Settings
 from proxy.ingest.documents import cached_responses, write_cache
-from proxy.store.knowledge import KnowledgeStore
-from proxy.store.tables_duckdb import get_meta
+from proxy.store.store import KnowledgeStore
+from proxy.store.duckdb.connection import get_meta
 from proxy.core.tokens import Tokenizer, get_tokenizer
 from proxy.upstream.client import Upstream
 

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.store.knowledge import now
-from proxy.store.tables_duckdb import Con
+from proxy.store.store import now
+from proxy.store.duckdb.connection import Con
 
 KEEP = 500
 

@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup
 
 from proxy.core.limiter import Priority
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate
-from proxy.store.tables_duckdb import set_meta
+from proxy.store.duckdb.connection import set_meta
 from proxy.ingest import documents as sql
 from proxy.extraction.per_chunk import ExtractionFailed
 from proxy.merging.recompute import Overlay, load_extractions

@@ -15,8 +15,8 @@ from typing import Any
 
 from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.store.changes import Changeset, pair_key
-from proxy.store.knowledge import now
-from proxy.store.tables_duckdb import Con
+from proxy.store.store import now
+from proxy.store.duckdb.connection import Con
 from proxy.ingest import documents as sql
 from proxy.merging.edits import (
     Edits,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.store.tables_duckdb import Con
+from proxy.store.duckdb.connection import Con
 from proxy.merging.rules import EntityState, RelationState
 
 

@@ -16,8 +16,8 @@ from proxy.core.limiter import Priority
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.core.settings import Settings
 from proxy.store.changes import Changeset, EntityRow, RelationRow
-from proxy.store.knowledge import KnowledgeStore
-from proxy.store.tables_duckdb import Con, Database, relation_ready
+from proxy.store.store import KnowledgeStore
+from proxy.store.duckdb.connection import Con, Database, relation_ready
 from proxy.core.tokens import Tokenizer
 from proxy.merging.edits import Edits, load_edits
 from proxy.extraction.results import ExtractionResult

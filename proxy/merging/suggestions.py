@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from proxy.store.changes import pair_key
-from proxy.store.knowledge import KnowledgeStore
-from proxy.store.tables_duckdb import Con
+from proxy.store.store import KnowledgeStore
+from proxy.store.duckdb.connection import Con
 
 EMBEDDING_PROBES = 2000
 SYNC_LIMIT = 20_000     # entities up to which a stale result is recomputed at once (well under a second)

@@ -25,8 +25,8 @@ from starlette.routing import Route
 from proxy.core.errors import GraphGateError
 from proxy.ingest import documents as sql
 from proxy.core.responses import json_response
-from proxy.store.knowledge import KnowledgeStore
-from proxy.store.tables_duckdb import Con
+from proxy.store.store import KnowledgeStore
+from proxy.store.duckdb.connection import Con
 from proxy.upstream.watch import FRESH_SECONDS
 
 log = logging.getLogger("graphgate.health")

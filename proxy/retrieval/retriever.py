@@ -24,7 +24,7 @@ import numpy as np
 from proxy.core.limiter import Priority
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.core.settings import Settings
-from proxy.store.knowledge import KnowledgeStore
+from proxy.store.store import KnowledgeStore
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval import search
 from proxy.retrieval.budget import Budget

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from proxy.store.knowledge import KnowledgeStore
+from proxy.store.store import KnowledgeStore
 from proxy.store.rows_memory import EntityMeta, RelationMeta, descriptions
-from proxy.store.tables_duckdb import Con
+from proxy.store.duckdb.connection import Con
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from proxy.store.tables_duckdb import Con, relation_ready
+from proxy.store.duckdb.connection import Con, relation_ready
 
 BATCH = 20_000  # rows converted at a time: one big fetchall leaves its freed memory to the process
 

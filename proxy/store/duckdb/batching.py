@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from proxy.store.tables_duckdb import Con, Database
+from proxy.store.duckdb.connection import Con, Database
 
 T = TypeVar("T")
 

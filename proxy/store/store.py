@@ -14,8 +14,8 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import anyio.to_thread
 import numpy as np
@@ -24,10 +24,12 @@ import pyarrow as pa
 from proxy.store.changes import Changeset, split_pair
 from proxy.store.graph_igraph import EntityGraph
 from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta, graph_edges
-from proxy.store.tables_duckdb import Con, Database, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.duckdb.tables import DuckDBTables
+from proxy.store.duckdb.connection import Con, Database, bump_generation, get_meta, next_keys, set_meta
 from proxy.store.vectors_usearch import VectorIndex
 
 log = logging.getLogger("graphgate.store")
+T = TypeVar("T")
 
 INDEXED_TABLES = ("chunks", "entities", "relations")
 
@@ -49,6 +51,7 @@ class KnowledgeStore:
         self.data_dir = data_dir
         self.memory_limit = memory_limit
         self.db: Database
+        self.tables: DuckDBTables
         self.indexes = {name: VectorIndex(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
         self.graph = EntityGraph()
         self.rows = MemoryRows()
@@ -68,6 +71,7 @@ class KnowledgeStore:
     def _open_sync(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.db = Database(self.data_dir / "graphgate.duckdb", self.memory_limit)
+        self.tables = DuckDBTables(self.db)
         self.generation = int(self.db.read_sync(get_meta, "generation", "0") or 0)
         ndim = self.embedding_dim()
         for name, index in self.indexes.items():
@@ -211,6 +215,53 @@ class KnowledgeStore:
         self.graph.set_edges((row.source, row.target, row.weight) for row in changes.relations_upserted)
         self.graph.remove_edges(split_pair(key) for key in changes.relations_removed)
         self.graph.remove_entities(changes.entities_removed)
+
+    # --- reading the in-memory engines (always in a worker thread, never on the event loop) ---
+
+    def read_memory_sync(self, read: Callable[[MemoryRows, EntityGraph], T]) -> T:
+        """``read(rows, graph)`` over a consistent state of the rows and the graph. Blocking: call it
+        from a worker thread (``read_memory`` does); ``read`` must not keep or change what it sees."""
+        with self.memory_lock:
+            return read(self.rows, self.graph)
+
+    async def read_memory(self, read: Callable[[MemoryRows, EntityGraph], T]) -> T:
+        return await anyio.to_thread.run_sync(self.read_memory_sync, read)
+
+    def search_sync(self, table: str, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
+        """(vector key, similarity) of the ``count`` nearest rows of ``table``. Blocking."""
+        with self.memory_lock:
+            return self.indexes[table].search(vector, count)
+
+    def search_many_sync(self, table: str, vectors: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        with self.memory_lock:
+            return self.indexes[table].search_many(vectors, count)
+
+    def vectors_sync(self, table: str, keys: list[int]) -> np.ndarray:
+        """The stored vectors of ``keys`` (empty when the index has none). Blocking."""
+        with self.memory_lock:
+            index = self.indexes[table]
+            if index.ndim is None or not keys:
+                return np.empty((0, 0), dtype=np.float32)
+            return index.vectors(np.asarray(keys, dtype=np.uint64))
+
+    # --- rebuilding (graphgate reindex) ---
+
+    def rebuild_sync(self) -> dict[str, int]:
+        """Rebuild every index, the rows and the graph from the tables and save the indexes; the
+        sizes of the indexes. Blocking."""
+        ndim = self.embedding_dim()
+        with self.memory_lock:
+            for table, index in self.indexes.items():
+                index.reset(ndim)
+                self._heal_index(table, index, trust=False)
+            self._load_memory()
+            self.generation = int(self.db.read_sync(get_meta, "generation", "0") or 0)
+        self.saved_generation = -1
+        self._save_sync()
+        return {table: len(index) for table, index in self.indexes.items()}
+
+    async def rebuild(self) -> dict[str, int]:
+        return await anyio.to_thread.run_sync(self.rebuild_sync)
 
     def stats_sync(self) -> dict[str, Any]:
         counts = self.db.read_sync(_table_counts)

@@ -20,7 +20,7 @@ import anyio.to_thread
 import duckdb
 
 from proxy.core.errors import StorageError
-from proxy.store.schema import migrate
+from proxy.store.duckdb.schema import migrate
 
 T = TypeVar("T")
 Con = duckdb.DuckDBPyConnection

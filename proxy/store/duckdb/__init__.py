@@ -1,0 +1,1 @@
+"""The embedded tables backend: DuckDB. All SQL lives in this folder."""
