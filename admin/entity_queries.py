@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from proxy.store.store import KnowledgeStore
-from proxy.store.rows_memory import EntityMeta, descriptions
+from proxy.store.rows_memory import EntityMeta
+from proxy.store.duckdb.memory_load import descriptions
 from proxy.store.duckdb.connection import Con
 
 from admin.graph_svg import Edge, Node

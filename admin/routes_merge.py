@@ -15,7 +15,7 @@ from proxy.merging.curation import MAX_MERGE
 from proxy.merging.suggestions import dismiss
 from proxy.rag_api.routes_documents import knowledge
 from proxy.store.store import now
-from proxy.store.rows_memory import descriptions
+from proxy.store.duckdb.memory_load import descriptions
 
 from admin.entity_queries import list_entities
 from admin.guard import action

@@ -14,9 +14,10 @@ import pytest
 from proxy.core.settings import Settings
 from proxy.retrieval.select import round_robin, weighted_quota
 from tests.conftest import gateway_client
+from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, fake_embedding
-from tests.test_ingestion import CITY, TEAM, settle, store_of, upload
+from tests.rag_helpers import settle, store_of, upload
 
 pytestmark = pytest.mark.anyio
 
@@ -260,7 +261,7 @@ async def test_descriptions_are_the_stored_ones(kb: httpx.AsyncClient) -> None:
 async def test_a_description_is_found_by_name_once_its_row_was_re_keyed(kb: httpx.AsyncClient) -> None:
     """A commit between a retrieval's vector search and its description read can re-embed (so re-key)
     a row: the description is then found by its name."""
-    from proxy.store.rows_memory import descriptions
+    from proxy.store.duckdb.memory_load import descriptions
 
     store = store_of(kb)
     key, name, description = store.db.read_sync(

@@ -16,7 +16,7 @@ from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.rag_api.routes_documents import knowledge
 from proxy.store.changes import pair_key
-from proxy.store.rows_memory import descriptions
+from proxy.store.duckdb.memory_load import descriptions
 
 
 async def _body(request: Request) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from proxy.store.store import KnowledgeStore
-from proxy.store.rows_memory import EntityMeta, RelationMeta, descriptions
+from proxy.store.rows_memory import EntityMeta, RelationMeta
+from proxy.store.duckdb.memory_load import descriptions
 from proxy.store.duckdb.connection import Con
 
 

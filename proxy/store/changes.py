@@ -81,3 +81,13 @@ def pair_key(a: str, b: str) -> str:
 def split_pair(key: str) -> tuple[str, str]:
     first, second = key.split("\x1f", 1)
     return first, second
+
+
+@dataclass
+class IndexDelta:
+    """What a commit did to one vector index: keys added (with their vectors) and removed."""
+
+    added_keys: list[int] = field(default_factory=list)
+    added_vectors: list[np.ndarray] = field(default_factory=list)
+    removed_keys: list[int] = field(default_factory=list)
+    linked_chunks: dict[str, list[str]] = field(default_factory=dict)  # chunks of removed documents

@@ -3,7 +3,7 @@
 DuckDB answers a point lookup in about a millisecond at best, and a retrieval needs a dozen of
 them; so the small, hot metadata (names, types, keywords, weights, source chunk ids, vector keys,
 chunk-to-document names) lives here, loaded at start-up and changed with every commit under the
-store's memory lock. Texts stay in DuckDB: chunk contents and descriptions (often the largest
+store's memory lock. Texts stay in the tables: chunk contents and descriptions (often the largest
 strings, up to a summary's length) are read for the few rows a retrieval or a page shows
 (``descriptions``).
 
@@ -15,22 +15,15 @@ rather than a copy per row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from proxy.store.duckdb.connection import Con, relation_ready
-
-BATCH = 20_000  # rows converted at a time: one big fetchall leaves its freed memory to the process
-
-
-def fetch_rows(con: Con, query: str, args: list[Any] | None = None) -> Iterator[tuple[Any, ...]]:
-    """The query's rows as tuples, converted a batch at a time column by column through Arrow
-    (2-3x faster than DuckDB's row-wise fetch for millions of rows)."""
-    for batch in relation_ready(con).sql(query, params=args or None).to_arrow_reader(BATCH):
-        yield from zip(*[column.to_pylist() for column in batch.columns], strict=True)
+# rows as the tables backend yields them (``proxy/store/duckdb/memory_load.py``)
+ChunkKeyRow = tuple[str, int]                                  # id, vector key
+EntityMetaRow = tuple[int, str, str, str, list[str]]           # key, name_key, name, type, source ids
+RelationMetaRow = tuple[int, str, list[str], float, list[str]]  # key, pair key, keywords, weight, source ids
+ChunkDocumentRow = tuple[str, str | None]                      # chunk id, document name
 
 
 @dataclass(slots=True)  # treated as immutable: replaced whole, never changed in place
@@ -73,53 +66,39 @@ class MemoryRows:
     # one object per distinct document-name tuple: a document's chunks all cite the same names
     _names: dict[tuple[str, ...], tuple[str, ...]] = field(default_factory=dict, repr=False)
 
-    def load(self, con: Con) -> None:
-        """Fill empty rows from the tables (start-up: millions of rows, so the loops are kept tight)."""
+    def load(self, chunks: Iterable[ChunkKeyRow], entities_in_key_order: Iterable[EntityMetaRow],
+             relations: Iterable[RelationMetaRow], chunk_documents: Iterable[ChunkDocumentRow]) -> None:
+        """Fill empty rows from the tables (start-up: millions of rows, so the loops are kept tight).
+        The iterables are consumed in order: chunks first, so that the source ids below are the
+        chunk id strings already held; entities in key order, which the graph's vertices follow."""
         chunk_keys, chunk_ids = self.chunk_keys, self.chunk_ids
-        for chunk_id, key in fetch_rows(con, "SELECT id, key FROM chunks"):
+        for chunk_id, key in chunks:
             chunk_keys[chunk_id], chunk_ids[key] = key, chunk_id
-        # chunks first, so that the source ids below are the chunk id strings already held; entities
-        # in key order, which the graph's vertices follow (``graph_edges``)
         key_of, id_of = chunk_keys.get, chunk_ids.get
         entities, entity_keys = self.entities, self.entity_keys
         types: dict[str, str] = {}  # a dozen distinct values over millions of rows
-        for key, name_key, name, kind, sources in fetch_rows(
-                con, "SELECT key, name_key, name, type, source_ids FROM entities ORDER BY key"):
+        for key, name_key, name, kind, sources in entities_in_key_order:
             entities[key] = EntityMeta(key, name_key, name_key if name == name_key else name,
                                        types.setdefault(kind, kind), tuple([id_of(key_of(c), c) for c in sources]))
             entity_keys[name_key] = key
-        relations, relation_keys = self.relations, self.relation_keys
+        relations_by_key, relation_keys = self.relations, self.relation_keys
         keyword_lists: dict[tuple[str, ...], tuple[str, ...]] = {}  # only while loading: many repeat
         weights: dict[float, float] = {}  # likewise: sums of small whole numbers, mostly
-        for key, pair, keywords, weight, sources in fetch_rows(
-                con, "SELECT key, pair_key, keywords, weight, source_ids FROM relations"):
-            keywords = tuple(keywords)
-            relations[key] = RelationMeta(key, pair, keyword_lists.setdefault(keywords, keywords),
-                                          weights.setdefault(weight, weight),
-                                          tuple([id_of(key_of(c), c) for c in sources]))
+        for key, pair, keyword_list, weight, sources in relations:
+            keywords = tuple(keyword_list)
+            relations_by_key[key] = RelationMeta(key, pair, keyword_lists.setdefault(keywords, keywords),
+                                                 weights.setdefault(weight, weight),
+                                                 tuple([id_of(key_of(c), c) for c in sources]))
             relation_keys[pair] = key
-        self.load_documents(con, None)
+        self.load_documents(chunk_documents, None)
 
-    def load_documents(self, con: Con, chunk_ids: list[str] | None) -> None:
-        """Which documents cite each chunk: all of them (start-up), or those of ``chunk_ids`` (after
-        a commit: only their links are read, never the whole documents table)."""
+    def load_documents(self, pairs: Iterable[ChunkDocumentRow], chunk_ids: list[str] | None) -> None:
+        """Which documents cite each chunk: ``pairs`` for all of them (start-up, ``chunk_ids`` None),
+        or for the chunks ``chunk_ids`` (after a commit: only their links are read)."""
         shared = self._names
-        if chunk_ids is None:
-            # plain pairs, grouped here: a GROUP BY over a million chunk ids costs DuckDB seconds
-            names = {}
-            for document_id, name in con.execute("SELECT id, name FROM documents").fetchall():
-                names[document_id] = name
-            pairs: Iterator[tuple[str, str | None]] = (
-                (chunk_id, names.get(document_id))
-                for chunk_id, document_id in fetch_rows(con, "SELECT chunk_id, document_id FROM document_chunks"))
-        else:
-            if not chunk_ids:
-                return
+        if chunk_ids is not None:
             for chunk_id in chunk_ids:
                 self.chunk_documents.pop(chunk_id, None)
-            pairs = iter(con.execute("SELECT dc.chunk_id, d.name FROM document_chunks dc JOIN documents d "
-                                     "ON d.id = dc.document_id WHERE dc.chunk_id = ANY(?::VARCHAR[])",
-                                     [chunk_ids]).fetchall())
         key_of, id_of = self.chunk_keys.get, self.chunk_ids.get
         documents = self.chunk_documents
         for chunk_id, name in pairs:
@@ -186,32 +165,3 @@ class MemoryRows:
         key = self.relation_keys.get(pair)
         return None if key is None else self.relations.get(key)
 
-
-def descriptions(con: Con, table: str, wanted: list[tuple[int, str]]) -> dict[int, str]:
-    """Descriptions of entities or relations, by vector key (through the key index), for
-    ``wanted`` (vector key, name or pair key) pairs. A row re-embedded (so re-keyed) by a commit since
-    its key was read is found again by its name or pair."""
-    if not wanted:
-        return {}
-    id_column = {"entities": "name_key", "relations": "pair_key"}[table]
-    found = dict(con.execute(f"SELECT key, description FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
-                             [[key for key, _ in wanted]]).fetchall())
-    missing = {name: key for key, name in wanted if key not in found}
-    if missing:
-        for name, description in con.execute(f"SELECT {id_column}, description FROM {table} "
-                                             f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))",
-                                             [list(missing)]).fetchall():
-            found[missing[name]] = description
-    return found
-
-
-def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:
-    """Every relation as a pair of vertex numbers (entities numbered in key order, as ``load``
-    reads them) and its weight: the join runs in DuckDB, not over a million Python strings."""
-    result = con.execute("""
-        WITH vertex AS (SELECT name_key, row_number() OVER (ORDER BY key) - 1 AS i FROM entities)
-        SELECT s.i AS s, t.i AS t, r.weight FROM relations r
-        JOIN vertex s ON s.name_key = r.source JOIN vertex t ON t.name_key = r.target""").fetchnumpy()
-    ends = np.stack([np.asarray(result["s"], dtype=np.int64), np.asarray(result["t"], dtype=np.int64)], axis=1)
-    shared: dict[float, float] = {}  # few distinct weights: one float object each, not one per edge
-    return ends, [shared.setdefault(w, w) for w in np.asarray(result["weight"], dtype=np.float64).tolist()]

@@ -1,8 +1,11 @@
 """The knowledge store: the three engines kept in step.
 
-A change is committed to DuckDB first (one transaction), then applied to the vector indexes and
-the graph under ``memory_lock``, which readers of the in-memory engines also take. At start-up
-the indexes are checked against the tables and healed; the graph is loaded from the tables.
+A change is committed to the tables first (one transaction), then applied to the in-memory rows
+and the graph, then to the vector indexes. Each of the two in-memory sides has its own lock, held
+only in worker threads, never on the event loop: readers of rows and graph (console pages, entity
+lookups) do not wait for a commit's slow HNSW inserts, and vector searches do not wait for graph
+edits. At start-up the indexes are checked against the tables and healed; the graph is loaded
+from the tables.
 """
 
 from __future__ import annotations
@@ -10,55 +13,44 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-import warnings
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
-from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+import anyio
 import anyio.to_thread
 import numpy as np
-import pyarrow as pa
 
-from proxy.store.changes import Changeset, split_pair
-from proxy.store.graph_igraph import EntityGraph
-from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta, graph_edges
+from proxy.store.changes import Changeset, IndexDelta, split_pair
+from proxy.store.duckdb.commit import INDEXED_TABLES, now
 from proxy.store.duckdb.tables import DuckDBTables
-from proxy.store.duckdb.connection import Con, Database, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.graph_igraph import EntityGraph
+from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
 from proxy.store.vectors_usearch import VectorIndex
+
+__all__ = ["INDEXED_TABLES", "KnowledgeStore", "now"]
 
 log = logging.getLogger("graphgate.store")
 T = TypeVar("T")
-
-INDEXED_TABLES = ("chunks", "entities", "relations")
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-@dataclass
-class IndexDelta:
-    added_keys: list[int] = field(default_factory=list)
-    added_vectors: list[np.ndarray] = field(default_factory=list)
-    removed_keys: list[int] = field(default_factory=list)
-    linked_chunks: dict[str, list[str]] = field(default_factory=dict)  # chunks of removed documents
 
 
 class KnowledgeStore:
     def __init__(self, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB") -> None:
         self.data_dir = data_dir
         self.memory_limit = memory_limit
-        self.db: Database
         self.tables: DuckDBTables
         self.indexes = {name: VectorIndex(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
         self.graph = EntityGraph()
         self.rows = MemoryRows()
-        self.memory_lock = threading.RLock()
+        self.memory_lock = threading.RLock()   # rows and graph
+        self._vectors_lock = threading.RLock()  # the vector indexes
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
         self.generation = 0
         self.saved_generation = 0
+
+    @property
+    def db(self) -> Any:
+        return self.tables.db
 
     # --- opening, healing, saving ---
 
@@ -70,9 +62,8 @@ class KnowledgeStore:
 
     def _open_sync(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.db = Database(self.data_dir / "graphgate.duckdb", self.memory_limit)
-        self.tables = DuckDBTables(self.db)
-        self.generation = int(self.db.read_sync(get_meta, "generation", "0") or 0)
+        self.tables = DuckDBTables(self.data_dir, self.memory_limit)
+        self.generation = int(self.tables.meta_sync("generation", "0") or 0)
         ndim = self.embedding_dim()
         for name, index in self.indexes.items():
             loaded = index.load(ndim)
@@ -80,11 +71,7 @@ class KnowledgeStore:
             if healed:
                 log.info("vector index %s was out of step with the tables and has been repaired", name)
         self._load_memory()
-        # From here on DuckDB serves small reads and writes, many a second: with worker threads,
-        # each statement wakes them, and the context switches cost 12 % of the CPU per ingested
-        # chunk (bench/ingest.py). The big scans above (start-up at 1M chunks) keep them.
-        self.db.set_threads(1)
-        self.db.on_reopen = self._reopened
+        self.tables.serve_small_statements(on_reopen=self._reopened)
         self.saved_generation = self.generation
         if any(index.generation != self.generation for index in self.indexes.values()):
             try:
@@ -94,22 +81,22 @@ class KnowledgeStore:
                             "start", exc)
 
     def _reopened(self) -> None:
-        """The database was reopened after DuckDB invalidated it: a commit that raised (its
+        """The tables were reopened after their engine gave up on them: a commit that raised (its
         automatic checkpoint failed) may be in the log after all; then the indexes, rows and graph
         are made to match the tables again (in the reopening thread, writers held)."""
-        generation = int(self.db.read_sync(get_meta, "generation", "0") or 0)
+        generation = int(self.tables.meta_sync("generation", "0") or 0)
         if generation == self.generation:
             return
         log.warning("a commit that reported a failure was in the store's log after all: rebuilding the "
                     "in-memory indexes and graph from the tables")
-        with self.memory_lock:
+        with self.memory_lock, self._vectors_lock:
             for name, index in self.indexes.items():
                 self._heal_index(name, index, trust=False)
             self._load_memory()
             self.generation = generation
 
     def embedding_dim(self) -> int | None:
-        raw = self.db.read_sync(get_meta, "embed_dim")
+        raw = self.tables.meta_sync("embed_dim")
         return int(raw) if raw else None
 
     def _heal_index(self, table: str, index: VectorIndex, *, trust: bool) -> bool:
@@ -120,8 +107,7 @@ class KnowledgeStore:
         be out of step with. A fresh store has no embedding dimension and so no index files at all,
         every time it starts until its first vector; that is not a repair.
         """
-        db_keys = self.db.read_sync(lambda c: c.execute(f"SELECT key FROM {table}").fetchnumpy()["key"])
-        db_keys = np.asarray(db_keys, dtype=np.uint64)
+        db_keys = self.tables.keys_sync(table)
         if trust and len(index) == len(db_keys):
             return False
         ix_keys = index.keys()
@@ -129,7 +115,7 @@ class KnowledgeStore:
         extra = np.setdiff1d(ix_keys, db_keys, assume_unique=True)
         index.remove(extra)
         if len(missing):
-            self.db.read_sync(lambda con: [index.add(k, v) for k, v in _embeddings_for(con, table, missing)])
+            self.tables.each_embedding_sync(table, missing, index.add)
         index.generation = -1
         return bool(len(missing) or len(extra)) or (not trust and len(db_keys) > 0)
 
@@ -140,14 +126,14 @@ class KnowledgeStore:
         # again while they load (a third of the time at 1M chunks)
         gc.disable()
         try:
-            self.db.read_sync(rows.load)
-            self.graph.load(list(rows.entity_keys), *self.db.read_sync(graph_edges))
+            self.tables.load_rows_sync(rows)
+            self.graph.load(list(rows.entity_keys), *self.tables.graph_edges_sync())
         finally:
             gc.enable()
         self.rows = rows
 
     def _save_sync(self) -> None:
-        with self.memory_lock:
+        with self._vectors_lock:
             generation = self.generation
             for index in self.indexes.values():
                 if index.generation != generation:
@@ -158,24 +144,26 @@ class KnowledgeStore:
         if self.saved_generation != self.generation:
             await anyio.to_thread.run_sync(self._save_sync)
 
+    async def checkpoint(self) -> None:
+        """Let the tables fold their log into their files at a quiet moment."""
+        await self.tables.checkpoint()
+
     async def close(self) -> None:
         try:
             await self.save()
         except OSError as exc:  # the tables are the truth: the next start heals the indexes from them
             log.warning("vector indexes not saved at shutdown (%s); they are rebuilt at the next start", exc)
-        self.db.close()
+        self.tables.close()
 
     # --- committing ---
 
     async def apply(self, changes: Changeset) -> int:
-        """Commit ``changes`` to the tables, then to the indexes and the graph. The store's writer is
-        free again once the tables are committed (uploads need not wait for index inserts); changes
-        reach the indexes in the order they reached the tables."""
+        """Commit ``changes`` to the tables, then to the rows, graph and indexes. The store's writer
+        is free again once the tables are committed (uploads need not wait for index inserts);
+        changes reach the indexes in the order they reached the tables."""
         async with self.apply_lock:
             with anyio.CancelScope(shield=True):
-                async with self.db.write_lock:
-                    deltas, generation = await anyio.to_thread.run_sync(self.db.write_sync, _write_changes,
-                                                                        changes)
+                deltas, generation = await self.tables.commit(changes)
                 return await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
 
     def _apply_memory(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> int:
@@ -183,14 +171,15 @@ class KnowledgeStore:
         touched_chunks += [chunk for _, chunk, _ in changes.links_added]
         with self.memory_lock:
             self._apply_rows(changes)
-            self.db.read_sync(self.rows.load_documents, list(dict.fromkeys(touched_chunks)))
+            self.tables.load_chunk_documents_sync(self.rows, list(dict.fromkeys(touched_chunks)))
+            self._apply_graph(changes)
+        with self._vectors_lock:
             for name, delta in deltas.items():
                 index = self.indexes[name]
                 index.remove(np.asarray(delta.removed_keys, dtype=np.uint64))
                 if delta.added_keys:
                     index.add(np.asarray(delta.added_keys, dtype=np.uint64), np.vstack(delta.added_vectors))
                 index.generation = -1
-            self._apply_graph(changes)
             self.generation = generation
         return generation
 
@@ -229,16 +218,16 @@ class KnowledgeStore:
 
     def search_sync(self, table: str, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """(vector key, similarity) of the ``count`` nearest rows of ``table``. Blocking."""
-        with self.memory_lock:
+        with self._vectors_lock:
             return self.indexes[table].search(vector, count)
 
     def search_many_sync(self, table: str, vectors: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-        with self.memory_lock:
+        with self._vectors_lock:
             return self.indexes[table].search_many(vectors, count)
 
     def vectors_sync(self, table: str, keys: list[int]) -> np.ndarray:
         """The stored vectors of ``keys`` (empty when the index has none). Blocking."""
-        with self.memory_lock:
+        with self._vectors_lock:
             index = self.indexes[table]
             if index.ndim is None or not keys:
                 return np.empty((0, 0), dtype=np.float32)
@@ -250,12 +239,12 @@ class KnowledgeStore:
         """Rebuild every index, the rows and the graph from the tables and save the indexes; the
         sizes of the indexes. Blocking."""
         ndim = self.embedding_dim()
-        with self.memory_lock:
+        with self.memory_lock, self._vectors_lock:
             for table, index in self.indexes.items():
                 index.reset(ndim)
                 self._heal_index(table, index, trust=False)
             self._load_memory()
-            self.generation = int(self.db.read_sync(get_meta, "generation", "0") or 0)
+            self.generation = int(self.tables.meta_sync("generation", "0") or 0)
         self.saved_generation = -1
         self._save_sync()
         return {table: len(index) for table, index in self.indexes.items()}
@@ -264,9 +253,10 @@ class KnowledgeStore:
         return await anyio.to_thread.run_sync(self.rebuild_sync)
 
     def stats_sync(self) -> dict[str, Any]:
-        counts = self.db.read_sync(_table_counts)
-        with self.memory_lock:
+        counts = self.tables.counts_sync()
+        with self._vectors_lock:
             counts["index_sizes"] = {name: len(index) for name, index in self.indexes.items()}
+        with self.memory_lock:
             counts["graph"] = {"vertices": self.graph.vertex_count, "edges": self.graph.edge_count}
         counts["generation"] = self.generation
         counts["bytes_on_disk"] = sum(p.stat().st_size for p in self.data_dir.glob("*") if p.is_file())
@@ -274,151 +264,3 @@ class KnowledgeStore:
 
     async def stats(self) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(self.stats_sync)
-
-
-def _embeddings_for(con: Con, table: str, keys: np.ndarray, batch: int = 50_000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(keys, vectors) of the wanted rows in batches, through Arrow (never as Python floats)."""
-    for start in range(0, len(keys), batch):
-        wanted = [int(k) for k in keys[start:start + batch]]
-        with warnings.catch_warnings():  # "an extra copy of the rows": fine on this repair path
-            warnings.simplefilter("ignore", UserWarning)
-            result = con.execute(f"SELECT key, embedding FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
-                                 [wanted]).to_arrow_table()
-        if result.num_rows == 0:
-            continue
-        column = result.column("embedding").combine_chunks()
-        vectors = np.asarray(column.values, dtype=np.float32).reshape(len(column), -1)
-        yield np.asarray(result.column("key").to_numpy(), dtype=np.uint64), vectors
-
-
-def _table_counts(con: Con) -> dict[str, Any]:
-    by_status = dict(con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall())
-    one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
-    return {
-        "documents": {s: by_status.get(s, 0) for s in ("pending", "processing", "processed", "failed")},
-        "chunks": one("SELECT count(*) FROM chunks"),
-        "entities": one("SELECT count(*) FROM entities"),
-        "relations": one("SELECT count(*) FROM relations"),
-        "extractions": one("SELECT count(*) FROM extractions"),
-        "cache_entries": one("SELECT count(*) FROM llm_cache"),
-    }
-
-
-def _write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], int]:
-    deltas = {name: IndexDelta() for name in INDEXED_TABLES}
-    stamp = now()
-    _remove_documents(con, changes, deltas["chunks"])
-    _add_chunks(con, changes, deltas["chunks"])
-    _delete_rows(con, "entities", "name_key", changes.entities_removed, deltas["entities"])
-    _upsert_rows(con, "entities", "name_key", changes.entities_upserted, deltas["entities"], stamp)
-    _delete_rows(con, "relations", "pair_key", changes.relations_removed, deltas["relations"])
-    _upsert_rows(con, "relations", "pair_key", changes.relations_upserted, deltas["relations"], stamp)
-    _update_documents(con, changes.documents, stamp)
-    for statement in changes.also:
-        statement(con)
-    dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
-    if dim and get_meta(con, "embed_dim") is None:
-        set_meta(con, "embed_dim", dim)
-    return deltas, bump_generation(con)
-
-
-def vectors_column(vectors: list[np.ndarray]) -> pa.Array:
-    """Embeddings as an Arrow list column: DuckDB takes it in bulk (row-wise inserts of 768 floats
-    cost milliseconds each)."""
-    if not vectors:
-        return pa.array([], type=pa.list_(pa.float32()))
-    flat = np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in vectors])
-    offsets = np.cumsum([0, *[len(v) for v in vectors]], dtype=np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
-
-
-def _remove_documents(con: Con, changes: Changeset, delta: IndexDelta) -> None:
-    if changes.documents_removed:
-        ids = list(changes.documents_removed)
-        for document_id, chunk_id in con.execute(
-                "SELECT document_id, chunk_id FROM document_chunks WHERE document_id = ANY(?::VARCHAR[])", [ids]).fetchall():
-            delta.linked_chunks.setdefault(document_id, []).append(chunk_id)
-        con.execute("DELETE FROM document_chunks WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
-        con.execute("DELETE FROM documents WHERE id IN (SELECT unnest(?::VARCHAR[]))", [ids])
-    _delete_rows(con, "chunks", "id", changes.chunks_removed, delta)
-
-
-def _delete_rows(con: Con, table: str, id_column: str, ids: list[str], delta: IndexDelta) -> None:
-    if ids:
-        rows = con.execute(f"DELETE FROM {table} WHERE {id_column} IN (SELECT unnest(?::VARCHAR[])) RETURNING key",
-                           [list(ids)]).fetchall()
-        delta.removed_keys.extend(r[0] for r in rows)
-
-
-def _add_chunks(con: Con, changes: Changeset, delta: IndexDelta) -> None:
-    unique = list({c.id: c for c in changes.chunks_added}.values())
-    existing = {r[0] for r in con.execute("SELECT id FROM chunks WHERE id IN (SELECT unnest(?::VARCHAR[]))",
-                                          [[c.id for c in unique]]).fetchall()} if unique else set()
-    new = [c for c in unique if c.id not in existing]
-    for chunk, key in zip(new, next_keys(con, len(new)), strict=True):
-        chunk.key = key
-        delta.added_keys.append(key)
-        delta.added_vectors.append(chunk.embedding)
-    if new:
-        rows = pa.table({"id": [c.id for c in new], "key": [c.key for c in new], "content": [c.content for c in new],
-                         "tokens": [c.tokens for c in new], "embedding": vectors_column([c.embedding for c in new])})
-        con.register("new_chunks", rows)
-        con.execute("INSERT INTO chunks SELECT * FROM new_chunks")
-        con.unregister("new_chunks")
-    if changes.links_added:
-        links = pa.table({"document_id": [l[0] for l in changes.links_added],
-                          "chunk_id": [l[1] for l in changes.links_added], "ord": [l[2] for l in changes.links_added]})
-        con.register("new_links", links)
-        con.execute("INSERT OR REPLACE INTO document_chunks SELECT * FROM new_links")
-        con.unregister("new_links")
-
-
-def _upsert_rows(con: Con, table: str, id_column: str, rows: list[Any], delta: IndexDelta, stamp: datetime) -> None:
-    """Replace rows in bulk; a row whose key is 0 or differs from the stored one gets a new key."""
-    if not rows:
-        return
-    ids = [getattr(r, id_column) for r in rows]
-    old = {r[0]: (r[1], r[2]) for r in con.execute(
-        f"SELECT {id_column}, key, created_at FROM {table} WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))",
-        [ids]).fetchall()}
-    fresh = [r for r in rows if r.key == 0 or (getattr(r, id_column) in old and old[getattr(r, id_column)][0] != r.key)]
-    for row, key in zip(fresh, next_keys(con, len(fresh)), strict=True):
-        previous = old.get(getattr(row, id_column))
-        if previous:
-            delta.removed_keys.append(previous[0])
-        row.key = key
-        delta.added_keys.append(key)
-        delta.added_vectors.append(row.embedding)
-    created = [old[i][1] if i in old else stamp for i in ids]
-    columns = _ROW_COLUMNS[table]
-    data = {name: [getattr(r, name) for r in rows] for name in columns if name != "embedding"}
-    data["embedding"] = vectors_column([r.embedding for r in rows])
-    frame = pa.table({**{n: data[n] for n in columns}, "created_at": created, "updated_at": [stamp] * len(rows)})
-    con.execute(f"DELETE FROM {table} WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
-    con.register("new_rows", frame)
-    con.execute(f"INSERT INTO {table} SELECT * FROM new_rows")
-    con.unregister("new_rows")
-
-
-_ROW_COLUMNS = {
-    "entities": ("name_key", "name", "key", "type", "description", "source_ids", "embed_hash", "embedding"),
-    "relations": ("pair_key", "source", "target", "key", "keywords", "description", "weight", "source_ids",
-                  "embed_hash", "embedding"),
-}
-
-
-def _update_documents(con: Con, updates: list[Any], stamp: datetime) -> None:
-    """Every document's new status in one statement (a merge commits up to a batch of them)."""
-    if not updates:
-        return
-    con.register("document_updates", pa.table({
-        "id": [u.id for u in updates], "status": [u.status for u in updates],
-        "error": pa.array([u.error for u in updates], pa.string()),
-        "chunks_total": pa.array([u.chunks_total for u in updates], pa.int32()),
-        "chunks_done": pa.array([u.chunks_done for u in updates], pa.int32())}))
-    con.execute("""UPDATE documents SET status = u.status, error = u.error, updated_at = $stamp,
-                   chunks_total = coalesce(u.chunks_total, documents.chunks_total),
-                   chunks_done = coalesce(u.chunks_done, documents.chunks_done),
-                   processed_at = CASE WHEN u.status = 'processed' THEN $stamp ELSE documents.processed_at END
-                   FROM document_updates u WHERE documents.id = u.id""", {"stamp": stamp})
-    con.unregister("document_updates")

@@ -1,0 +1,75 @@
+"""Reading the in-memory rows and the graph's edges from the tables: all of them at start-up, the
+document names of some chunks after a commit, descriptions for the few rows a page shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from proxy.store.duckdb.connection import Con, relation_ready
+from proxy.store.rows_memory import ChunkDocumentRow, MemoryRows
+
+BATCH = 20_000  # rows converted at a time: one big fetchall leaves its freed memory to the process
+
+
+def fetch_rows(con: Con, query: str, args: list[Any] | None = None) -> Iterator[tuple[Any, ...]]:
+    """The query's rows as tuples, converted a batch at a time column by column through Arrow
+    (2-3x faster than DuckDB's row-wise fetch for millions of rows)."""
+    for batch in relation_ready(con).sql(query, params=args or None).to_arrow_reader(BATCH):
+        yield from zip(*[column.to_pylist() for column in batch.columns], strict=True)
+
+
+def load_rows(con: Con, rows: MemoryRows) -> None:
+    """Fill empty ``rows`` from the tables. The generators run one after the other (one cursor)."""
+    rows.load(fetch_rows(con, "SELECT id, key FROM chunks"),
+              fetch_rows(con, "SELECT key, name_key, name, type, source_ids FROM entities ORDER BY key"),
+              fetch_rows(con, "SELECT key, pair_key, keywords, weight, source_ids FROM relations"),
+              _all_chunk_documents(con))
+
+
+def _all_chunk_documents(con: Con) -> Iterator[ChunkDocumentRow]:
+    # plain pairs, grouped in Python: a GROUP BY over a million chunk ids costs DuckDB seconds
+    names = dict(con.execute("SELECT id, name FROM documents").fetchall())
+    for chunk_id, document_id in fetch_rows(con, "SELECT chunk_id, document_id FROM document_chunks"):
+        yield chunk_id, names.get(document_id)
+
+
+def load_chunk_documents(con: Con, rows: MemoryRows, chunk_ids: list[str]) -> None:
+    """The document names of ``chunk_ids`` after a commit (only their links, never the whole table)."""
+    if not chunk_ids:
+        return
+    pairs = con.execute("SELECT dc.chunk_id, d.name FROM document_chunks dc JOIN documents d "
+                        "ON d.id = dc.document_id WHERE dc.chunk_id = ANY(?::VARCHAR[])", [chunk_ids]).fetchall()
+    rows.load_documents(pairs, chunk_ids)
+
+
+def descriptions(con: Con, table: str, wanted: list[tuple[int, str]]) -> dict[int, str]:
+    """Descriptions of entities or relations, by vector key (through the key index), for
+    ``wanted`` (vector key, name or pair key) pairs. A row re-embedded (so re-keyed) by a commit since
+    its key was read is found again by its name or pair."""
+    if not wanted:
+        return {}
+    id_column = {"entities": "name_key", "relations": "pair_key"}[table]
+    found = dict(con.execute(f"SELECT key, description FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
+                             [[key for key, _ in wanted]]).fetchall())
+    missing = {name: key for key, name in wanted if key not in found}
+    if missing:
+        for name, description in con.execute(f"SELECT {id_column}, description FROM {table} "
+                                             f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))",
+                                             [list(missing)]).fetchall():
+            found[missing[name]] = description
+    return found
+
+
+def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:
+    """Every relation as a pair of vertex numbers (entities numbered in key order, as ``load_rows``
+    reads them) and its weight: the join runs in DuckDB, not over a million Python strings."""
+    result = con.execute("""
+        WITH vertex AS (SELECT name_key, row_number() OVER (ORDER BY key) - 1 AS i FROM entities)
+        SELECT s.i AS s, t.i AS t, r.weight FROM relations r
+        JOIN vertex s ON s.name_key = r.source JOIN vertex t ON t.name_key = r.target""").fetchnumpy()
+    ends = np.stack([np.asarray(result["s"], dtype=np.int64), np.asarray(result["t"], dtype=np.int64)], axis=1)
+    shared: dict[float, float] = {}  # few distinct weights: one float object each, not one per edge
+    return ends, [shared.setdefault(w, w) for w in np.asarray(result["weight"], dtype=np.float64).tolist()]
