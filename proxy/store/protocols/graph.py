@@ -1,0 +1,41 @@
+"""The entity graph held in memory: entities are vertices named by their name key, relations
+weighted undirected edges. Derived from the tables at start-up and changed after every commit.
+igraph today (``proxy/store/graph_igraph.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+import numpy as np
+
+
+class Graph(Protocol):
+    def load(self, names: list[str], ends: np.ndarray, weights: list[float]) -> None:
+        """A new graph: vertex i is named ``names[i]``; edge j joins the vertices in ``ends[j]``."""
+
+    @property
+    def vertex_count(self) -> int: ...
+
+    @property
+    def edge_count(self) -> int: ...
+
+    def has(self, key: str) -> bool: ...
+
+    def names(self) -> set[str]: ...
+
+    def edge_pairs(self) -> set[tuple[str, str]]: ...
+
+    def add_entities(self, keys: Iterable[str]) -> None: ...
+
+    def remove_entities(self, keys: Iterable[str]) -> None: ...
+
+    def set_edges(self, edges: Iterable[tuple[str, str, float]]) -> None: ...
+
+    def remove_edges(self, pairs: Iterable[tuple[str, str]]) -> None: ...
+
+    def degree(self, key: str) -> int: ...
+
+    def degrees(self, keys: list[str]) -> dict[str, int]: ...
+
+    def neighbourhood(self, key: str, depth: int = 1) -> list[str]: ...
