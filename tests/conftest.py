@@ -13,6 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 from proxy.app import Settings, create_app
+from tests.corpus import PEOPLE
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
@@ -39,8 +40,6 @@ def fake() -> FakeOllama:
 @pytest.fixture
 def facts(fake: FakeOllama) -> KnownFacts:
     """The fake upstream answers structured requests like a perfect model on the test corpus."""
-    from tests.test_ingestion import PEOPLE
-
     fake.structured = KnownFacts(PEOPLE)
     return fake.structured
 

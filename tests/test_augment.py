@@ -12,21 +12,14 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from tests.chat_helpers import MODEL, body, chats, ingest, traces
 from tests.conftest import gateway_client
+from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_ingestion import CITY, TEAM, settle, upload
+from tests.rag_helpers import settle, upload
 
 pytestmark = pytest.mark.anyio
-
-MODEL = "llama3.2:latest"
-
-
-
-
-async def ingest(client: httpx.AsyncClient) -> None:
-    for name, text in (("team.txt", TEAM), ("city.md", CITY)):
-        await settle(client, (await upload(client, name, text))["id"])
 
 
 @pytest.fixture
@@ -34,21 +27,6 @@ async def gw(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> AsyncIt
     async with gateway_client(settings, fake) as client:
         await ingest(client)
         yield client
-
-
-def chats(fake: FakeOllama) -> list[Any]:
-    """Chat requests that reached the upstream for users (not GraphGate's own structured calls)."""
-    return [r for r in fake.requests_to("/api/chat") + fake.requests_to("/v1/chat/completions")
-            if r.json is not None and not isinstance(r.json.get("format"), dict)]
-
-
-def body(content: str = "Who works at Acme Corp?", **extra: Any) -> dict[str, Any]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": False, **extra}
-
-
-async def traces(client: httpx.AsyncClient) -> list[dict[str, Any]]:
-    await anyio.sleep(0.35)  # traces are written in the background
-    return (await client.get("/rag/traces")).json()["traces"]
 
 
 async def test_a_normal_turn_gets_a_system_message_with_context(gw: httpx.AsyncClient, fake: FakeOllama) -> None:

@@ -20,11 +20,12 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from tests.chat_helpers import MODEL, body, chats, ingest, traces
 from tests.conftest import gateway_client
+from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_augment import MODEL, body, chats, ingest, traces
-from tests.test_ingestion import CITY, TEAM, settle, upload
+from tests.rag_helpers import settle, upload
 
 pytestmark = pytest.mark.anyio
 
@@ -209,7 +210,7 @@ async def test_a_wrong_shape_reply_to_a_client_is_relayed_as_sent(gw: httpx.Asyn
 async def test_a_wrong_shape_line_in_the_playground_answer_is_an_error_event(client: httpx.AsyncClient,
                                                                              fake: FakeOllama, shape: Any) -> None:
     """The console's streamed answer (GraphGate's own streamed /api/chat call) reads each line."""
-    from tests.test_console_playground import run
+    from tests.playground_helpers import run
 
     fake.wrong_shapes["shaped"] = shape
     fragment = (await run(client, htmx=True, query="Who?", mode="bypass", answer="1", model="shaped")).text

@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.corpus import CITY, PEOPLE, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.invariants import check_store
-from tests.test_crash_recovery import Server, free_port
-from tests.test_ingestion import CITY, PEOPLE, TEAM
+from tests.servers import Server, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,9 +12,9 @@ import pytest
 from proxy.core.settings import Settings
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
+from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_ingestion import CITY, TEAM
 
 pytestmark = pytest.mark.anyio
 

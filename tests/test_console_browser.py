@@ -28,10 +28,10 @@ from playwright.sync_api import (
 )
 
 from proxy.app import Settings, create_app
+from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
-from tests.test_ingestion import CITY, TEAM
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

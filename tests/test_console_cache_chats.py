@@ -15,9 +15,9 @@ from proxy.core.settings import Settings
 from proxy.knowledge.traces import Trace, record_traces
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
+from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_ingestion import CITY, TEAM
 
 pytestmark = pytest.mark.anyio
 

@@ -165,7 +165,7 @@ def counts(client: httpx.AsyncClient) -> dict[str, int]:
 
 async def test_sqlish_strings_in_every_search_box_match_literally_and_change_nothing(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
-    from tests.test_ingestion import CITY, TEAM
+    from tests.corpus import CITY, TEAM
 
     async with gateway_client(settings, fake) as client:
         await upload_texts(client, ("team.txt", TEAM), ("city.md", CITY))

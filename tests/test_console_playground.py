@@ -12,13 +12,13 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_ingestion import CITY, TEAM, settle, upload
+from tests.playground_helpers import run
+from tests.rag_helpers import settle, upload
 
 pytestmark = pytest.mark.anyio
-
-HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture
@@ -36,17 +36,6 @@ def selected(page: str, name: str) -> str:
     select = re.search(rf'<select name="{name}">(.*?)</select>', page, re.DOTALL)
     assert select, f"no select {name}"
     return re.search(r'<option value="([^"]*)" selected>', select.group(1)).group(1)
-
-
-async def csrf(client: httpx.AsyncClient) -> str:
-    page = (await client.get("/admin/playground")).text
-    return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
-
-
-async def run(client: httpx.AsyncClient, *, htmx: bool = False, token: str | None = None,
-              **form: Any) -> httpx.Response:
-    data = {"csrf": token if token is not None else await csrf(client), **form}
-    return await client.post("/admin/playground", data=data, headers=HTMX if htmx else {})
 
 
 @pytest.fixture

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,8 +16,8 @@ import pytest
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.invariants import check_store
+from tests.servers import Server
 
-ROOT = Path(__file__).resolve().parents[1]
 NAMES = [f"Person{i:02d}" for i in range(12)]
 
 
@@ -36,41 +32,6 @@ def corpus(count: int) -> dict[str, str]:
             paragraphs.append(f"# Section {p}\n\n{a} met {b} in chapter {d}.{p} to talk about topic {rng.randint(0, 999)}.")
         docs[f"doc{d}.md"] = "\n\n".join(paragraphs)
     return docs
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    def __init__(self, data_dir: Path, upstream: str, **settings: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "TIKTOKEN_CACHE_DIR": "", "GRAPHGATE_UPSTREAM": upstream,
-               "GRAPHGATE_PORT": str(self.port), "GRAPHGATE_DATA_DIR": str(data_dir), "GRAPHGATE_GLEANING": "0",
-               "GRAPHGATE_CHUNK_TOKENS": "64", "GRAPHGATE_CHUNK_OVERLAP": "0", "GRAPHGATE_LOG_LEVEL": "warning",
-               "GRAPHGATE_INDEX_SAVE_SECONDS": "0.5", "PYTHONPATH": str(ROOT), **settings}
-        self.process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env, cwd=ROOT)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(self.url + "/", timeout=1).status_code == 200:  # served once started
-                    return
-            except httpx.HTTPError:
-                pass
-            assert self.process.poll() is None, "graphgate exited during start-up"
-            assert time.monotonic() < deadline, "graphgate did not start"
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(15)
 
 
 @pytest.fixture

@@ -12,10 +12,11 @@ from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.merging.suggestions import normalised
 from proxy.store.changes import pair_key
 from tests.conftest import gateway_client
+from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.invariants import check_store
-from tests.test_ingestion import CITY, TEAM, settle, upload
+from tests.rag_helpers import settle, upload
 
 pytestmark = pytest.mark.anyio
 

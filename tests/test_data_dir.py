@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from proxy.store.store import KnowledgeStore
-from tests.test_crash_recovery import Server, free_port
+from tests.servers import Server, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ path-traversal names, PDFs that fail to parse. Through ``POST /rag/documents`` (
 JSON) and the console's ``POST /admin/documents`` (with its CSRF token).
 
 Every upload gets either an acceptance or a 4xx with a readable reason, never a 5xx; a rejected
-upload changes nothing in the store (checked by ``tests.test_fuzz_api.exchange``, which compares
+upload changes nothing in the store (checked by ``tests.fuzz_harness.exchange``, which compares
 every table before and after); an accepted one is stored under a plain file name. Nothing is
 ever written outside the data directory, and no file named after a traversal target appears.
 """
@@ -21,9 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.parsing.files import safe_name
-from tests.test_fuzz_api import (Harness, Sent, _dumps, exchange, fuzz_app_settings, fuzz_settings, lone_surrogates,
-                                  started)
-from tests.test_parsing import encrypt_pdf, make_pdf
+from tests.fuzz_harness import Harness, Sent, exchange, fuzz_app_settings, fuzz_settings, started
+from tests.fuzz_values import json_bytes, lone_surrogates
+from tests.pdf_helpers import encrypt_pdf, make_pdf
 
 LIMIT = 2048  # max_upload_bytes in this module
 
@@ -96,7 +96,7 @@ def upload_console(h: Harness, name: str, data: bytes, *, htmx: bool = False) ->
 
 
 def upload_json(h: Harness, name: str, text: str) -> httpx.Response:
-    body = _dumps({"name": name, "text": text})  # a lone surrogate as its escape, "\\ud800"
+    body = json_bytes({"name": name, "text": text})  # a lone surrogate as its escape, "\\ud800"
     return h.run(exchange, h, Sent("POST", "/rag/documents", body=body, headers={"content-type": "application/json"}))
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from urllib.parse import quote
 
 from admin.graph_svg import (
     DEFAULT_TYPES,
@@ -20,19 +19,10 @@ from admin.graph_svg import (
     type_colour,
 )
 from proxy.extraction.results import DEFAULT_ENTITY_TYPES
+from tests.svg_graphs import link, star
 
 SVG = "{http://www.w3.org/2000/svg}"
 HOSTILE = ["<script>alert(1)</script>", '"onmouseover="x', "a & b", "Zoë ☃ 東京", "x\x00\x1by"]
-
-
-def link(key: str) -> str:
-    return "/admin/entities/" + quote(key, safe="")
-
-
-def star(count: int, type_: str = "person") -> tuple[list[Node], list[Edge]]:
-    nodes = [Node("hub", "Hub", "organization", count - 1)]
-    nodes += [Node(f"n{i}", f"Node {i}", type_, 1) for i in range(1, count)]
-    return nodes, [Edge("hub", f"n{i}", float(i), f"rel {i}") for i in range(1, count)]
 
 
 def parse(svg: str) -> ET.Element:
@@ -131,7 +121,7 @@ def test_same_input_gives_identical_output() -> None:
 def test_output_and_colours_do_not_depend_on_the_process_hash_seed() -> None:
     script = (
         "from admin.graph_svg import render_svg, type_colour\n"
-        "from tests.test_graph_svg import star, link\n"
+        "from tests.svg_graphs import link, star\n"
         "nodes, edges = star(12)\n"
         "print(type_colour('Person'), render_svg(nodes, edges, 'hub', link=link))\n"
     )

@@ -10,9 +10,9 @@ import pytest
 from proxy.app import Settings, create_app
 from proxy.guards.hosts import host_name, parse_allowed_hosts
 from proxy.core.settings import SettingsError
+from tests.console_auth_helpers import console_client
 from tests.fake_ollama import FakeOllama
-from tests.test_console_auth import console_client
-from tests.test_security import store_snapshot_of
+from tests.rag_helpers import store_snapshot_of
 
 EVIL = {"Host": "rebind.attacker.example:11435", "Origin": "http://rebind.attacker.example:11435"}
 

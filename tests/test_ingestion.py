@@ -11,42 +11,18 @@ import pytest
 
 from proxy.core.settings import Settings
 from tests.conftest import gateway_client
+from tests.corpus import CITY, PEOPLE, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
+from tests.rag_helpers import graph, settle, store_of, upload
 
 pytestmark = pytest.mark.anyio
-
-PEOPLE = {"Alice Smith": "Person", "Bob Jones": "Person", "Carol White": "Person", "Acme Corp": "Organization",
-          "Orion": "Artifact", "Berlin": "Location"}
-TEAM = "Alice Smith leads the Orion project. Orion is run by Acme Corp. Bob Jones works at Acme Corp."
-CITY = "# Berlin\n\nAcme Corp has its headquarters in Berlin. Carol White lives in Berlin."
-
-
 
 
 @pytest.fixture
 async def rag(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> AsyncIterator[httpx.AsyncClient]:
     async with gateway_client(settings, fake) as client:
         yield client
-
-
-async def upload(client: httpx.AsyncClient, name: str, text: str) -> dict[str, Any]:
-    response = await client.post("/rag/documents", json={"name": name, "text": text})
-    assert response.status_code in (200, 202), response.text
-    return response.json()["documents"][0]
-
-
-async def settle(client: httpx.AsyncClient, document_id: str) -> dict[str, Any]:
-    with anyio.fail_after(20):
-        while True:
-            document = (await client.get(f"/rag/documents/{document_id}")).json()
-            if document["status"] in ("processed", "failed"):
-                return document
-            await anyio.sleep(0.02)
-
-
-async def graph(client: httpx.AsyncClient) -> dict[str, Any]:
-    return (await client.get("/rag/stats")).json()
 
 
 def chat_calls(fake: FakeOllama) -> int:
@@ -56,10 +32,6 @@ def chat_calls(fake: FakeOllama) -> int:
 def entity_rows(client_app_store) -> dict[str, tuple]:
     return {r[0]: r[1:] for r in client_app_store.db.read_sync(
         lambda c: c.execute("SELECT name, type, description, source_ids FROM entities").fetchall())}
-
-
-def store_of(client: httpx.AsyncClient):
-    return client._transport.app.state.gateway.knowledge.store  # type: ignore[attr-defined]
 
 
 async def test_two_documents_build_the_exact_graph(rag: httpx.AsyncClient, fake: FakeOllama,

@@ -11,9 +11,10 @@ import pytest
 
 from proxy.core.settings import Settings
 from tests.conftest import gateway_client
+from tests.corpus import TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_ingestion import TEAM, graph, settle, store_of, upload
+from tests.rag_helpers import graph, settle, store_of, upload
 
 pytestmark = pytest.mark.anyio
 

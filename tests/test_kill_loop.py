@@ -507,7 +507,7 @@ async def test_an_entity_edit_racing_a_document_merge_keeps_the_new_sources(sett
     from the entity when the edit rebuilt it."""
     from tests.conftest import gateway_client
     from tests.extractor import KnownFacts
-    from tests.test_ingestion import settle, upload
+    from tests.rag_helpers import settle, upload
 
     fake.structured = KnownFacts({"Echo": "Person", "Papa": "Person"})
     gate = HoldEmbeddings(fake.app)

@@ -16,8 +16,8 @@ from admin import routes_auth
 from admin.login_limit import OVERALL, PER_CLIENT, WINDOW, client_key
 from proxy.app import Settings, create_app
 from tests.conftest import running
+from tests.console_auth_helpers import PASSWORD, log_in
 from tests.fake_ollama import FakeOllama
-from tests.test_console_auth import PASSWORD, log_in
 
 
 class Clock:

@@ -12,9 +12,9 @@ import pytest
 
 from admin.auth import COOKIE, REVOKED_FILE, Auth
 from proxy.core.settings import Settings
+from tests.console_auth_helpers import PASSWORD, console_client, log_in
 from tests.console_helpers import csrf_of
 from tests.fake_ollama import FakeOllama
-from tests.test_console_auth import PASSWORD, console_client, log_in
 
 DOC = {"name": "a.txt", "text": "Ada Lovelace wrote the first program."}
 

@@ -15,7 +15,7 @@ from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.invariants import check_store
-from tests.test_ingestion import settle, upload
+from tests.rag_helpers import settle, upload
 
 pytestmark = pytest.mark.anyio
 

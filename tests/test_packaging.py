@@ -29,9 +29,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.extractor import KnownFacts
-from tests.fake_ollama import FakeOllama
-from tests.test_container_files import (
+from tests.corpus import PEOPLE, TEAM
+from tests.dockerfile_parsing import (
     copy_sources_and_dest,
     exec_or_shell,
     find,
@@ -39,8 +38,9 @@ from tests.test_container_files import (
     merged_env,
     parse_dockerfile,
 )
-from tests.test_crash_recovery import free_port
-from tests.test_ingestion import PEOPLE, TEAM
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "Who works at Acme Corp?"

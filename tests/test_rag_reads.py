@@ -11,8 +11,8 @@ import pytest
 from starlette.routing import Route
 
 from proxy.app import Settings, create_app
+from tests.console_auth_helpers import PASSWORD, console_client, log_in
 from tests.fake_ollama import FakeOllama
-from tests.test_console_auth import PASSWORD, console_client, log_in
 
 
 def rag_reads(app) -> list[tuple[str, str]]:

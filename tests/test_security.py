@@ -17,10 +17,11 @@ from starlette.routing import Route
 
 from proxy.app import Settings, create_app
 from proxy.core.settings import SETTINGS
+from tests.console_auth_helpers import PASSWORD, console_client, console_paths, log_in
 from tests.console_helpers import csrf_of
-from tests.reliability_harness import Gateway, ScriptedUpstream, document, wait_until
-from tests.test_console_auth import PASSWORD, console_client, console_paths, log_in
 from tests.fake_ollama import FakeOllama
+from tests.rag_helpers import store_snapshot_of
+from tests.reliability_harness import Gateway, ScriptedUpstream, document, wait_until
 
 KEY = "sk-graphgate-SECRET-key-7f3a"
 ADMIN = "pw-SECRET-admin-91c2"
@@ -59,12 +60,6 @@ async def test_every_mutating_rag_route_needs_a_login_with_csrf_or_the_key(setti
         token = csrf_of((await client.get("/admin/")).text)
         passed = await client.request("DELETE", "/rag/documents/doc-x", headers={"X-CSRF-Token": token})
         assert passed.status_code == 404  # through the gate: the document simply does not exist
-
-
-async def store_snapshot_of(kb) -> list:
-    tables = await kb.store.db.read(lambda c: [r[0] for r in c.execute("SHOW TABLES").fetchall()])
-    return [(t, await kb.store.db.read(lambda c, t=t: sorted(map(repr, c.execute(f'SELECT * FROM "{t}"').fetchall()))))
-            for t in tables if t not in ("meta",)]
 
 
 @pytest.mark.anyio

@@ -23,10 +23,10 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from tests.chat_helpers import MODEL, body, chats, ingest, traces
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.test_augment import MODEL, body, chats, ingest, traces
 
 pytestmark = pytest.mark.anyio
 

@@ -15,13 +15,14 @@ import httpx
 import pytest
 
 from proxy.app import Settings, create_app
+from tests.chat_helpers import MODEL, body, chats, ingest, traces
 from tests.conftest import gateway_client
+from tests.corpus import TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import GARBLED_LINES, FakeOllama
-from tests.test_augment import MODEL, body, chats, ingest, traces
 from tests.live import serve_in_thread
+from tests.rag_helpers import settle, upload
 from tests.reliability_harness import free_port, wait_until
-from tests.test_ingestion import TEAM, settle, upload
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,312 @@
+"""The fuzzers' harness: the real app in-process over the fake upstream, run in a background event
+loop (an anyio blocking portal), seeded with the test corpus; ``exchange`` sends one request and
+checks what tests/test_fuzz_api.py promises about every answer (no 5xx of GraphGate's making, no
+hang, the surface's error shape, the Host split, a rejected request changes nothing)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+import anyio.from_thread
+import httpx
+from hypothesis import HealthCheck, settings
+
+from proxy.app import Settings, create_app
+from tests.conftest import NOMINAL_UPSTREAM, running
+from tests.console_helpers import csrf_of
+from tests.corpus import CITY, PEOPLE, TEAM
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+
+# ------------------------------------------------------------------------------------ profiles
+
+LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
+EXAMPLE_TIMEOUT = 15.0  # seconds a request may take before it counts as a hang
+
+settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
+settings.register_profile("long", deadline=None, print_blob=True)
+
+
+def fuzz_settings(examples: int) -> settings:
+    """CI: ``examples`` derandomised examples; HYPOTHESIS_PROFILE=long: 25 times as many, random."""
+    return settings(settings.get_profile("long" if LONG else "ci"), max_examples=examples * (25 if LONG else 1),
+                    suppress_health_check=list(HealthCheck))
+
+
+# ------------------------------------------------------------------------------- the upstream
+
+
+@dataclass
+class UpstreamCall:
+    method: str
+    path: str
+    status: int
+    body: bytes
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """The fake upstream in-process, answering as a real server would (an exception inside the
+    fake becomes a 500, as uvicorn would send it), every answer recorded."""
+
+    def __init__(self, fake: FakeOllama) -> None:
+        self.inner = httpx.ASGITransport(app=fake.app, client=("127.0.0.1", 40000), raise_app_exceptions=False)
+        self.calls: list[UpstreamCall] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        body = await response.aread()
+        self.calls.append(UpstreamCall(request.method, request.url.path, response.status_code, body))
+        return httpx.Response(response.status_code, headers=response.headers, stream=httpx.ByteStream(body),
+                              extensions=response.extensions)
+
+
+# ------------------------------------------------------------------------------------ harness
+
+
+@dataclass
+class Harness:
+    portal: Any
+    client: httpx.AsyncClient
+    app: Any
+    fake: FakeOllama
+    upstream: RecordingTransport
+    settings: Settings
+    models: dict[str, dict] = field(default_factory=dict)
+    documents: list[str] = field(default_factory=list)
+    entity_keys: list[str] = field(default_factory=list)
+    csrf: str = ""
+    last_snapshot: dict[str, Any] | None = None  # taken after a rejected request: still the state
+
+    @property
+    def kb(self):
+        return self.app.state.gateway.knowledge
+
+    def run(self, fn, *args):
+        return self.portal.call(fn, *args)
+
+    def __repr__(self) -> str:  # hypothesis prints the arguments of a failing example
+        return "Harness(...)"
+
+
+def fuzz_app_settings(data_dir: Path, **changes: Any) -> Settings:
+    base = Settings.load(environ={"GRAPHGATE_UPSTREAM": NOMINAL_UPSTREAM, "GRAPHGATE_DATA_DIR": str(data_dir)})
+    return base.replace(**{"max_body_bytes": 512 * 1024, "max_upload_bytes": 64 * 1024, "llm_retries": 1,
+                           "gleaning": 0, "retrieval_timeout": 5.0, **changes})
+
+
+@contextlib.contextmanager
+def started(settings: Settings, *, seed: bool = True, client_host: str = "127.0.0.1") -> Iterator[Harness]:
+    """The gateway over the fake upstream, running in a background event loop, seeded with two
+    processed documents (six entities) unless ``seed`` is false."""
+    fake = FakeOllama()
+    fake.structured = KnownFacts(PEOPLE)
+    upstream = RecordingTransport(fake)
+    app = create_app(settings, upstream_transport=upstream)
+    with anyio.from_thread.start_blocking_portal(backend="asyncio") as portal:
+        with portal.wrap_async_context_manager(running(app)):
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=(client_host, 50000))
+            client = httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:11435")
+            harness = Harness(portal, client, app, fake, upstream, settings, models=copy.deepcopy(fake.models))
+            try:
+                portal.call(_prepare, harness, seed)
+                yield harness
+            finally:
+                portal.call(client.aclose)
+
+
+async def _prepare(h: Harness, seed: bool) -> None:
+    kb = h.kb
+    # commit traces and cache entries at once, so that "nothing changed" can be checked exactly
+    kb.traces.max_delay = kb.cache_writes.max_delay = 0.0
+    if seed:
+        for name, text in (("team.txt", TEAM), ("city.md", CITY)):
+            response = await h.client.post("/rag/documents", json={"name": name, "text": text})
+            assert response.status_code == 202, response.text
+            h.documents.append(response.json()["documents"][0]["id"])
+        await quiesce(h)
+        h.entity_keys = await kb.store.db.read(
+            lambda con: [r[0] for r in con.execute("SELECT name_key FROM entities ORDER BY 1").fetchall()])
+        assert len(h.entity_keys) == len(PEOPLE)
+    page = await h.client.get("/admin/")
+    if page.status_code == 200:
+        h.csrf = csrf_of(page.text)
+
+
+async def quiesce(h: Harness) -> None:
+    """Wait until the pipeline is idle and every queued trace or cache write is committed."""
+    kb = h.kb
+    if kb is None:
+        return
+    with anyio.fail_after(30):
+        for _ in range(3):
+            await anyio.sleep(0)  # let tasks just started by the request queue their writes
+        await kb.pipeline.wait_idle()
+        while kb.traces._pending or kb.cache_writes._pending:
+            await anyio.sleep(0.002)
+        await kb.store.db.write(lambda con: None)  # behind the write lock: any commit under way is done
+
+
+VOLATILE_TABLES = ("traces", "llm_cache")  # what an upstream-rejected but augmented chat may write
+
+
+def _tables(con) -> dict[str, list[str]]:
+    names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+    return {name: sorted(map(repr, con.execute(f'SELECT * FROM "{name}"').fetchall())) for name in names}
+
+
+async def snapshot(h: Harness) -> dict[str, Any]:
+    """Everything a request could change: the store's tables, its in-memory side, /rag/stats."""
+    kb = h.kb
+    state: dict[str, Any] = {"upstream_models": sorted(h.fake.models)}
+    if kb is None:
+        return state
+
+    async def tables() -> None:
+        state["tables"] = await kb.store.db.read(_tables)
+
+    async def stats() -> None:
+        state["stats"] = (await h.client.get("/rag/stats")).json()
+        state["stats"].pop("bytes_on_disk", None)
+
+    async with anyio.create_task_group() as group:  # two reader threads at once
+        group.start_soon(tables)
+        group.start_soon(stats)
+    with kb.store.memory_lock:
+        state["graph"] = (kb.store.graph.vertex_count, kb.store.graph.edge_count)
+        state["indexes"] = {name: len(index) for name, index in kb.store.indexes.items()}
+    state["generation"] = kb.store.generation
+    return state
+
+
+def _without_volatile(state: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(state)
+    for name in VOLATILE_TABLES:
+        out.get("tables", {}).pop(name, None)
+    out.get("stats", {}).pop("cache_entries", None)
+    return out
+
+
+# ------------------------------------------------------------------------------- the checks
+
+
+@dataclass
+class Sent:
+    method: str
+    path: str  # already percent-encoded
+    query: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.path + ("?" + urlencode(self.query) if self.query else "")
+
+    def __repr__(self) -> str:
+        body = self.body if self.body is None or len(self.body) < 300 else self.body[:300] + b"..."
+        return f"{self.method} {self.url} headers={self.headers} body={body!r}"
+
+
+def _surface(path: str) -> str:
+    if path.startswith("/admin"):
+        return "admin"
+    if path.startswith("/v1/"):
+        return "openai"
+    if path.startswith("/rag/"):
+        return "rag"
+    return "ollama"
+
+
+def check_error_shape(sent: Sent, response: httpx.Response) -> None:
+    """A 4xx GraphGate produced itself, in the shape its surface's clients parse."""
+    surface = _surface(response.request.url.path)
+    if sent.method == "HEAD":
+        return
+    if surface == "admin":
+        kind = response.headers.get("content-type", "")
+        if response.status_code == 401 and "hx-redirect" in response.headers:
+            return
+        assert kind.startswith(("text/html", "application/json")), (sent, response.status_code, kind)
+        assert "Traceback" not in response.text
+        return
+    assert response.headers.get("content-type", "").startswith("application/json"), (sent, response.text[:300])
+    body = response.json()
+    assert isinstance(body, dict), (sent, body)
+    error = body.get("error")
+    if surface == "openai":
+        assert isinstance(error, dict), (sent, body)
+        assert isinstance(error.get("message"), str) and error["message"], (sent, body)
+        assert error.get("type") in ("invalid_request_error", "not_found_error"), (sent, body)
+        assert "param" in error and "code" in error, (sent, body)
+    else:
+        assert isinstance(error, str) and error, (sent, body)
+
+
+async def exchange(h: Harness, sent: Sent, *, check_unchanged: bool = True) -> httpx.Response:
+    """Send one request and check everything the module promises about its answer."""
+    await quiesce(h)
+    before = (h.last_snapshot or await snapshot(h)) if check_unchanged else None
+    h.last_snapshot = None
+    mark = len(h.upstream.calls)
+    with anyio.fail_after(EXAMPLE_TIMEOUT):
+        response = await h.client.request(sent.method, sent.url, content=sent.body,
+                                          headers={k.encode(): v.encode() for k, v in sent.headers.items()})
+        await response.aread()
+    check_host_split(sent, response)
+    # the upstream's models are the fake's state, not GraphGate's: put them back for the next example
+    h.fake.models = copy.deepcopy(h.models)
+    h.fake.loaded = {"llama3.2:latest"}
+    h.fake.blobs.clear()
+    h.fake.requests.clear()
+    calls = h.upstream.calls[mark:]
+    del h.upstream.calls[:]
+    path = response.request.url.path
+    forwarded = [c for c in calls if c.path == path]
+    status = response.status_code
+    if status >= 500:
+        relayed = forwarded and forwarded[-1].status == status and forwarded[-1].body == response.content
+        assert relayed, f"{sent!r} -> {status}: {response.text[:500]}"
+    if 400 <= status < 500:
+        if forwarded and forwarded[-1].status == status and _surface(path) in ("ollama", "openai"):
+            assert forwarded[-1].body == response.content, (sent, response.text[:300])  # relayed as it was
+            relayed = True
+        else:
+            check_error_shape(sent, response)
+            relayed = False
+        if check_unchanged:
+            await quiesce(h)
+            after = await snapshot(h)
+            h.last_snapshot = after
+            if relayed or calls:  # the upstream was asked: an augmented turn may have been traced
+                assert _without_volatile(after) == _without_volatile(before), f"{sent!r} -> {status} changed the store"
+            else:
+                assert after == before, f"{sent!r} -> {status} changed the store"
+    return response
+
+
+# ----------------------------------------------------------------------------- the Host split
+
+# the fuzzed gateway binds loopback without GRAPHGATE_ALLOWED_HOSTS: IP literals and localhost pass
+ALLOWED_HOSTS = ["127.0.0.1:11435", "localhost", "LOCALHOST:1", "[::1]:11435", "app.localhost:3000", "10.0.0.7",
+                 "127.0.0.1", "localhost."]
+REFUSED_HOSTS = ["rebind.attacker.example:11435", "evil.example", "127.0.0.1.nip.io:11435", "localhost.evil.example",
+                 "gateway.lan", "é.example", "a b", "xn--80ak6aa92e.com:80"]
+HOST_REFUSAL = "is not allowed: open the gateway as localhost"
+
+
+def check_host_split(sent: Sent, response: httpx.Response) -> None:
+    """A refused Host gets 403 whatever else the request is; an allowed one is never refused for it."""
+    host = sent.headers.get("host")
+    if host in REFUSED_HOSTS:
+        assert response.status_code == 403, (sent, response.status_code)
+        if sent.method != "HEAD":
+            assert HOST_REFUSAL in response.text, (sent, response.text[:300])
+    else:
+        assert HOST_REFUSAL not in response.text, (sent, response.status_code)
