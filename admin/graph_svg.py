@@ -1,9 +1,9 @@
 """An entity's neighbourhood drawn as a self-contained SVG string, laid out on the server.
 
-The console shows graphs without JavaScript or a CDN: igraph computes a force-directed layout
-and we emit plain SVG (circles, lines, links). Kamada-Kawai rather than Fruchterman-Reingold:
-given a starting layout it draws no random numbers, so the same neighbourhood always gives the
-same SVG. Names, types and relation labels come from LLM extraction of user documents, so
+The console shows graphs without JavaScript or a CDN: the graph engine computes a force-directed
+layout (``force_layout``: Kamada-Kawai from a circle, so the same neighbourhood always gives the
+same SVG) and we emit plain SVG (circles, lines, links). Rendering is CPU work: routes run it in a
+worker thread. Names, types and relation labels come from LLM extraction of user documents, so
 every one of them is treated as hostile text.
 """
 
@@ -13,10 +13,9 @@ import hashlib
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from html import escape
 
-import igraph
+from proxy.knowledge.graph import Edge, Node, force_layout
 
 # Tableau 10: distinguishable on a white page and for the common colour-vision deficiencies.
 PALETTE = (
@@ -25,8 +24,8 @@ PALETTE = (
 )
 # Hashing alone put Person and Organization on one colour (ten types share ten colours badly),
 # so the default types get distinct colours by position; other types fall back to the hash.
-# A copy of proxy.extraction.results.DEFAULT_ENTITY_TYPES (importing proxy here would be circular);
-# tests/test_graph_svg.py keeps the two equal.
+# A copy of proxy.extraction.results.DEFAULT_ENTITY_TYPES, so the colours stay put if that list
+# grows; tests/test_graph_svg.py keeps the two equal.
 DEFAULT_TYPES = (
     "Person", "Creature", "Organization", "Location", "Event", "Concept",
     "Method", "Content", "Data", "Artifact", "NaturalObject",
@@ -39,22 +38,6 @@ FONT_SIZE = 11
 # Characters XML 1.0 forbids even when escaped (controls, lone surrogates, U+FFFE/U+FFFF):
 # one of them in a name would make the whole document unparseable.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-@dataclass(frozen=True)
-class Node:
-    key: str  # entity identity (case-folded name); used in links
-    name: str  # display name (untrusted)
-    type: str  # entity type (untrusted); decides the colour
-    degree: int
-
-
-@dataclass(frozen=True)
-class Edge:
-    source: str  # node key
-    target: str  # node key
-    weight: float
-    label: str = ""  # e.g. relation keywords (untrusted), shown as a tooltip
 
 
 def type_colour(type: str) -> str:
@@ -90,7 +73,7 @@ def render_svg(
     index = {node.key: i for i, node in enumerate(nodes)}
     edges = [e for e in edges if e.source in index and e.target in index and e.source != e.target]
     pairs = [(index[e.source], index[e.target]) for e in edges]
-    points = _fit(_layout(len(nodes), pairs), width, height)
+    points = _fit(force_layout(len(nodes), pairs), width, height)
     centre_node = nodes[index[centre]] if centre in index else None
     title = f"Neighbourhood of {centre_node.name}" if centre_node else "Entity neighbourhood"
     body = ['<g class="edges" stroke="#8a8a8a" stroke-opacity="0.7">']
@@ -107,16 +90,6 @@ def _unique_nodes(nodes: list[Node]) -> list[Node]:
     for node in nodes:
         seen.setdefault(node.key, node)
     return list(seen.values())
-
-
-def _layout(count: int, pairs: list[tuple[int, int]]) -> list[tuple[float, float]]:
-    if count == 1:
-        return [(0.0, 0.0)]
-    graph = igraph.Graph(n=count, edges=pairs)
-    # A fixed start (the circle) instead of a random one makes the drawing a pure function of the
-    # input. Fruchterman-Reingold would still consult igraph's RNG (Python's global `random`).
-    layout = graph.layout_kamada_kawai(seed=graph.layout_circle().coords)
-    return [(float(x), float(y)) for x, y in layout.coords]
 
 
 def _fit(points: list[tuple[float, float]], width: int, height: int) -> list[tuple[float, float]]:

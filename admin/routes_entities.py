@@ -3,6 +3,9 @@ relations, neighbourhood), deletion with confirmation, relation edits, and the g
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -10,23 +13,25 @@ from starlette.routing import Route
 
 from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.extraction.results import name_key
+from proxy.knowledge.graph import Edge, GraphService, Node
 from proxy.rag_api.routes_documents import knowledge
 
 from admin import graph_svg
-from admin.entity_queries import (
-    entity_detail,
-    entity_relations,
-    entity_types,
-    list_entities,
-    neighbourhood,
-    resolve_name,
-)
 from admin.guard import action
 from admin.paging import page_of
 from admin.rendering import is_htmx, ref, render, unref
 
 PAGE_SIZE = 50
 SHOWN_RELATIONS = 50  # a hub's page stays readable (and fast); the graph view shows the rest
+
+
+def graph(request: Request) -> GraphService:
+    return knowledge(request).graph
+
+
+async def _svg(nodes: list[Node], edges: list[Edge], centre: str, link: Callable[[str], str]) -> str:
+    """The neighbourhood drawn in a worker thread (laying out up to 200 nodes is CPU work)."""
+    return await anyio.to_thread.run_sync(functools.partial(graph_svg.render_svg, nodes, edges, centre, link=link))
 
 
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -41,43 +46,42 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
 
 
 async def entities_page(request: Request) -> Response:
-    kb = knowledge(request)
+    service = graph(request)
     params = request.query_params
     search = (params.get("q") or "").strip()[:200]
     kind = (params.get("type") or "").strip()[:100]
     sort = "name" if params.get("sort") == "name" else "degree"
     order = params.get("order") if params.get("order") in ("asc", "desc") else ("asc" if sort == "name" else "desc")
     page = page_of(request, size=PAGE_SIZE)
-    listing = await list_entities(kb.store, search=search, kind=kind, sort=sort, descending=order == "desc",
-                                  limit=page.size, offset=page.offset)
+    listing = await service.list_entities(search=search, kind=kind, sort=sort, descending=order == "desc",
+                                          limit=page.size, offset=page.offset)
     context = {"rows": listing.rows, "page": page.with_total(listing.total), "q": search, "type": kind,
                "sort": sort, "order": order}
     if is_htmx(request) and request.headers.get("hx-target") == "entity-table":
         return render(request, "_entity_table.html", context)
-    context["types"] = await kb.store.db.read(entity_types)
+    context["types"] = await service.entity_types()
     return render(request, "entities.html", context)
 
 
 async def find_entity(request: Request) -> Response:
     """From a name as extracted to the entity's page (following merges)."""
-    kb = knowledge(request)
     name = request.query_params.get("name") or ""
-    key = await kb.store.db.read(resolve_name, name_key(name)) if name.strip() else None
+    key = await graph(request).resolve_name(name_key(name)) if name.strip() else None
     if key is None:
         raise NotFound(f"no entity named {name!r} (it may have been deleted)")
     return RedirectResponse(f"/admin/entities/{ref(key)}", status_code=303)
 
 
 async def _entity_context(request: Request, key: str) -> dict:
-    kb = knowledge(request)
-    entity = await kb.store.db.read(entity_detail, key)
+    service = graph(request)
+    entity = await service.entity_detail(key)
     if entity is None:
         raise NotFound("no such entity (it may have been merged or deleted)")
-    relations, total = await anyio.to_thread.run_sync(entity_relations, kb.store, key, SHOWN_RELATIONS)
-    nodes, edges = await anyio.to_thread.run_sync(neighbourhood, kb.store, key, 1, 30)
-    svg = graph_svg.render_svg(nodes, edges, key, link=lambda k: f"/admin/entities/{ref(k)}")
+    relations, total = await service.relations_of(key, SHOWN_RELATIONS)
+    nodes, edges = await service.neighbourhood(key, 1, 30)
+    svg = await _svg(nodes, edges, key, lambda k: f"/admin/entities/{ref(k)}")
     return {"entity": entity, "relations": relations, "relation_total": total, "svg": svg,
-            "legend": graph_svg.legend(n.type for n in nodes), "degree": kb.store.graph.degree(key)}
+            "legend": graph_svg.legend(n.type for n in nodes), "degree": await service.degree(key)}
 
 
 async def entity_page(request: Request) -> Response:
@@ -87,12 +91,11 @@ async def entity_page(request: Request) -> Response:
 
 @action
 async def edit_entity(request: Request) -> Response:
-    kb = knowledge(request)
     key = unref(request.path_params["ref"])
     form = await request.form()
     name, kind, description = form.get("name"), form.get("type"), form.get("description")
     try:
-        result = await kb.curator.edit_entity(key, name=name, type=kind or None,
+        result = await graph(request).edit_entity(key, name=name, type=kind or None,
                                               description=description if isinstance(description, str) else None)
     except Conflict as exc:
         other = name_key(str(name))
@@ -104,35 +107,33 @@ async def edit_entity(request: Request) -> Response:
 
 
 async def confirm_delete(request: Request) -> Response:
-    kb = knowledge(request)
+    service = graph(request)
     key = unref(request.path_params["ref"])
-    entity = await kb.store.db.read(entity_detail, key)
+    entity = await service.entity_detail(key)
     if entity is None:
         raise NotFound("no such entity")
-    return render(request, "entity_delete.html", {"entity": entity, "relation_total": kb.store.graph.degree(key)})
+    return render(request, "entity_delete.html", {"entity": entity, "relation_total": await service.degree(key)})
 
 
 @action
 async def delete_entity(request: Request) -> Response:
-    await knowledge(request).curator.delete_entity(unref(request.path_params["ref"]))
+    await graph(request).delete_entity(unref(request.path_params["ref"]))
     return RedirectResponse("/admin/entities", status_code=303)
 
 
 @action
 async def edit_relation(request: Request) -> Response:
-    kb = knowledge(request)
     pair = unref(request.path_params["ref"])
     form = await request.form()
-    await kb.curator.edit_relation(pair, keywords=form.get("keywords"), description=form.get("description"),
+    await graph(request).edit_relation(pair, keywords=form.get("keywords"), description=form.get("description"),
                                    weight=form.get("weight"))
     return RedirectResponse(_back(form.get("back")), status_code=303)
 
 
 @action
 async def delete_relation(request: Request) -> Response:
-    kb = knowledge(request)
     form = await request.form()
-    await kb.curator.delete_relation(unref(request.path_params["ref"]))
+    await graph(request).delete_relation(unref(request.path_params["ref"]))
     return RedirectResponse(_back(form.get("back")), status_code=303)
 
 
@@ -141,24 +142,23 @@ def _back(raw: object) -> str:
 
 
 async def graph_page(request: Request) -> Response:
-    kb = knowledge(request)
+    service = graph(request)
     depth = _int(request, "depth", 1, 1, 3)
     cap = _int(request, "cap", 40, 5, 200)
     token = request.query_params.get("entity")
     if token:
         key = unref(token)
     else:  # no entity asked for: start from the best connected one
-        listing = await list_entities(kb.store, search="", kind="", sort="degree", descending=True, limit=1,
-                                      offset=0)
+        listing = await service.list_entities(search="", kind="", sort="degree", descending=True, limit=1,
+                                              offset=0)
         key = listing.rows[0][0].name_key if listing.rows else ""
     if not key:
         return render(request, "graph.html", {"svg": None, "entity": None, "depth": depth, "cap": cap, "legend": []})
-    meta = kb.store.rows.entity(key)
+    meta = await service.entity_meta(key)
     if meta is None:
         raise NotFound("no such entity")
-    nodes, edges = await anyio.to_thread.run_sync(neighbourhood, kb.store, key, depth, cap)
-    svg = graph_svg.render_svg(nodes, edges, key,
-                               link=lambda k: f"/admin/graph?entity={ref(k)}&depth={depth}&cap={cap}")
+    nodes, edges = await service.neighbourhood(key, depth, cap)
+    svg = await _svg(nodes, edges, key, lambda k: f"/admin/graph?entity={ref(k)}&depth={depth}&cap={cap}")
     return render(request, "graph.html", {"svg": svg, "entity": meta, "depth": depth, "cap": cap,
                                           "legend": graph_svg.legend(n.type for n in nodes), "shown": len(nodes)})
 

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio.to_thread
 from starlette.datastructures import FormData, QueryParams
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from proxy.core.errors import BadRequest
-from proxy.merging.curation import MAX_MERGE
-from proxy.merging.suggestions import dismiss
+from proxy.knowledge.graph import MAX_MERGE, GraphService
 from proxy.rag_api.routes_documents import knowledge
-from proxy.store.store import now
-from proxy.store.duckdb.memory_load import descriptions
 
-from admin.entity_queries import list_entities
 from admin.guard import action
 from admin.paging import page_of
 from admin.rendering import is_htmx, ref, render, unref
@@ -32,26 +27,16 @@ def _keys(values: QueryParams | FormData) -> list[str]:
     return keys
 
 
+def graph(request: Request) -> GraphService:
+    return knowledge(request).graph
+
+
 async def _picked(request: Request, keys: list[str]) -> list[dict[str, Any]]:
-    store = knowledge(request).store
-    with store.memory_lock:
-        degrees = store.graph.degrees(keys)
-        out, vector_keys = [], []
-        for key in keys:
-            meta = store.rows.entity(key)
-            if meta is not None:
-                out.append({"key": key, "name": meta.name, "type": meta.type,
-                            "degree": degrees.get(key, 0), "sources": len(meta.source_ids)})
-                vector_keys.append((meta.key, key))
-    text = await store.db.read(descriptions, "entities", vector_keys)
-    for item, (vector_key, _) in zip(out, vector_keys, strict=True):
-        item["description"] = text.get(vector_key, "")
-    return out
+    return await graph(request).picked(keys)
 
 
 async def merge_page(request: Request) -> Response:
     """The selection: the picked entities, a search to add more, and the target to keep."""
-    kb = knowledge(request)
     keys = _keys(request.query_params)
     picked = await _picked(request, keys)
     target_token = request.query_params.get("target")
@@ -61,8 +46,8 @@ async def merge_page(request: Request) -> Response:
     search = (request.query_params.get("q") or "").strip()[:200]
     found = []
     if search:
-        listing = await list_entities(kb.store, search=search, kind="", sort="degree", descending=True, limit=20,
-                                      offset=0)
+        listing = await graph(request).list_entities(search=search, kind="", sort="degree", descending=True,
+                                                     limit=20, offset=0)
         found = [(meta, degree) for meta, degree in listing.rows if meta.name_key not in keys]
     return render(request, "merge.html", {"picked": picked, "target": target, "q": search, "found": found,
                                           "target_name": next((p["name"] for p in picked if p["key"] == target), "")})
@@ -78,7 +63,7 @@ async def _plan(request: Request) -> tuple[Any, FormData]:
     if target not in keys:
         keys.append(target)
     name = form.get("name") or next((p["name"] for p in await _picked(request, [target])), "")
-    plan = await knowledge(request).curator.plan_merge(keys, name, type=form.get("type") or None,
+    plan = await graph(request).plan_merge(keys, name, type=form.get("type") or None,
                                                       description=form.get("description") or None)
     return plan, form
 
@@ -103,7 +88,7 @@ async def merge(request: Request) -> Response:
         raise BadRequest("pick the entity to keep")
     target = unref(target_token)
     name = form.get("name") or next((p["name"] for p in await _picked(request, [target])), "")
-    result = await knowledge(request).curator.merge([*keys, target], name, type=form.get("type") or None,
+    result = await graph(request).merge([*keys, target], name, type=form.get("type") or None,
                                                    description=form.get("description") or None)
     destination = f"/admin/entities/{ref(result['target'])}"
     if is_htmx(request):
@@ -112,10 +97,9 @@ async def merge(request: Request) -> Response:
 
 
 async def suggestions_page(request: Request) -> Response:
-    kb = knowledge(request)
     threshold = request.app.state.gateway.settings.suggest_threshold
     page = page_of(request, size=SUGGESTIONS_PER_PAGE)
-    found = await anyio.to_thread.run_sync(kb.suggestions.find, threshold)
+    found = await graph(request).suggestions(threshold)
     shown = found[page.offset:page.offset + page.size]
     pairs = []
     for suggestion in shown:
@@ -129,11 +113,10 @@ async def suggestions_page(request: Request) -> Response:
 
 @action
 async def dismiss_suggestion(request: Request) -> Response:
-    kb = knowledge(request)
     keys = _keys(await request.form())
     if len(keys) != 2:
         raise BadRequest("a suggestion names exactly two entities")
-    await kb.store.db.write(dismiss, keys[0], keys[1], now())
+    await graph(request).dismiss_suggestion(keys[0], keys[1])
     if is_htmx(request):
         return Response("")
     return RedirectResponse("/admin/suggestions", status_code=303)

@@ -10,27 +10,20 @@ a merged-away name keeps resolving to its target, an edited field stays edited.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.errors import BadRequest, Conflict, NotFound
-from proxy.store.changes import Changeset, pair_key
-from proxy.store.store import now
-from proxy.store.duckdb.connection import Con
-from proxy.ingest import documents as sql
-from proxy.merging.edits import (
-    Edits,
-    EntityEdit,
-    RelationEdit,
-    drop_edits,
-    load_edits,
-    save_entity_edit,
-    save_relation_edit,
-)
 from proxy.extraction.results import name_key, normalise_name
-from proxy.merging.recompute import Integrator, load_aliases, load_extractions
+from proxy.merging.edits import Edits, EntityEdit, RelationEdit
+from proxy.merging.recompute import Integrator, read_extractions
 from proxy.merging.rules import entity_state, index_result, relation_state
-from proxy.ingest.pipeline import Pipeline
+from proxy.store.changes import Changeset, Curation, pair_key
+from proxy.store.graph_igraph import EntityGraph
+from proxy.store.rows_memory import MemoryRows
+from proxy.store.store import KnowledgeStore
 
 MAX_NAME = 200
 MAX_TYPE = 64
@@ -99,37 +92,26 @@ def clean_weight(raw: Any) -> float | None:
     return weight
 
 
-def _entity_rows(con: Con, keys: list[str]) -> dict[str, dict[str, Any]]:
-    rows = con.execute("SELECT name_key, name, type, description, source_ids FROM entities "
-                       "WHERE name_key IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchall()
-    return {r[0]: {"name": r[1], "type": r[2], "description": r[3], "source_ids": list(r[4])} for r in rows}
-
-
-def _relations_touching(con: Con, keys: list[str]) -> list[tuple[str, str, str, list[str]]]:
-    return [(r[0], r[1], r[2], list(r[3])) for r in con.execute(
-        "SELECT pair_key, source, target, source_ids FROM relations "
-        "WHERE source IN (SELECT unnest($k::VARCHAR[])) OR target IN (SELECT unnest($k::VARCHAR[])) "
-        "ORDER BY pair_key", {"k": keys}).fetchall()]
-
-
-def _relation_row(con: Con, pair: str) -> tuple[str, str, list[str]] | None:
-    row = con.execute("SELECT source, target, source_ids FROM relations WHERE pair_key = ?", [pair]).fetchone()
-    return (row[0], row[1], list(row[2])) if row else None
-
-
-def _write_aliases(con: Con, aliases: dict[str, str], dropped: list[str]) -> None:
-    stamp = now()
-    if dropped:
-        con.execute("DELETE FROM aliases WHERE alias_key IN (SELECT unnest(?::VARCHAR[]))", [dropped])
-    for alias, target in aliases.items():
-        con.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?, ?)", [alias, target, stamp])
+def display_names(plan_target: str, target_name: str, keys: list[str], rows: MemoryRows,
+                  graph: EntityGraph) -> dict[str, str]:
+    """How the preview names relation endpoints: the target by its new name, others as stored."""
+    names = {}
+    for key in keys:
+        meta = rows.entity(key)
+        names[key] = target_name if key == plan_target else (meta.name if meta else key)
+    return names
 
 
 class Curator:
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.pipeline = pipeline
-        self.store = pipeline.store
-        self.integrator: Integrator = pipeline.integrator
+    """``exclusive()`` is the merge lock: no document merges while a curation is computed and
+    committed."""
+
+    def __init__(self, store: KnowledgeStore, integrator: Integrator,
+                 exclusive: Callable[[], AbstractAsyncContextManager[None]]) -> None:
+        self.store = store
+        self.tables = store.tables.graph_rows
+        self.integrator = integrator
+        self.exclusive = exclusive
 
     # --- merge and rename ---
 
@@ -145,24 +127,24 @@ class Curator:
         if len(keys) > MAX_MERGE:
             raise BadRequest(f"at most {MAX_MERGE} entities can be merged at once")
         target = name_key(name)
-        db = self.store.db
-        rows = await db.read(_entity_rows, sorted({*keys, target}))
+        rows = await self.tables.entities(sorted({*keys, target}))
         if missing := [k for k in keys if k not in rows]:
             raise NotFound(f"no entity {missing[0]!r}")
         merged = sorted(k for k in rows if k != target)
         if not merged:
             raise BadRequest("nothing to merge: the target is the only entity picked")
-        plan = MergePlan(target, name, merged, [rows[k]["name"] for k in merged])
-        plan.aliases = await db.read(load_aliases)
+        plan = MergePlan(target, name, merged, [rows[k].name for k in merged])
+        plan.aliases = await self.tables.aliases()
         for alias, points_to in list(plan.aliases.items()):
             if points_to in merged:
                 plan.aliases[alias] = target
         for key in merged:
             plan.aliases[key] = target
         plan.aliases.pop(target, None)  # the target may once have been merged away itself
-        plan.entity_sources[target] = list(dict.fromkeys(s for r in rows.values() for s in r["source_ids"]))
+        plan.entity_sources[target] = list(dict.fromkeys(s for r in rows.values() for s in r.source_ids))
         carried: dict[str, list[str]] = {}
-        for pair, a, b, sources in await db.read(_relations_touching, sorted(rows)):
+        for relation in await self.tables.relations_touching(sorted(rows)):
+            pair, a, b, sources = relation.pair, relation.source, relation.target, relation.source_ids
             a2, b2 = (target if a in rows else a), (target if b in rows else b)
             if a2 == b2:
                 plan.self_loops.append(pair)
@@ -178,9 +160,9 @@ class Curator:
         await self._preview(plan)
         return plan
 
-    async def _merged_edits(self, plan: MergePlan, rows: dict[str, dict[str, Any]], carried: dict[str, list[str]],
+    async def _merged_edits(self, plan: MergePlan, rows: dict[str, Any], carried: dict[str, list[str]],
                             kind: str | None, text: str | None) -> Edits:
-        old = await self.store.db.read(load_edits, sorted(rows), sorted({p for ps in carried.values() for p in ps}))
+        old = await self.integrator.edits(sorted(rows), sorted({p for ps in carried.values() for p in ps}))
         target_edit = old.entities.get(plan.target_key, EntityEdit())
         edits = Edits({plan.target_key: EntityEdit(plan.target_name, kind or target_edit.type,
                                                    text if text is not None else target_edit.description)})
@@ -191,7 +173,7 @@ class Curator:
 
     async def _preview(self, plan: MergePlan) -> None:
         wanted = sorted({c for s in (*plan.entity_sources.values(), *plan.relation_sources.values()) for c in s})
-        results = await self.store.db.read(load_extractions, wanted)
+        results = await read_extractions(self.tables, wanted)
         indexes = {chunk_id: index_result(result, plan.aliases) for chunk_id, result in results.items()}
         target = entity_state(plan.target_key, plan.target_name, plan.entity_sources[plan.target_key], indexes)
         relations = [relation_state(p, s, indexes) for p, s in plan.relation_sources.items()]
@@ -204,35 +186,28 @@ class Curator:
             plan.description = "\n".join(target.fragments)
             plan.will_summarise = (len(target.fragments) >= settings.summary_fragments
                                    or self.integrator.tokenizer.count(plan.description) > settings.summary_tokens)
-        with self.store.memory_lock:
-            def display(key: str) -> str:
-                meta = self.store.rows.entity(key)
-                return plan.target_name if key == plan.target_key else (meta.name if meta else key)
-            plan.relations = [{"pair": r.pair_key, "source": display(r.source), "target": display(r.target),
-                               "weight": r.weight, "keywords": r.keywords, "sources": len(r.source_ids)}
-                              for r in relations]
+        endpoints = sorted({key for r in relations for key in (r.source, r.target)})
+        names = await self.store.read_memory(functools.partial(display_names, plan.target_key, plan.target_name,
+                                                               endpoints))
+        plan.relations = [{"pair": r.pair_key, "source": names[r.source], "target": names[r.target],
+                           "weight": r.weight, "keywords": r.keywords, "sources": len(r.source_ids)}
+                          for r in relations]
 
     async def merge(self, keys: list[str], target_name: Any, *, type: Any = None,
                     description: Any = None) -> dict[str, Any]:
-        async with self.pipeline.merger.exclusive():
+        async with self.exclusive():
             plan = await self.plan_merge(keys, target_name, type=type, description=description)
             graph = await self.integrator.rebuild(plan.entity_sources, plan.relation_sources, plan.aliases,
                                                   plan.edits, plan.merged, plan.relations_removed)
             new_aliases = {k: v for k, v in plan.aliases.items() if v == plan.target_key}
-            stamp = now()
-
-            def record(con: Con) -> None:
-                _write_aliases(con, new_aliases, [plan.target_key])
-                drop_edits(con, plan.merged, plan.relations_removed)
-                for key, edit in plan.edits.entities.items():
-                    save_entity_edit(con, key, edit, stamp)
-                for pair, redit in plan.edits.relations.items():
-                    save_relation_edit(con, pair, redit, stamp)
-
             await self.store.apply(Changeset(
                 entities_upserted=graph.entities, entities_removed=plan.merged,
                 relations_upserted=graph.relations, relations_removed=plan.relations_removed,
-                also=[record, functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[])]))
+                cache_entries=graph.cache_entries,
+                curation=Curation(aliases=new_aliases, aliases_dropped=[plan.target_key],
+                                  entity_edits=dict(plan.edits.entities), relation_edits=dict(plan.edits.relations),
+                                  entity_edits_dropped=list(plan.merged),
+                                  relation_edits_dropped=list(plan.relations_removed))))
         return {"target": plan.target_key, "name": plan.target_name, "merged": plan.merged,
                 "relations": len(plan.relation_sources), "self_loops_dropped": len(plan.self_loops),
                 "relations_combined": plan.combined}
@@ -246,46 +221,41 @@ class Curator:
         new_name = clean_name(name) if name is not None else None
         kind = clean_optional(type, "type", MAX_TYPE)
         text = clean_optional(description, "description", MAX_DESCRIPTION) if description is not None else None
-        current = (await self.store.db.read(_entity_rows, [key])).get(key)
+        current = (await self.tables.entities([key])).get(key)
         if current is None:
             raise NotFound(f"no entity {key!r}")
         if new_name is not None and name_key(new_name) != key:
-            existing = (await self.store.db.read(_entity_rows, [name_key(new_name)])).get(name_key(new_name))
+            existing = (await self.tables.entities([name_key(new_name)])).get(name_key(new_name))
             if existing is not None:
-                raise Conflict(f"an entity named {existing['name']!r} already exists: merge into it instead")
+                raise Conflict(f"an entity named {existing.name!r} already exists: merge into it instead")
             return await self.merge([key], new_name, type=kind, description=text)
-        async with self.pipeline.merger.exclusive():
+        async with self.exclusive():
             # read again under the lock: a document merged meanwhile may have added sources
-            current = (await self.store.db.read(_entity_rows, [key])).get(key)
+            current = (await self.tables.entities([key])).get(key)
             if current is None:
                 raise NotFound(f"no entity {key!r}")
-            old = (await self.store.db.read(load_edits, [key], [])).entities.get(key, EntityEdit())
+            old = (await self.integrator.edits([key], [])).entities.get(key, EntityEdit())
             edit = EntityEdit(new_name or old.name, kind or old.type,
                               text if description is not None else old.description)
             relation_sources = {}
-            if edit.name and edit.name != current["name"]:  # relation texts name their endpoints
-                relation_sources = {p: s for p, _, _, s in await self.store.db.read(_relations_touching, [key])}
-            graph = await self.integrator.rebuild({key: current["source_ids"]}, relation_sources,
-                                                  await self.store.db.read(load_aliases),
-                                                  Edits({key: edit}), [], [])
-            stamp = now()
+            if edit.name and edit.name != current.name:  # relation texts name their endpoints
+                relation_sources = {r.pair: r.source_ids for r in await self.tables.relations_touching([key])}
+            graph = await self.integrator.rebuild({key: current.source_ids}, relation_sources,
+                                                  await self.tables.aliases(), Edits({key: edit}), [], [])
             await self.store.apply(Changeset(
                 entities_upserted=graph.entities, relations_upserted=graph.relations,
-                also=[functools.partial(save_entity_edit, key=key, edit=edit, stamp=stamp),
-                      functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[])]))
-        return {"target": key, "name": edit.name or current["name"], "merged": []}
+                cache_entries=graph.cache_entries, curation=Curation(entity_edits={key: edit})))
+        return {"target": key, "name": edit.name or current.name, "merged": []}
 
     async def delete_entity(self, key: str) -> dict[str, Any]:
-        async with self.pipeline.merger.exclusive():
-            if key not in await self.store.db.read(_entity_rows, [key]):
+        async with self.exclusive():
+            if key not in await self.tables.entities([key]):
                 raise NotFound(f"no entity {key!r}")
-            pairs = [p for p, *_ in await self.store.db.read(_relations_touching, [key])]
-
-            def forget(con: Con) -> None:
-                drop_edits(con, [key], pairs)
-                con.execute("DELETE FROM aliases WHERE target_key = ?", [key])
-
-            await self.store.apply(Changeset(entities_removed=[key], relations_removed=pairs, also=[forget]))
+            pairs = [r.pair for r in await self.tables.relations_touching([key])]
+            await self.store.apply(Changeset(
+                entities_removed=[key], relations_removed=pairs,
+                curation=Curation(entity_edits_dropped=[key], relation_edits_dropped=pairs,
+                                  aliases_into_dropped=[key])))
         return {"deleted": key, "relations_removed": len(pairs)}
 
     # --- relations ---
@@ -295,27 +265,25 @@ class Curator:
         words = clean_keywords(keywords)
         text = clean_optional(description, "description", MAX_DESCRIPTION) if description is not None else None
         value = clean_weight(weight)
-        async with self.pipeline.merger.exclusive():
-            row = await self.store.db.read(_relation_row, pair)
+        async with self.exclusive():
+            row = await self.tables.relation(pair)
             if row is None:
                 raise NotFound("no such relation")
-            old = (await self.store.db.read(load_edits, [], [pair])).relations.get(pair, RelationEdit())
+            old = (await self.integrator.edits([], [pair])).relations.get(pair, RelationEdit())
             edit = RelationEdit(words if words is not None else old.keywords,
                                 text if description is not None else old.description,
                                 value if value is not None else old.weight)
-            graph = await self.integrator.rebuild({}, {pair: row[2]}, await self.store.db.read(load_aliases),
+            graph = await self.integrator.rebuild({}, {pair: row.source_ids}, await self.tables.aliases(),
                                                   Edits(relations={pair: edit}), [], [])
-            stamp = now()
             await self.store.apply(Changeset(
-                relations_upserted=graph.relations,
-                also=[functools.partial(save_relation_edit, pair=pair, edit=edit, stamp=stamp),
-                      functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[])]))
+                relations_upserted=graph.relations, cache_entries=graph.cache_entries,
+                curation=Curation(relation_edits={pair: edit})))
         return {"pair": pair}
 
     async def delete_relation(self, pair: str) -> dict[str, Any]:
-        async with self.pipeline.merger.exclusive():
-            if await self.store.db.read(_relation_row, pair) is None:
+        async with self.exclusive():
+            if await self.tables.relation(pair) is None:
                 raise NotFound("no such relation")
-            await self.store.apply(Changeset(
-                relations_removed=[pair], also=[functools.partial(drop_edits, entity_keys=[], pair_keys=[pair])]))
+            await self.store.apply(Changeset(relations_removed=[pair],
+                                             curation=Curation(relation_edits_dropped=[pair])))
         return {"deleted": pair}

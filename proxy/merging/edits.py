@@ -8,24 +8,11 @@ type, description, keyword list or weight set by hand survives re-ingestion.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from proxy.store.duckdb.connection import Con
 from proxy.merging.rules import EntityState, RelationState
+from proxy.store.changes import EntityEdit, RelationEdit  # committed with a changeset (``Curation``)
 
-
-@dataclass
-class EntityEdit:
-    name: str | None = None
-    type: str | None = None
-    description: str | None = None
-
-
-@dataclass
-class RelationEdit:
-    keywords: list[str] | None = None
-    description: str | None = None
-    weight: float | None = None
+__all__ = ["Edits", "EntityEdit", "RelationEdit"]
 
 
 @dataclass
@@ -57,35 +44,3 @@ class Edits:
                 fixed[i] = redit.description
         return fixed
 
-
-def load_edits(con: Con, entity_keys: list[str], pair_keys: list[str]) -> Edits:
-    edits = Edits()
-    if entity_keys:
-        for key, name, kind, description in con.execute(
-                "SELECT name_key, name, type, description FROM entity_edits "
-                "WHERE name_key IN (SELECT unnest(?::VARCHAR[]))", [entity_keys]).fetchall():
-            edits.entities[key] = EntityEdit(name, kind, description)
-    if pair_keys:
-        for pair, keywords, description, weight in con.execute(
-                "SELECT pair_key, keywords, description, weight FROM relation_edits "
-                "WHERE pair_key IN (SELECT unnest(?::VARCHAR[]))", [pair_keys]).fetchall():
-            edits.relations[pair] = RelationEdit(list(keywords) if keywords is not None else None, description,
-                                                 weight)
-    return edits
-
-
-def save_entity_edit(con: Con, key: str, edit: EntityEdit, stamp: Any) -> None:
-    con.execute("INSERT OR REPLACE INTO entity_edits VALUES (?, ?, ?, ?, ?)",
-                [key, edit.name, edit.type, edit.description, stamp])
-
-
-def save_relation_edit(con: Con, pair: str, edit: RelationEdit, stamp: Any) -> None:
-    con.execute("INSERT OR REPLACE INTO relation_edits VALUES (?, ?, ?, ?, ?)",
-                [pair, edit.keywords, edit.description, edit.weight, stamp])
-
-
-def drop_edits(con: Con, entity_keys: list[str], pair_keys: list[str]) -> None:
-    if entity_keys:
-        con.execute("DELETE FROM entity_edits WHERE name_key IN (SELECT unnest(?::VARCHAR[]))", [entity_keys])
-    if pair_keys:
-        con.execute("DELETE FROM relation_edits WHERE pair_key IN (SELECT unnest(?::VARCHAR[]))", [pair_keys])

@@ -3,6 +3,7 @@ from their sources (``merging``), summarise long descriptions, embed what change
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections import OrderedDict
@@ -10,16 +11,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import anyio
-import numpy as np
-
 from proxy.core.limiter import Priority
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.core.settings import Settings
 from proxy.store.changes import Changeset, EntityRow, RelationRow
+from proxy.store.graph_igraph import EntityGraph
+from proxy.store.protocols.graph_rows import GraphRows, StoredRow, Subject
+from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
-from proxy.store.duckdb.connection import Con, Database, relation_ready
 from proxy.core.tokens import Tokenizer
-from proxy.merging.edits import Edits, load_edits
+from proxy.merging.edits import Edits
 from proxy.extraction.results import ExtractionResult
 from proxy.merging.rules import (
     ChunkIndex,
@@ -92,11 +93,22 @@ class ParsedExtractions:
                 found[chunk_id] = entry
         return found, missing
 
-    async def read(self, db: Database, chunk_ids: Iterable[str], aliases: dict[str, str]) -> dict[str, ChunkIndex]:
+    async def read(self, tables: GraphRows, chunk_ids: Iterable[str], aliases: dict[str, str]) -> dict[str, ChunkIndex]:
         found, missing = self.lookup(chunk_ids, aliases)
-        for chunk_id, result in (await db.read(load_extractions, sorted(missing))).items():
+        for chunk_id, result in (await read_extractions(tables, missing)).items():
             found[chunk_id] = self.index(chunk_id, result, aliases)
         return found
+
+
+async def read_extractions(tables: GraphRows, chunk_ids: Iterable[str]) -> dict[str, ExtractionResult]:
+    """The stored extraction results of the chunks that have one, parsed."""
+    stored = await tables.extractions(sorted(chunk_ids))
+    return {chunk_id: ExtractionResult.from_json(result) for chunk_id, result in stored.items()}
+
+
+def existing(rows: dict[str, StoredRow]) -> dict[str, ExistingEntity]:
+    # the vector is read later, and only if the row's text did not change
+    return {key: ExistingEntity(r.name, r.source_ids, r.key, r.embed_hash, None) for key, r in rows.items()}
 
 
 @dataclass
@@ -144,8 +156,8 @@ class Integrator:
 
     async def changes(self, added: dict[str, ExtractionResult], removed: set[str],
                       overlay: Overlay | None = None) -> GraphChanges:
-        db = self.store.db
-        aliases = await db.read(load_aliases)
+        tables = self.store.tables.graph_rows
+        aliases = await tables.aliases()
         new_entities: dict[str, list[str]] = {}
         new_pairs: dict[str, list[str]] = {}
         self.parsed.use(aliases)
@@ -156,10 +168,10 @@ class Integrator:
                 new_entities.setdefault(key, []).append(chunk_id)
             for pair in pairs:
                 new_pairs.setdefault(pair, []).append(chunk_id)
-        touched_entities, touched_pairs = await db.read(touched_by, sorted(removed))
+        touched_entities, touched_pairs = await tables.touched_by(sorted(removed))
         entity_keys, pair_keys = sorted(set(new_entities) | touched_entities), sorted(set(new_pairs) | touched_pairs)
-        old_entities = await db.read(load_existing, "entities", "name_key", entity_keys)
-        old_relations = await db.read(load_existing, "relations", "pair_key", pair_keys)
+        old_entities = existing(await tables.stored_rows("entities", entity_keys))
+        old_relations = existing(await tables.stored_rows("relations", pair_keys))
         if overlay is not None:
             Overlay.over(old_entities, overlay.entities, entity_keys)
             Overlay.over(old_relations, overlay.relations, pair_keys)
@@ -168,9 +180,9 @@ class Integrator:
         entity_sources = self._sources(new_entities, old_entities, removed, out.entities_removed)
         relation_sources = self._sources(new_pairs, old_relations, removed, out.relations_removed)
         wanted = {c for s in (*entity_sources.values(), *relation_sources.values()) for c in s} - set(added)
-        indexes.update(await self.parsed.read(db, wanted, aliases))
+        indexes.update(await self.parsed.read(tables, wanted, aliases))
 
-        edits = await db.read(load_edits, sorted(entity_sources), sorted(relation_sources))
+        edits = await self.edits(sorted(entity_sources), sorted(relation_sources))
         await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out,
                               overlay)
         return out
@@ -180,14 +192,23 @@ class Integrator:
                       removed_relations: list[str]) -> GraphChanges:
         """Recompute the given names from the given sources under ``aliases`` and ``edits`` (both
         possibly not committed yet): what a merge, a rename or a hand edit commits."""
-        db = self.store.db
+        tables = self.store.tables.graph_rows
         wanted = sorted({c for s in (*entity_sources.values(), *relation_sources.values()) for c in s})
-        indexes = await self.parsed.read(db, wanted, aliases)
-        old_entities = await db.read(load_existing, "entities", "name_key", sorted(entity_sources))
-        old_relations = await db.read(load_existing, "relations", "pair_key", sorted(relation_sources))
+        indexes = await self.parsed.read(tables, wanted, aliases)
+        old_entities = existing(await tables.stored_rows("entities", sorted(entity_sources)))
+        old_relations = existing(await tables.stored_rows("relations", sorted(relation_sources)))
         out = GraphChanges(entities_removed=list(removed_entities), relations_removed=list(removed_relations))
         await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out)
         return out
+
+    async def edits(self, entity_keys: list[str], pair_keys: list[str]) -> Edits:
+        """The hand edits stored for these entities and relations."""
+        stored = await self.store.tables.graph_rows.edits(entity_keys, pair_keys)
+        return Edits(stored.entities, stored.relations)
+
+    async def extractions(self, chunk_ids: Iterable[str]) -> dict[str, ExtractionResult]:
+        """The stored extraction results of the chunks that have one, parsed."""
+        return await read_extractions(self.store.tables.graph_rows, chunk_ids)
 
     async def _recompute(self, entity_sources: dict[str, list[str]], relation_sources: dict[str, list[str]],
                          indexes: dict[str, ChunkIndex], old_entities: dict[str, ExistingEntity],
@@ -197,23 +218,19 @@ class Integrator:
                          for k, s in entity_sources.items()]
         relation_states = [relation_state(k, s, indexes) for k, s in relation_sources.items()]
         fixed = edits.apply(entity_states, relation_states)
-        names = self._endpoint_names(relation_states)
+        names = await self._endpoint_names(relation_states)
         if overlay is not None:  # spellings the commit in flight has not yet put in the rows
             names.update({key: overlay.entities[key].name for rel in relation_states
                           for key in (rel.source, rel.target) if key in overlay.entities})
         names.update({state.name_key: state.name for state in entity_states})
         await self._build_rows(entity_states, relation_states, names, old_entities, old_relations, fixed, out)
 
-    def _endpoint_names(self, relations: list[RelationState]) -> dict[str, str]:
+    async def _endpoint_names(self, relations: list[RelationState]) -> dict[str, str]:
         """Stored spellings of relation endpoints that are not being recomputed themselves."""
-        names = {}
-        with self.store.memory_lock:
-            for rel in relations:
-                for key in (rel.source, rel.target):
-                    meta = self.store.rows.entity(key)
-                    if meta is not None:
-                        names[key] = meta.name
-        return names
+        if not relations:
+            return {}
+        endpoints = [key for rel in relations for key in (rel.source, rel.target)]
+        return await self.store.read_memory(functools.partial(spellings, endpoints))
 
     @staticmethod
     def _sources(new: dict[str, list[str]], old: dict[str, ExistingEntity], removed: set[str],
@@ -311,52 +328,22 @@ class Integrator:
         """Read the stored vectors of the rows whose text did not change (most touched rows did:
         reading every touched row's vector up front was wasted work)."""
         unchanged = set(range(len(pending))) - set(stale)
-        for kind, table, id_column in (("entity", "entities", "name_key"), ("relation", "relations", "pair_key")):
+        subjects: tuple[tuple[str, Subject], ...] = (("entity", "entities"), ("relation", "relations"))
+        for kind, table in subjects:
             keys = sorted(pending[i][1] for i in unchanged if pending[i][0] == kind and (kind, pending[i][1]) in old
                           and old[(kind, pending[i][1])].embedding is None)  # an overlaid row has its vector
             if keys:
-                vectors = await self.store.db.read(embeddings_by, table, id_column, keys)
+                vectors = await self.store.tables.graph_rows.embeddings(table, keys)
                 for key, vector in zip(keys, vectors, strict=True):
                     old[(kind, key)].embedding = vector
 
 
-def load_aliases(con: Con) -> dict[str, str]:
-    return dict(con.execute("SELECT alias_key, target_key FROM aliases").fetchall())
 
-
-def touched_by(con: Con, chunk_ids: list[str]) -> tuple[set[str], set[str]]:
-    if not chunk_ids:
-        return set(), set()
-    entities = {r[0] for r in con.execute(
-        "SELECT name_key FROM entities WHERE list_has_any(source_ids, ?::VARCHAR[])", [chunk_ids]).fetchall()}
-    pairs = {r[0] for r in con.execute(
-        "SELECT pair_key FROM relations WHERE list_has_any(source_ids, ?::VARCHAR[])", [chunk_ids]).fetchall()}
-    return entities, pairs
-
-
-def load_existing(con: Con, table: str, id_column: str, keys: list[str]) -> dict[str, ExistingEntity]:
-    if not keys:
-        return {}
-    name = "name" if table == "entities" else "''"
-    rows = con.execute(f"SELECT {id_column}, {name}, source_ids, key, embed_hash FROM {table} "
-                       f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchall()
-    return {r[0]: ExistingEntity(r[1], list(r[2]), r[3], r[4], None) for r in rows}  # vector read if reused
-
-
-def embeddings_by(con: Con, table: str, id_column: str, keys: list[str]) -> np.ndarray:
-    """The rows' embeddings as one matrix, through Arrow (lists of floats via Python are slow)."""
-    rel = relation_ready(con).sql(f"SELECT embedding FROM {table} WHERE {id_column} IN (SELECT unnest($keys::VARCHAR[])) "
-                  f"ORDER BY {id_column}", params={"keys": keys})
-    column = rel.to_arrow_table().column("embedding").combine_chunks()
-    if len(column) == 0:
-        return np.empty((0, 0), dtype=np.float32)
-    return np.asarray(column.values, dtype=np.float32).reshape(len(column), -1)
-
-
-def load_extractions(con: Con, chunk_ids: Iterable[str]) -> dict[str, ExtractionResult]:
-    ids = list(chunk_ids)
-    if not ids:
-        return {}
-    rows = con.execute("SELECT chunk_id, result FROM extractions WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))",
-                       [ids]).fetchall()
-    return {chunk_id: ExtractionResult.from_json(result) for chunk_id, result in rows}
+def spellings(keys: list[str], rows: MemoryRows, graph: EntityGraph) -> dict[str, str]:
+    """The stored names of those ``keys`` that are entities (read under the store's lock)."""
+    names = {}
+    for key in keys:
+        meta = rows.entity(key)
+        if meta is not None:
+            names[key] = meta.name
+    return names

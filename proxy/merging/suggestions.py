@@ -12,6 +12,7 @@ commit while a fresh one is computed in the background.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import threading
 import unicodedata
@@ -20,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from proxy.store.changes import pair_key
+from proxy.store.graph_igraph import EntityGraph
+from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
-from proxy.store.duckdb.connection import Con
 
 EMBEDDING_PROBES = 2000
 SYNC_LIMIT = 20_000     # entities up to which a stale result is recomputed at once (well under a second)
@@ -55,12 +57,22 @@ class Suggestion:
         return pair_key(self.a, self.b)
 
 
-def dismissed(con: Con) -> set[str]:
-    return {r[0] for r in con.execute("SELECT pair_key FROM dismissed_suggestions").fetchall()}
+def entity_count(rows: MemoryRows, graph: EntityGraph) -> int:
+    return len(rows.entities)
 
 
-def dismiss(con: Con, a: str, b: str, stamp: object) -> None:
-    con.execute("INSERT OR REPLACE INTO dismissed_suggestions VALUES (?, ?)", [pair_key(a, b), stamp])
+def entity_names(rows: MemoryRows, graph: EntityGraph) -> tuple[dict[str, str], dict[int, str]]:
+    """Every entity's name by key, and its key by vector key (copies)."""
+    return ({meta.name_key: meta.name for meta in rows.entities.values()},
+            {meta.key: meta.name_key for meta in rows.entities.values()})
+
+
+def probes(count: int, rows: MemoryRows, graph: EntityGraph) -> tuple[list[str], list[int]]:
+    """The best-connected entities (at most ``count``) and their vector keys."""
+    if len(rows.entities) < 2:
+        return [], []
+    wanted = [k for k in graph.best_connected(count) if k in rows.entity_keys]
+    return wanted, [rows.entity_keys[k] for k in wanted]
 
 
 class SuggestionFinder:
@@ -75,12 +87,12 @@ class SuggestionFinder:
         """All current suggestions, best first (blocking: run it in a worker thread)."""
         stamp = (self.store.generation, threshold)
         cached = self._cached
-        big = len(self.store.rows.entities) > SYNC_LIMIT
+        big = self.store.read_memory_sync(entity_count) > SYNC_LIMIT
         if big and cached is not None and cached[0] != stamp and cached[0][1] == threshold:
             self.refresh_in_background(threshold)  # serve the last result meanwhile
         elif cached is None or cached[0] != stamp:
             cached = self._refresh(threshold)
-        hidden = self.store.db.read_sync(dismissed)
+        hidden = self.store.tables.graph_rows.dismissed_sync()
         return [s for s in cached[1] if s.pair not in hidden]
 
     def _refresh(self, threshold: float) -> tuple[tuple[int, float], list[Suggestion]]:
@@ -112,9 +124,7 @@ class SuggestionFinder:
         return core
 
     def _compute(self, threshold: float) -> list[Suggestion]:
-        with self.store.memory_lock:
-            names = {meta.name_key: meta.name for meta in self.store.rows.entities.values()}
-            by_vector = {meta.key: meta.name_key for meta in self.store.rows.entities.values()}
+        names, by_vector = self.store.read_memory_sync(entity_names)
         found: dict[str, Suggestion] = {}
         groups: dict[str, list[str]] = {}
         for key, name in names.items():
@@ -139,32 +149,33 @@ class SuggestionFinder:
         return sorted(found.values(), key=lambda s: (-s.score, s.a, s.b))
 
     def _embedding_pairs(self, by_vector: dict[int, str]) -> list[tuple[str, str, float]]:
-        index = self.store.indexes["entities"].index
-        if index is None or len(index) < 2:
-            return []
-        with self.store.memory_lock:
-            graph = self.store.graph.g
-            order = np.argsort(-np.asarray(graph.degree()), kind="stable")[:EMBEDDING_PROBES]
-            probe_keys = graph.vs.select([int(i) for i in order])["name"] if len(order) else []
-            wanted = [k for k in probe_keys if k in self.store.rows.entity_keys]
-            vector_keys = np.asarray([self.store.rows.entity_keys[k] for k in wanted], dtype=np.uint64)
+        wanted, keys = self.store.read_memory_sync(functools.partial(probes, EMBEDDING_PROBES))
+        vector_keys = np.asarray(keys, dtype=np.uint64)
         pairs = []
-        for start in range(0, len(wanted), PROBES_PER_LOCK):
-            with self.store.memory_lock:  # in slices: a chat's retrieval never waits long for us
-                vectors = self.store.indexes["entities"]
-                index = vectors.index
-                if index is None or len(index) < 2:
-                    break
-                keys = vector_keys[start:start + PROBES_PER_LOCK]
-                present = np.asarray([bool(index.contains(int(k))) for k in keys])
-                if not present.any():
-                    continue
-                found_keys, similarities = vectors.search_many(vectors.vectors(keys[present]), NEIGHBOURS + 1)
-            probes = [k for k, p in zip(wanted[start:start + PROBES_PER_LOCK], present, strict=True) if p]
-            for row, key in enumerate(probes):
+        for start in range(0, len(wanted), PROBES_PER_LOCK):  # in slices: a chat's retrieval never waits long
+            probes_here, vectors = self._stored_vectors(wanted[start:start + PROBES_PER_LOCK],
+                                                        vector_keys[start:start + PROBES_PER_LOCK])
+            if not probes_here:
+                continue
+            found_keys, similarities = self.store.search_many_sync("entities", vectors, NEIGHBOURS + 1)
+            for row, key in enumerate(probes_here):
                 for found, similarity in zip(found_keys[row], similarities[row], strict=True):
                     other = by_vector.get(int(found))
                     if other is None or other == key:
                         continue
                     pairs.append((key, other, float(similarity)))
         return pairs
+
+    def _stored_vectors(self, probes: list[str], keys: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """The probes whose vectors the index still holds, and those vectors (a commit since the
+        probes were picked may have removed or re-keyed some)."""
+        vectors = self.store.vectors_sync("entities", [int(k) for k in keys])
+        if len(vectors) == len(keys):
+            return probes, vectors
+        kept, rows = [], []
+        for probe, key in zip(probes, keys, strict=True):
+            one = self.store.vectors_sync("entities", [int(key)])
+            if len(one):
+                kept.append(probe)
+                rows.append(one[0])
+        return kept, (np.vstack(rows) if rows else np.empty((0, 0), dtype=np.float32))

@@ -10,34 +10,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.errors import BadRequest, NotFound
-from proxy.extraction.results import name_key
+from proxy.core.errors import BadRequest
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
+from proxy.extraction.results import name_key
+from proxy.knowledge.graph import GraphService
 from proxy.rag_api.routes_documents import knowledge
 from proxy.store.changes import pair_key
-from proxy.store.duckdb.memory_load import descriptions
+
+
+def graph(request: Request) -> GraphService:
+    return knowledge(request).graph
 
 
 async def _body(request: Request) -> dict[str, Any]:
     return parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
-
-
-async def _entity_json(request: Request, key: str) -> dict[str, Any]:
-    store = knowledge(request).store
-    with store.memory_lock:
-        meta = store.rows.entity(key)
-        if meta is None:
-            raise NotFound(f"no entity named {key!r}")
-        found = {"name": meta.name, "type": meta.type, "description": "",
-                 "sources": list(meta.source_ids), "degree": store.graph.degree(key)}
-    found["description"] = (await store.db.read(descriptions, "entities", [(meta.key, key)])).get(meta.key, "")
-    return found
-
-
-def _alias_target(con: Any, key: str) -> str | None:
-    row = con.execute("SELECT target_key FROM aliases WHERE alias_key = ?", [key]).fetchone()
-    return row[0] if row else None
 
 
 async def get_entity(request: Request) -> Response:
@@ -45,13 +32,10 @@ async def get_entity(request: Request) -> Response:
     as chat retrieval and re-ingestion resolve it, rather than a redirect that curl and httpx do not
     follow by default."""
     key = name_key(request.path_params["name"])
-    store = knowledge(request).store
-    with store.memory_lock:
-        present = store.rows.entity(key) is not None
-    target = None if present else await store.db.read(_alias_target, key)
+    target = await graph(request).merged_into(key)
     if target is None:
-        return json_response(await _entity_json(request, key))
-    return json_response({**await _entity_json(request, target), "resolved_from": request.path_params["name"]})
+        return json_response(await graph(request).entity(key))
+    return json_response({**await graph(request).entity(target), "resolved_from": request.path_params["name"]})
 
 
 async def edit_entity(request: Request) -> Response:
@@ -59,12 +43,12 @@ async def edit_entity(request: Request) -> Response:
     unknown = set(body) - {"name", "type", "description"}
     if unknown:
         raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))} (name, type, description can be changed)")
-    result = await knowledge(request).curator.edit_entity(name_key(request.path_params["name"]), **body)
-    return json_response(await _entity_json(request, result["target"]))
+    result = await graph(request).edit_entity(name_key(request.path_params["name"]), **body)
+    return json_response(await graph(request).entity(result["target"]))
 
 
 async def delete_entity(request: Request) -> Response:
-    return json_response(await knowledge(request).curator.delete_entity(name_key(request.path_params["name"])))
+    return json_response(await graph(request).delete_entity(name_key(request.path_params["name"])))
 
 
 def _pair(body: dict[str, Any]) -> str:
@@ -77,11 +61,11 @@ def _pair(body: dict[str, Any]) -> str:
 async def edit_relation(request: Request) -> Response:
     body = await _body(request)
     changes = {k: body[k] for k in ("keywords", "description", "weight") if k in body}
-    return json_response(await knowledge(request).curator.edit_relation(_pair(body), **changes))
+    return json_response(await graph(request).edit_relation(_pair(body), **changes))
 
 
 async def delete_relation(request: Request) -> Response:
-    return json_response(await knowledge(request).curator.delete_relation(_pair(await _body(request))))
+    return json_response(await graph(request).delete_relation(_pair(await _body(request))))
 
 
 async def merge(request: Request) -> Response:
@@ -92,13 +76,13 @@ async def merge(request: Request) -> Response:
         raise BadRequest('"entities" must be a list of entity names')
     target = body.get("target")
     keys = [name_key(n) for n in names]
-    curator = knowledge(request).curator
+    service = graph(request)
     if body.get("dry_run"):
-        plan = await curator.plan_merge(keys, target, type=body.get("type"), description=body.get("description"))
+        plan = await service.plan_merge(keys, target, type=body.get("type"), description=body.get("description"))
         return json_response({"target": plan.target_name, "type": plan.type, "description": plan.description,
                               "merged": plan.merged_names, "relations": plan.relations,
                               "self_loops_dropped": len(plan.self_loops), "relations_combined": plan.combined})
-    return json_response(await curator.merge(keys, target, type=body.get("type"), description=body.get("description")))
+    return json_response(await service.merge(keys, target, type=body.get("type"), description=body.get("description")))
 
 
 ROUTES = [

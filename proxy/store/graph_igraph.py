@@ -98,3 +98,58 @@ class EntityGraph:
             ids = self.g.neighborhood(key, order=depth)
         # only the neighbours' names: g.vs["name"] would copy every vertex's name each call
         return self.g.vs.select(ids)["name"]
+
+    # --- whole-graph and neighbourhood reads for the console and merge suggestions ---
+
+    def neighbour_names(self, key: str) -> list[str]:
+        """The names of ``key``'s neighbours (not itself), in vertex order."""
+        if not self.has(key):
+            return []
+        return self.g.vs.select(self.g.neighbors(key))["name"]
+
+    def all_degrees(self) -> tuple[list[str], np.ndarray]:
+        """Every vertex's name and degree, in vertex order (copies: safe to use after the lock)."""
+        if self.g.vcount() == 0:
+            return [], np.empty(0, dtype=np.int64)
+        return list(self.g.vs["name"]), np.asarray(self.g.degree())
+
+    def best_connected(self, count: int) -> list[str]:
+        """The names of the ``count`` vertices of highest degree (ties in vertex order)."""
+        order = np.argsort(-np.asarray(self.g.degree()), kind="stable")[:count]
+        return self.g.vs.select([int(i) for i in order])["name"] if len(order) else []
+
+    def around(self, key: str, depth: int, cap: int) -> tuple[list[tuple[str, int]], list[tuple[str, str, float]]]:
+        """The vertex and its neighbours up to ``depth`` hops, at most ``cap`` of them: ring by ring,
+        the best connected of each ring first, stopping when the cap is reached (a hub's second ring
+        can hold half the graph). (name, degree) in vertex order, and the edges among them."""
+        if not self.has(key):
+            return [], []
+        graph = self.g
+        centre = graph.vs.find(name=key).index
+        chosen = [centre]
+        for ring in range(1, depth + 1):
+            if len(chosen) >= cap:
+                break
+            members = np.asarray(graph.neighborhood(centre, order=ring, mindist=ring), dtype=np.int64)
+            if not len(members):
+                break
+            degree = np.asarray(graph.degree(members.tolist()))
+            room = cap - len(chosen)
+            chosen.extend(int(v) for v in members[np.lexsort((members, -degree))][:room])
+        degrees = dict(zip(chosen, graph.degree(chosen), strict=True))
+        sub = graph.induced_subgraph(chosen)  # keeps the graph's vertex order, not ``chosen``'s
+        names = sub.vs["name"]
+        vertices = [(name, degrees[vertex]) for name, vertex in zip(names, sorted(chosen), strict=True)]
+        edges = [(names[e.source], names[e.target], float(e["weight"] or 1.0)) for e in sub.es]
+        return vertices, edges
+
+
+def force_layout(count: int, pairs: list[tuple[int, int]]) -> list[tuple[float, float]]:
+    """Positions for ``count`` points joined by ``pairs``: Kamada-Kawai from a circle. A fixed start
+    (the circle) instead of a random one makes the drawing a pure function of the input;
+    Fruchterman-Reingold would still consult igraph's RNG (Python's global ``random``)."""
+    if count == 1:
+        return [(0.0, 0.0)]
+    graph = igraph.Graph(n=count, edges=pairs)
+    layout = graph.layout_kamada_kawai(seed=graph.layout_circle().coords)
+    return [(float(x), float(y)) for x, y in layout.coords]
