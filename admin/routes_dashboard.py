@@ -9,17 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.store.duckdb.connection import Con, get_meta
-
 from admin.rendering import render
-
-
-def _cache_kinds(con: Con) -> dict[str, int]:
-    return dict(con.execute("SELECT kind, count(*) FROM llm_cache GROUP BY kind").fetchall())
-
-
-def _embedding(con: Con) -> dict[str, str | None]:
-    return {"model": get_meta(con, "embed_model"), "dim": get_meta(con, "embed_dim")}
 
 
 async def _overview(request: Request) -> dict[str, Any]:
@@ -27,9 +17,10 @@ async def _overview(request: Request) -> dict[str, Any]:
     kb = gateway.knowledge
     if kb is None:
         return {"unavailable": gateway.knowledge_error}
-    stats = await kb.pipeline.stats()  # documents counted as the documents page shows them
-    return {"unavailable": None, "stats": stats, "pipeline": kb.pipeline.status(),
-            "cache": await kb.store.db.read(_cache_kinds), "embedding": await kb.store.db.read(_embedding)}
+    stats = await kb.documents.stats()  # documents counted as the documents page shows them
+    cache = {kind: totals.count for kind, totals in (await kb.cache.kinds()).items() if totals.count}
+    return {"unavailable": None, "stats": stats, "pipeline": kb.documents.status(), "cache": cache,
+            "embedding": await kb.documents.embedding()}
 
 
 async def dashboard(request: Request) -> Response:
@@ -40,7 +31,7 @@ async def pipeline_fragment(request: Request) -> Response:
     kb = request.app.state.gateway.knowledge
     if kb is None:
         return render(request, "_pipeline.html", {"pipeline": None})
-    return render(request, "_pipeline.html", {"pipeline": kb.pipeline.status()})
+    return render(request, "_pipeline.html", {"pipeline": kb.documents.status()})
 
 
 async def health_fragment(request: Request) -> Response:

@@ -195,39 +195,29 @@ async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> i
 
 
 async def reindex(settings: Settings) -> int:
-    from proxy.ingest.reindex import reindex as run_reindex
-    from proxy.core.limiter import PriorityLimiter
-    from proxy.upstream.model_calls import ModelClient
-    from proxy.store.store import KnowledgeStore
-    from proxy.upstream.client import Upstream
+    from proxy.ingest.reindex import StoreUnavailable, reindexing
 
     if not has_store(settings.data_dir):
         raise CommandError(f"there is no knowledge store at {settings.data_dir} (no {DATABASE_FILE} there): "
                            "nothing to reindex; give --data-dir (GRAPHGATE_DATA_DIR) if it is elsewhere")
     try:
-        store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
-    except Exception as exc:  # noqa: BLE001 - most often: the running gateway holds the lock
+        async with reindexing(settings) as run_reindex:  # StoreUnavailable only while opening
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          console=console) as bar:
+                tasks: dict[str, Any] = {}
+
+                def report(what: str, done: int, total: int) -> None:
+                    if what not in tasks:
+                        tasks[what] = bar.add_task(what, total=total)
+                    bar.update(tasks[what], completed=done, total=total)
+
+                sizes = await run_reindex(report)
+    except StoreUnavailable as exc:  # most often: the running gateway holds the lock
         console.print(f"[red]cannot open the store at {settings.data_dir}: {exc}[/red]\n"
                       "stop `graphgate serve` first: reindex needs the store to itself")
         return 1
-    upstream = Upstream(settings)
-    try:
-        models = ModelClient(upstream, PriorityLimiter(settings.llm_concurrency), settings)
-        models.expected_dim = store.embedding_dim()
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console) as bar:
-            tasks: dict[str, Any] = {}
-
-            def report(what: str, done: int, total: int) -> None:
-                if what not in tasks:
-                    tasks[what] = bar.add_task(what, total=total)
-                bar.update(tasks[what], completed=done, total=total)
-
-            sizes = await run_reindex(store, models, settings, report)
-        console.print("indexes rebuilt: " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
-        return 0
-    finally:
-        await upstream.aclose()
-        await store.close()
+    console.print("indexes rebuilt: " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
+    return 0
 
 
 def run(coroutine_fn: Any, *args: Any) -> int:

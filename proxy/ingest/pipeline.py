@@ -11,13 +11,11 @@ Merging (``merger``) is serialised, so concurrent documents never race on an ent
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import logging
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -27,12 +25,12 @@ from anyio.abc import TaskGroup
 from proxy.core.errors import Conflict, GraphGateError, NotFound, StorageError, first_error
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.core.settings import Settings
-from proxy.store.duckdb.batching import CommitGroup, Pending
 from proxy.store.changes import Changeset
+from proxy.store.protocols.documents import Committed, ExtractionRecord
 from proxy.store.store import KnowledgeStore, now
 from proxy.core.tokens import Tokenizer
-from proxy.ingest import documents as sql
 from proxy.ingest.chunking import Chunk, chunk_text
+from proxy.ingest.work import Work, describe
 from proxy.extraction.per_chunk import extract_chunk
 from proxy.merging.recompute import Integrator
 from proxy.merging.batches import Merger
@@ -43,38 +41,17 @@ HANDOVER_BYTES = 64_000_000  # memory for the text of queued uploads, kept for t
 
 
 
-def describe(error: BaseException) -> str:
-    if isinstance(error, GraphGateError):
-        return error.message
-    return f"internal error: {type(error).__name__}: {error}"
-
-
-@dataclass
-class Work:
-    document_id: str
-    name: str
-    phase: str = "queued"
-    done: int = 0
-    total: int = 0
-    started: float = field(default_factory=time.monotonic)
-    chunks: list[Chunk] = field(default_factory=list)
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    commits: list[Pending] = field(default_factory=list)  # extraction records not yet known committed
-    alone: bool = False  # its batch failed to commit: merged again on its own
-    resumed: bool = False  # begun in an earlier run (or retried): answered passes may be in the LLM cache
-
-
 class Pipeline:
     def __init__(self, store: KnowledgeStore, models: ModelClient, settings: Settings, tokenizer: Tokenizer) -> None:
         self.store = store
         self.models = models
         self.settings = settings
         self.tokenizer = tokenizer
+        self.documents = store.tables.documents
         self.integrator = Integrator(store, models, settings, tokenizer)
-        self.merger = Merger(self)
+        self.merger = Merger(store, models, settings, self.integrator, self)
         self.submit_lock = anyio.Lock()  # serialises uploads among themselves (not with merges)
         self._send, self._receive = anyio.create_memory_object_stream[str](max_buffer_size=1_000_000)
-        self.merge_send, self.merge_receive = anyio.create_memory_object_stream[Work](max_buffer_size=1_000_000)
         self.queued: dict[str, None] = {}
         self.running: dict[str, Work] = {}   # being chunked and extracted
         self.merging: dict[str, Work] = {}   # extracted, waiting for (or in) the merge
@@ -82,16 +59,16 @@ class Pipeline:
         self.unrecorded_failures: dict[str, str] = {}  # document id -> error the disk would not take
         # uploads, "processing" statuses and finished extractions share transactions: a lone write
         # is committed at once, writes that arrive while the store is busy (a merge) go together
-        self.writes = CommitGroup(store.db)
-        self.upload_writer = self.writes.writer(sql.insert_documents)
-        self.status_writer = self.writes.writer(sql.start_documents)
+        self.writes = self.documents.ingest_writes()
+        self.upload_writer = self.writes.uploads
+        self.status_writer = self.writes.starts
         # a first extraction pass answered while its chunk still waits for gleaning: committed at once
-        self.reply_writer = self.writes.writer(sql.save_replies)
-        self.extraction_writer = self.writes.writer(sql.record_extractions)
+        self.reply_writer = self.writes.replies
+        self.extraction_writer = self.writes.extractions
         self.stored_seq = 0  # uploads stored so far; with when each id and name was last stored
         self._stored_at: dict[str, int] = {}
         self._stored_forgotten = 0
-        self.inserting: dict[str, Pending] = {}  # document id or name -> its insert, until committed
+        self.inserting: dict[str, Committed] = {}  # document id or name -> its insert, until committed
         self._handed: dict[str, tuple[str, str]] = {}  # document id -> (name, text) for its worker
         self._handed_bytes = 0
         self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
@@ -102,7 +79,7 @@ class Pipeline:
 
     async def start(self, group: TaskGroup) -> None:
         self._group = group
-        for document_id in await self.store.db.read(sql.unfinished_ids):
+        for document_id in await self.documents.unfinished_ids():
             self._enqueue(document_id)
         for _ in range(self.settings.parallel_documents):
             group.start_soon(self._worker)
@@ -138,8 +115,13 @@ class Pipeline:
             if extracted and not work.scope.cancel_called and document_id not in self.requeue:
                 work.phase, work.scope = "waiting to merge", anyio.CancelScope()
                 self.merging[document_id] = work
-                self.merge_send.send_nowait(work)
+                self.merger.submit(work)
             self.finished_run(document_id)
+
+    def merge_ended(self, document_id: str) -> None:
+        """The merge stage is done with ``document_id`` (merged, failed or dropped)."""
+        self.merging.pop(document_id, None)
+        self.finished_run(document_id)
 
     def finished_run(self, document_id: str) -> None:
         """A run of ``document_id`` ended: start the one asked for meanwhile, if any."""
@@ -156,7 +138,7 @@ class Pipeline:
 
     async def _checkpoint(self) -> None:
         try:
-            await self.store.db.checkpoint()
+            await self.store.checkpoint()
         except Exception as exc:  # noqa: BLE001 - DuckDB checkpoints again by itself later
             log.warning("could not checkpoint the store: %s", exc)
 
@@ -170,7 +152,7 @@ class Pipeline:
         log.warning("document %s failed: %s", document_id, message)
         try:
             with anyio.CancelScope(shield=True):
-                await self.store.db.write(sql.set_status, document_id, "failed", message)
+                await self.documents.set_status(document_id, "failed", message)
         except Exception as exc:  # noqa: BLE001 - this runs in the workers: it must never raise
             # the disk refuses even this (full): show the failure from memory; the stored row still
             # says unfinished, so a restart resumes the document
@@ -199,7 +181,7 @@ class Pipeline:
         if not ids:
             return counts
         counts = dict(counts)
-        for document in (await self.store.db.read(sql.get_documents, ids)).values():
+        for document in (await self.documents.get_many(ids)).values():
             known = self.as_known(document)["status"]
             if known != document["status"]:
                 counts[document["status"]] -= 1
@@ -226,7 +208,7 @@ class Pipeline:
         # read before taking the lock (uploads in flight read side by side), and again under it
         # only if this content or name was stored meanwhile or is still on its way in
         seen = self.stored_seq
-        existing, olders = await self.store.db.read(sql.document_and_versions, document_id, parsed.name)
+        existing, olders = await self.documents.and_versions(document_id, parsed.name)
         async with self.submit_lock:  # decisions one at a time: duplicates and versions are seen
             stale = seen < self._stored_forgotten or any(self._stored_at.get(key, -1) >= seen for key in keys)
             for key in keys:  # the same content or name still on its way in
@@ -235,7 +217,7 @@ class Pipeline:
                     with contextlib.suppress(Exception):  # its own upload reports its failure
                         await self.inserting[key].wait()
             if stale:
-                existing, olders = await self.store.db.read(sql.document_and_versions, document_id, parsed.name)
+                existing, olders = await self.documents.and_versions(document_id, parsed.name)
             if existing is not None:
                 return self.as_known(existing), "duplicate"
             if all(older["status"] == "processed" for older in olders):
@@ -249,8 +231,7 @@ class Pipeline:
             else:
                 try:
                     async with self.merger.exclusive():  # an unfinished older version may be merging now
-                        await self._insert(document_id, parsed,
-                                           await self.store.db.read(sql.documents_named, parsed.name))
+                        await self._insert(document_id, parsed, await self.documents.named(parsed.name))
                 finally:
                     self._stored(keys)
         # shielded: an insert handed to the writer is committed even if this upload is cancelled,
@@ -267,9 +248,9 @@ class Pipeline:
             self._hand_over(document_id, parsed)
             self._enqueue(document_id)
         if pending is not None:  # the row as just committed: no need to read it back
-            document = sql.new_document_row(record)
+            document = self.documents.new_row(record)
         else:
-            document = await self.store.db.read(sql.get_document, document_id)
+            document = await self.documents.get(document_id)
         assert document is not None
         return document, "replaced" if document.get("replaces") else "accepted"
 
@@ -304,16 +285,16 @@ class Pipeline:
                 replaces = older["id"]
             else:  # an unfinished older version has contributed nothing: drop it
                 self._cancel(older["id"])
-                await self.store.db.write(sql.delete_unprocessed, older["id"])
+                await self.documents.delete_unprocessed(older["id"])
         record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
                   "replaces": replaces}
-        await self.store.db.write(sql.insert_documents, [(record, parsed.text)])
+        await self.documents.insert(record, parsed.text)
 
     async def retry(self, document_id: str) -> dict[str, Any]:
         document = await self.get(document_id)
         if document["status"] != "failed":
             raise Conflict(f"document {document_id} is {document['status']}; only failed documents can be retried")
-        await self.store.db.write(sql.set_status, document_id, "pending", None)
+        await self.documents.set_status(document_id, "pending", None)
         self._stored((document_id, document["name"]))
         self._enqueue(document_id)
         return await self.get(document_id)
@@ -323,12 +304,12 @@ class Pipeline:
         document = await self.get(document_id)
         self._cancel(document_id)
         async with self.merger.exclusive():
-            removed = await self.store.db.read(sql.orphaned_chunks, document_id, [])
+            removed = await self.documents.orphaned_chunks(document_id, [])
             graph = await self.integrator.changes({}, set(removed))
             changes = Changeset(chunks_removed=removed, documents_removed=[document_id],
                                 entities_upserted=graph.entities, entities_removed=graph.entities_removed,
                                 relations_upserted=graph.relations, relations_removed=graph.relations_removed,
-                                also=[functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[])])
+                                cache_entries=graph.cache_entries)
             await self.store.apply(changes)
             self._stored((document_id, document["name"]))  # uploads that read before this read again
         return {"document": document, "chunks_removed": len(removed),
@@ -343,7 +324,7 @@ class Pipeline:
                 table[document_id].scope.cancel()
 
     async def get(self, document_id: str) -> dict[str, Any]:
-        document = await self.store.db.read(sql.get_document, document_id)
+        document = await self.documents.get(document_id)
         if document is None:
             raise NotFound(f"document {document_id} not found")
         return self.as_known(document)
@@ -351,11 +332,11 @@ class Pipeline:
     # --- processing one document ---
 
     async def _extract_document(self, work: Work) -> None:
-        db = self.store.db
+        documents = self.documents
         handed = self._take_handed(work.document_id)
         work.resumed = handed is None
         if handed is None:  # resumed after a restart, retried, or its text was too much to keep
-            document, text = await db.read(sql.document_with_text, work.document_id)
+            document, text = await documents.with_text(work.document_id)
             if document is None:
                 raise NotFound(f"document {work.document_id} not found")
             handed = document["name"], text
@@ -365,7 +346,7 @@ class Pipeline:
         def chunk_and_look_up() -> tuple[list[Chunk], set[str]]:  # one worker thread for both
             chunks = chunk_text(text, self.tokenizer, size=self.settings.chunk_tokens,
                                 overlap=self.settings.chunk_overlap)
-            return chunks, db.read_sync(sql.extracted_ids, list({c.id: None for c in chunks}))
+            return chunks, documents.extracted_ids_sync(list({c.id: None for c in chunks}))
 
         work.chunks, done = await anyio.to_thread.run_sync(chunk_and_look_up)
         unique = list({c.id: c for c in work.chunks}.values())
@@ -386,7 +367,7 @@ class Pipeline:
         # not awaited here: the worker moves on to its next document while the record is committed;
         # the merger waits for the document's commits before merging it
         work.commits.append(self.extraction_writer.submit(
-            (work.document_id, chunk.id, model, result.to_json(), raw, entries, hits)))
+            ExtractionRecord(work.document_id, chunk.id, model, result.to_json(), raw, entries, hits)))
         work.done += 1
         self.finished.append((time.monotonic(), 1))
 

@@ -13,24 +13,23 @@ then no commit in flight.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from proxy.core.limiter import Priority
-from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate
-from proxy.store.duckdb.connection import set_meta
-from proxy.ingest import documents as sql
+from proxy.core.settings import Settings
 from proxy.extraction.per_chunk import ExtractionFailed
-from proxy.merging.recompute import Overlay, load_extractions
-
-if TYPE_CHECKING:
-    from proxy.ingest.pipeline import Pipeline, Work
+from proxy.extraction.results import ExtractionResult
+from proxy.ingest.work import MergeReports, Work
+from proxy.merging.recompute import Integrator, Overlay
+from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate
+from proxy.store.store import KnowledgeStore
+from proxy.upstream.model_calls import ModelClient
 
 log = logging.getLogger("graphgate.ingest")
 
@@ -47,9 +46,17 @@ class InFlight:
 
 
 class Merger:
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.pipeline = pipeline
-        self.store = pipeline.store
+    """Documents handed over with ``submit`` are merged; ``reports`` hears of each one it is done
+    with (failed, or gone from the merge stage)."""
+
+    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: Settings, integrator: Integrator,
+                 reports: MergeReports) -> None:
+        self.store = store
+        self.models = models
+        self.settings = settings
+        self.integrator = integrator
+        self.reports = reports
+        self._send, self._receive = anyio.create_memory_object_stream[Work](max_buffer_size=1_000_000)
         self.lock = anyio.Lock()
         self.inflight: InFlight | None = None
         self._group: TaskGroup | None = None
@@ -60,6 +67,10 @@ class Merger:
         async with self.lock:
             await self._settle()
             yield
+
+    def submit(self, work: Work) -> None:
+        """Queue an extracted document for merging."""
+        self._send.send_nowait(work)
 
     async def _settle(self) -> bool:
         """Wait for the commit in flight, if any; False if it failed (its documents are then merged
@@ -76,7 +87,7 @@ class Merger:
 
     async def run(self, group: TaskGroup) -> None:
         self._group = group
-        receive = self.pipeline.merge_receive
+        receive = self._receive
         while True:
             if self.inflight is None:
                 batch = [await receive.receive()]
@@ -99,7 +110,7 @@ class Merger:
                         await commit.wait()
                     ready.append(work)
                 except Exception as exc:  # noqa: BLE001 - only this document failed to record
-                    await self.pipeline.fail_with(work.document_id, exc)
+                    await self.reports.fail_with(work.document_id, exc)
             async with self.lock:
                 try:
                     await self._merge_batch(batch, ready)
@@ -108,13 +119,13 @@ class Merger:
                     if self.inflight is not None and self.inflight.works is batch:
                         raise  # already committing: it reports for itself
                     for work in ready:
-                        await self.pipeline.fail_with(work.document_id, exc)
+                        await self.reports.fail_with(work.document_id, exc)
                     self._finished(batch)
 
     async def _merge_batch(self, batch: list[Work], ready: list[Work]) -> None:
         for work in ready:
             work.phase = "merging"
-        stored = await self.store.db.read(sql.get_documents, [w.document_id for w in ready])
+        stored = await self.store.tables.documents.get_many([w.document_id for w in ready])
         live = [w for w in ready if not w.scope.cancel_called and w.document_id in stored]
         if any(w.alone for w in live):  # documents whose batch failed to commit
             await self._settle()
@@ -153,7 +164,7 @@ class Merger:
             for work in inflight.works:
                 if work not in skipped:
                     work.alone = True
-                    self.pipeline.merge_send.send_nowait(work)
+                    self.submit(work)
             self._finished(skipped)
         finally:
             inflight.done.set()
@@ -164,13 +175,12 @@ class Merger:
             try:
                 await self.store.apply(await self._prepare([work], stored, None))
             except Exception as exc:  # noqa: BLE001 - this document fails; merging goes on
-                await self.pipeline.fail_with(work.document_id, exc)
+                await self.reports.fail_with(work.document_id, exc)
         self._finished(batch)
 
     def _finished(self, works: list[Work]) -> None:
         for work in works:
-            self.pipeline.merging.pop(work.document_id, None)
-            self.pipeline.finished_run(work.document_id)
+            self.reports.merge_ended(work.document_id)
 
     # --- preparing a batch ---
 
@@ -178,20 +188,21 @@ class Merger:
                        overlay: Overlay | None) -> Changeset:
         """One transaction's changes for the documents in ``works`` (their rows in ``stored``):
         their new chunks, the graph changes, the chunks of the versions they replace, their status."""
-        db, pipeline = self.store.db, self.pipeline
+        tables = self.store.tables
         documents = {w.document_id: stored[w.document_id] for w in works}
         unique = {c.id: c for w in works for c in w.chunks}
-        present = await db.read(sql.stored_chunk_ids, list(unique))
+        present = await tables.documents.stored_chunk_ids(list(unique))
         if overlay is not None:
             present |= overlay.chunks & set(unique)
         new_chunks = [c for c in unique.values() if c.id not in present]
-        added = await db.read(load_extractions, [c.id for c in new_chunks])
+        added = {chunk_id: ExtractionResult.from_json(result)
+                 for chunk_id, result in (await tables.graph_rows.extractions([c.id for c in new_chunks])).items()}
         if missing := [c.id for c in new_chunks if c.id not in added]:
             raise ExtractionFailed(f"{len(missing)} chunks have no stored extraction; retry the document")
         replaced = [d["replaces"] for d in documents.values() if d.get("replaces")]
-        removed = sorted({c for old in replaced for c in await db.read(sql.orphaned_chunks, old, list(unique))})
-        graph = await pipeline.integrator.changes(added, set(removed), overlay)
-        vectors = await pipeline.models.embed([c.content for c in new_chunks], priority=Priority.INGEST)
+        removed = sorted({c for old in replaced for c in await tables.documents.orphaned_chunks(old, list(unique))})
+        graph = await self.integrator.changes(added, set(removed), overlay)
+        vectors = await self.models.embed([c.content for c in new_chunks], priority=Priority.INGEST)
         return Changeset(
             chunks_added=[ChunkRow(c.id, c.content, c.tokens, v) for c, v in zip(new_chunks, vectors, strict=True)],
             chunks_removed=removed,
@@ -200,8 +211,7 @@ class Merger:
             entities_upserted=graph.entities, entities_removed=graph.entities_removed,
             relations_upserted=graph.relations, relations_removed=graph.relations_removed,
             documents=[DocumentUpdate(w.document_id, "processed", None, w.total, w.total) for w in works],
-            also=[functools.partial(sql.write_cache, entries=graph.cache_entries, hits=[]),
-                  functools.partial(set_meta, key="embed_model", value=pipeline.settings.embed_model)],
+            cache_entries=graph.cache_entries, embed_model=self.settings.embed_model,
         )
 
 

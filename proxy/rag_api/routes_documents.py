@@ -12,7 +12,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge, ServiceUnavailable
-from proxy.ingest import documents as sql
 from proxy.parsing.workers import parse_isolated
 from proxy.parsing.files import NAME_MAX, ParsedDocument
 from proxy.knowledge.service import Knowledge
@@ -88,7 +87,7 @@ async def submit_uploads(request: Request) -> list[dict[str, Any]]:
             if isinstance(data, GraphGateError):
                 raise data
             parsed = await _parse(request, name, data)
-            document, outcome = await kb.pipeline.submit(parsed)
+            document, outcome = await kb.documents.submit(parsed)
             result = {"name": parsed.name, "outcome": outcome, "id": document["id"], "status": document["status"]}
             if outcome == "duplicate":
                 result["duplicate_of"] = document["name"]
@@ -123,40 +122,37 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 async def list_documents(request: Request) -> Response:
     kb = knowledge(request)
     status = request.query_params.get("status") or None
-    if status is not None and status not in sql.STATUSES:
-        raise BadRequest(f"status must be one of {', '.join(sql.STATUSES)}")
+    kb.documents.check_status(status)
     limit = _int_param(request, "limit", 50, 1, 1000)
     offset = _int_param(request, "offset", 0, 0, 10**9)
-    rows, total = await kb.store.db.read(
-        lambda con: sql.list_documents(con, status=status, search=request.query_params.get("search") or None,
-                                       sort=request.query_params.get("sort", "created_at"),
-                                       descending=request.query_params.get("order", "desc") != "asc",
-                                       limit=limit, offset=offset))
-    rows = [kb.pipeline.as_known(r) for r in rows]
+    rows, total = await kb.documents.page(status=status, search=request.query_params.get("search") or None,
+                                          sort=request.query_params.get("sort", "created_at"),
+                                          descending=request.query_params.get("order", "desc") != "asc",
+                                          limit=limit, offset=offset)
     return json_response({"documents": rows, "total": total, "limit": limit, "offset": offset})
 
 
 async def get_document(request: Request) -> Response:
     kb = knowledge(request)
-    document = await kb.pipeline.get(request.path_params["id"])
-    document["counts"] = await kb.store.db.read(sql.document_counts, document["id"])
+    document = await kb.documents.get(request.path_params["id"])
+    document["counts"] = await kb.documents.counts(document["id"])
     return json_response(document)
 
 
 async def delete_document(request: Request) -> Response:
-    return json_response(await knowledge(request).pipeline.delete(request.path_params["id"]))
+    return json_response(await knowledge(request).documents.delete(request.path_params["id"]))
 
 
 async def retry_document(request: Request) -> Response:
-    return json_response(await knowledge(request).pipeline.retry(request.path_params["id"]), 202)
+    return json_response(await knowledge(request).documents.retry(request.path_params["id"]), 202)
 
 
 async def pipeline_status(request: Request) -> Response:
-    return json_response(knowledge(request).pipeline.status())
+    return json_response(knowledge(request).documents.status())
 
 
 async def stats(request: Request) -> Response:
-    return json_response(await knowledge(request).pipeline.stats())
+    return json_response(await knowledge(request).documents.stats())
 
 
 ROUTES = [

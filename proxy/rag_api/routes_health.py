@@ -11,22 +11,13 @@ upstream's whole model list (that stays behind the key on /api/tags).
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from typing import Any
 
-import anyio
-import anyio.to_thread
-import duckdb
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.errors import GraphGateError
-from proxy.ingest import documents as sql
 from proxy.core.responses import json_response
-from proxy.store.store import KnowledgeStore
-from proxy.store.duckdb.connection import Con
 from proxy.upstream.watch import FRESH_SECONDS
 
 log = logging.getLogger("graphgate.health")
@@ -85,66 +76,46 @@ async def _store_report(gateway: Any) -> tuple[dict[str, Any], dict[str, Any] | 
                 [f"the knowledge store is unavailable ({error}): chats go through without your documents; "
                  "check GRAPHGATE_DATA_DIR (free space, permissions, another GraphGate using it), then restart"],
                 True)
-    status = kb.pipeline.status()
+    status = kb.documents.status()
     pipeline = {"working": bool(status["queued"] or status["running"]), "queued": len(status["queued"]),
                 "running": len(status["running"]), "chunks_per_minute": status["chunks_per_minute"]}
-    unrecorded = len(kb.pipeline.unrecorded_failures)
-    db = kb.store.db
+    probe = await kb.documents.probe(STORE_SECONDS, gateway.store_probe)
+    failure = probe.condition.failure
     # reopened: times DuckDB invalidated the database (a checkpoint on a full disk) and GraphGate
     # opened it again by itself; invalidated: it is unusable right now (no path: this endpoint is open)
     store: dict[str, Any] = {"open": True, "error": None, "documents": None, "writable": None, "free_bytes": None,
-                             "unrecorded_failures": unrecorded, "invalidated": db.failure is not None,
-                             "reopened": db.reopened}
+                             "unrecorded_failures": probe.unrecorded_failures, "invalidated": failure is not None,
+                             "reopened": probe.condition.reopened}
     problems: list[str] = []
-    if db.failure is not None:
-        cause = "the disk holding GRAPHGATE_DATA_DIR is full" if "is full" in db.failure else "the log says more"
+    if failure is not None:
+        cause = "the disk holding GRAPHGATE_DATA_DIR is full" if "is full" in failure else "the log says more"
         store["error"] = "invalidated; " + cause
         problems.append(f"DuckDB invalidated the knowledge store's database after a fatal error ({cause}); GraphGate "
                         "reopens it by itself as soon as it can (free some space): until then /rag and the "
                         "console answer 507 or 503")
-    try:
-        with anyio.fail_after(STORE_SECONDS):
-            # abandoned on timeout, a probe's thread finishes on its own and holds the limiter until
-            # then: during a long stall later probes wait for it (no thread of theirs), then say "busy"
-            documents, writable, free = await anyio.to_thread.run_sync(_store_facts, kb.store,
-                                                                       abandon_on_cancel=True,
-                                                                       limiter=gateway.store_probe)
-    except TimeoutError:
+    if probe.busy:
         problems.append(f"the knowledge store did not answer within {STORE_SECONDS:g} s: it is busy (a large "
                         "commit or checkpoint); if this persists, check the disk holding GRAPHGATE_DATA_DIR")
         return store, pipeline, problems, False
-    except (duckdb.Error, OSError, GraphGateError) as exc:
-        if db.failure is not None:  # said above
+    if probe.error is not None:
+        exc = probe.error
+        if probe.lost:  # said above
             return store, pipeline, problems, True
         log.error("the knowledge store cannot be read for /rag/health: %s: %s", type(exc).__name__, exc)
         store["error"] = f"{type(exc).__name__}; the log says more"  # the message may name paths
         problems.append(f"the knowledge store cannot be read ({store['error']}): check the disk holding "
                         "GRAPHGATE_DATA_DIR, then restart")
         return store, pipeline, problems, True
-    total = documents.pop("total")
-    documents = {**await kb.pipeline.known_counts(documents), "total": total}  # as /rag/documents shows them
-    store.update(documents=documents, writable=writable, free_bytes=free)
-    if not writable:
+    assert probe.health is not None
+    store.update(documents=probe.health.documents, writable=probe.health.writable,
+                 free_bytes=probe.health.free_bytes)
+    if not probe.health.writable:
         problems.append("the knowledge store's data directory is not writable, so uploads and ingestion fail: "
                         "give GraphGate write access to GRAPHGATE_DATA_DIR")
-    if unrecorded:
-        problems.append(f"the knowledge store refused to record {unrecorded} failed document(s) (is the disk "
-                        "full?): free some space, then retry them")
+    if probe.unrecorded_failures:
+        problems.append(f"the knowledge store refused to record {probe.unrecorded_failures} failed document(s) "
+                        "(is the disk full?): free some space, then retry them")
     return store, pipeline, problems, False
-
-
-def _document_statuses(con: Con) -> list[tuple[str, int]]:
-    return con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall()
-
-
-def _store_facts(store: KnowledgeStore) -> tuple[dict[str, int], bool, int]:
-    """(documents by status with their total, writable, free bytes): in a worker thread."""
-    counts = dict(store.db.read_sync(_document_statuses))
-    documents = {status: int(counts.get(status, 0)) for status in sql.STATUSES}
-    documents["total"] = sum(documents.values())
-    database = store.db.path
-    writable = os.access(store.data_dir, os.W_OK) and (not database.exists() or os.access(database, os.W_OK))
-    return documents, writable, shutil.disk_usage(store.data_dir).free
 
 
 ROUTES = [Route(PATH, health, methods=["GET"])]
