@@ -1,7 +1,8 @@
 """The playground: ``/rag/query`` from a form, every knob at hand, every step shown (keywords,
 entities, relations, chunks, the context, token counts, timings, budget); optionally the answer.
 
-Retrieval runs exactly as ``POST /rag/query`` runs it (its own helpers). An htmx request gets the
+Retrieval runs exactly as ``POST /rag/query`` runs it (``knowledge.query``); the form's knobs,
+their bounds, choices and help come from the settings table (``proxy.retrieval.params``). An htmx request gets the
 result fragment, in which the answer streams over SSE: the POST leaves a short-lived, single-use
 record (model and messages, the context injected) under a random token, and
 ``GET /playground/answer/{token}`` streams the model's reply, HTML-escaped piece by piece, ending
@@ -27,12 +28,10 @@ from starlette.routing import Route
 
 from proxy.gateway.augment import inject
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
-from proxy.retrieval.params import _NUMERIC, MODES, QueryParams
-from proxy.retrieval.retriever import Retrieval
-from proxy.rag_api.routes_query import _budget, _history, describe
+from proxy.knowledge.query import ROLES, question_of
+from proxy.retrieval.params import CHOICE_KNOBS, NUMBER_KNOBS, QueryParams, knob_of
 from proxy.rag_api.routes_documents import knowledge
 from proxy.core.settings import Settings
-from proxy.knowledge.traces import Trace
 
 from admin.guard import action
 from admin.rendering import is_htmx, render
@@ -41,35 +40,26 @@ ANSWER_TTL = 300.0          # seconds a pending answer waits for its stream
 ANSWER_SLOTS = 64           # pending answers kept at most (the oldest go first)
 RECONNECT_MS = 86_400_000   # an EventSource whose stream ended must not come back for the used token
 
-HELP = {
-    "top_k": "entities / relations taken from the vector search",
-    "chunk_top_k": "text chunks kept in the context",
-    "max_entity_tokens": "token ceiling of the entity table",
-    "max_relation_tokens": "token ceiling of the relation table",
-    "max_total_tokens": "token ceiling of the whole context",
-    "cosine_threshold": "minimum similarity of a vector match (0 to 1)",
-    "related_chunks": "source chunks taken per entity or relation",
-}
-CHOICES = {"mode": MODES, "chunk_selection": ("vector", "weight"), "keywords": ("llm", "off")}
+NUMBERS = tuple(setting.name for setting in NUMBER_KNOBS)
+CHOICES = {setting.name: knob_of(setting).choices for setting in CHOICE_KNOBS}
 TEXT_FIELDS = ("query", "num_ctx", "hl_keywords", "ll_keywords", "history", "model", "answer")
-ROLES = ("user", "assistant", "system")
 
 
 def knobs() -> list[dict[str, Any]]:
-    return [{"name": name, "help": HELP.get(name, ""), "low": f"{low:g}", "high": f"{high:g}",
-             "step": "1" if kind is int else "any"} for name, (kind, low, high) in _NUMERIC.items()]
+    return [{"name": setting.name, "help": setting.help, "low": f"{knob.low:g}", "high": f"{knob.high:g}",
+             "step": "1" if knob.kind is int else "any"} for setting in NUMBER_KNOBS for knob in [knob_of(setting)]]
 
 
 def defaults(settings: Settings) -> dict[str, str]:
     """The form's values: the effective settings for every knob, the rest empty."""
     params = QueryParams.from_settings(settings)
-    values = {name: str(getattr(params, name)) for name in (*_NUMERIC, *CHOICES)}
+    values = {name: str(getattr(params, name)) for name in (*NUMBERS, *CHOICES)}
     return {**values, **dict.fromkeys(TEXT_FIELDS, "")}
 
 
 def submitted(form: Any) -> dict[str, str]:
     values = {}
-    for name in (*_NUMERIC, *CHOICES, *TEXT_FIELDS):
+    for name in (*NUMBERS, *CHOICES, *TEXT_FIELDS):
         value = form.get(name)
         values[name] = (value if name in ("query", "history") else value.strip()) if isinstance(value, str) else ""
     return values
@@ -88,7 +78,7 @@ def _number(text: str) -> Any:
 
 def overrides(values: dict[str, str]) -> dict[str, Any]:
     """The form as a /rag/query body (blank fields: the settings apply)."""
-    body: dict[str, Any] = {name: _number(values[name]) for name in (*_NUMERIC, "num_ctx") if values[name]}
+    body: dict[str, Any] = {name: _number(values[name]) for name in (*NUMBERS, "num_ctx") if values[name]}
     body.update({name: values[name] for name in CHOICES if values[name]})
     body.update({name: values[name].split(",") for name in ("hl_keywords", "ll_keywords") if values[name]})
     return body
@@ -105,7 +95,7 @@ def parse_history(text: str) -> list[dict[str, str]]:
             raise BadRequest(f"history line {number} should read \"user: ...\" or \"assistant: ...\", "
                              f"not {line.strip()[:80]!r}")
         messages.append({"role": role.strip().lower(), "content": content.strip()})
-    return _history({"history": messages})
+    return messages
 
 
 # --- pending answers: in memory, bounded, short-lived, single use, bound to the session ---
@@ -167,24 +157,15 @@ async def run(request: Request) -> Response:
     kb = knowledge(request)
     settings = request.app.state.gateway.settings
     values = submitted(await request.form())
-    text = values["query"]
-    if not text.strip():
-        raise BadRequest("query is required")
-    history = parse_history(values["history"])
-    body = overrides(values)
-    params = QueryParams.from_settings(settings).with_overrides(body)
-    messages = [*history, {"role": "user", "content": text}]
-    budget = _budget(request, body, messages, params)
-    if budget.reason:
-        result = describe(Retrieval(text, params.mode, None, None, skipped=budget.reason), budget)
-    else:
-        retrieval = await kb.retriever.retrieve(text, [(m["role"], m["content"]) for m in history], params, budget)
-        result = describe(retrieval, budget)
-    kb.record(Trace("console", values["model"], params.mode, text, bool(result["context"]), result["skipped"],
-                    {k: result[k] for k in ("keywords", "tokens", "timings", "budget")}))
+    question_of(values)  # a missing question is the first thing said, before the history's format
+    body = {**overrides(values), "query": values["query"], "history": parse_history(values["history"]),
+            "model": values["model"]}
+    outcome = await kb.query(body, api="console")  # the answer, if asked, is the playground's own (streamed)
+    result = outcome.result
     answer = None
-    if values["answer"] and not budget.reason:
-        answer = await prepare_answer(request, values["model"], messages, result["context"], stream=is_htmx(request))
+    if values["answer"] and not outcome.skipped:
+        answer = await prepare_answer(request, values["model"], outcome.messages, result["context"],
+                                      stream=is_htmx(request))
     context = {"values": values, "result": result, "answer": answer}
     if is_htmx(request):
         return render(request, "_playground_result.html", context)

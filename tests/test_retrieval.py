@@ -261,11 +261,9 @@ async def test_descriptions_are_the_stored_ones(kb: httpx.AsyncClient) -> None:
 async def test_a_description_is_found_by_name_once_its_row_was_re_keyed(kb: httpx.AsyncClient) -> None:
     """A commit between a retrieval's vector search and its description read can re-embed (so re-key)
     a row: the description is then found by its name."""
-    from proxy.store.duckdb.memory_load import descriptions
-
     store = store_of(kb)
     key, name, description = store.db.read_sync(
         lambda c: c.execute("SELECT key, name_key, description FROM entities ORDER BY name_key LIMIT 1").fetchone())
     gone = key + 1_000_000_000  # the key it had before the commit: no row has it now
-    assert store.db.read_sync(descriptions, "entities", [(gone, name), (key, name)]) == {gone: description,
-                                                                                      key: description}
+    assert store.tables.retrieval_rows.descriptions_sync("entities", [(gone, name), (key, name)]) == {
+        gone: description, key: description}

@@ -17,6 +17,7 @@ from typing import Any
 
 from proxy.core.data_dir import default_data_dir, user_data_dir
 from proxy.guards.hosts import parse_allowed_hosts
+from proxy.retrieval.modes import MODES
 
 
 class SettingsError(ValueError):
@@ -51,6 +52,27 @@ DEFAULT_ORIGINS = ",".join(
 
 
 @dataclass(frozen=True)
+class Knob:
+    """A setting a query may override, and its parser: a whole number or a number within
+    ``low``..``high``, or one of ``choices``. QueryParams, the /rag/query checks and the playground's
+    form are made from the rows that have one."""
+    kind: type                         # int, float or str
+    low: float = 0
+    high: float = 0
+    choices: tuple[str, ...] = ()
+
+    def __call__(self, raw: str) -> Any:
+        if self.choices:
+            return choice(*self.choices)(raw)
+        if self.kind is int:
+            return int_between(int(self.low), int(self.high))(raw)
+        value = float(raw)
+        if not self.low <= value <= self.high:
+            raise ValueError(f"expected a number from {self.low:g} to {self.high:g}")
+        return value
+
+
+@dataclass(frozen=True)
 class Setting:
     name: str
     env: str
@@ -62,6 +84,11 @@ class Setting:
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def knob(self) -> Knob | None:
+        """How a query may override the setting; None for a setting that only the start-up sets."""
+        return self.parse if isinstance(self.parse, Knob) else None
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -154,23 +181,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("db_memory", "GRAPHGATE_DB_MEMORY", "1GB", parse_db_memory,
             "Memory DuckDB may use for its caches (DuckDB's own default is 80 % of the machine's memory)."),
     # --- retrieval and chat augmentation (LightRAG's defaults) ---
-    Setting("mode", "GRAPHGATE_MODE", "mix", choice("local", "global", "hybrid", "mix", "naive", "bypass"),
+    # a Knob parses the setting and bounds the per-query override (/rag/query, the console's playground)
+    Setting("mode", "GRAPHGATE_MODE", "mix", Knob(str, choices=MODES),
             "Default retrieval mode: local, global, hybrid, mix, naive or bypass."),
-    Setting("top_k", "GRAPHGATE_TOP_K", "40", int_between(1, 1000), "Entities / relations taken from the vector search."),
-    Setting("chunk_top_k", "GRAPHGATE_CHUNK_TOP_K", "20", int_between(1, 1000), "Text chunks kept in the context."),
-    Setting("max_entity_tokens", "GRAPHGATE_MAX_ENTITY_TOKENS", "6000", int_between(0, 1_000_000),
+    Setting("top_k", "GRAPHGATE_TOP_K", "40", Knob(int, 1, 1000), "Entities / relations taken from the vector search."),
+    Setting("chunk_top_k", "GRAPHGATE_CHUNK_TOP_K", "20", Knob(int, 1, 1000), "Text chunks kept in the context."),
+    Setting("max_entity_tokens", "GRAPHGATE_MAX_ENTITY_TOKENS", "6000", Knob(int, 0, 1_000_000),
             "Token ceiling of the entities section."),
-    Setting("max_relation_tokens", "GRAPHGATE_MAX_RELATION_TOKENS", "8000", int_between(0, 1_000_000),
+    Setting("max_relation_tokens", "GRAPHGATE_MAX_RELATION_TOKENS", "8000", Knob(int, 0, 1_000_000),
             "Token ceiling of the relations section."),
-    Setting("max_total_tokens", "GRAPHGATE_MAX_TOTAL_TOKENS", "30000", int_between(100, 10_000_000),
+    Setting("max_total_tokens", "GRAPHGATE_MAX_TOTAL_TOKENS", "30000", Knob(int, 100, 10_000_000),
             "Token ceiling of the whole injected context (instructions, sections and references)."),
-    Setting("cosine_threshold", "GRAPHGATE_COSINE_THRESHOLD", "0.2", parse_fraction,
+    Setting("cosine_threshold", "GRAPHGATE_COSINE_THRESHOLD", "0.2", Knob(float, 0, 1),
             "Minimum cosine similarity of a vector match."),
-    Setting("related_chunks", "GRAPHGATE_RELATED_CHUNKS", "5", int_between(1, 100),
+    Setting("related_chunks", "GRAPHGATE_RELATED_CHUNKS", "5", Knob(int, 1, 100),
             "Chunks taken per entity or relation from its sources."),
-    Setting("chunk_selection", "GRAPHGATE_CHUNK_SELECTION", "vector", choice("vector", "weight"),
+    Setting("chunk_selection", "GRAPHGATE_CHUNK_SELECTION", "vector", Knob(str, choices=("vector", "weight")),
             "How an entity's source chunks are picked: by similarity to the query, or by weighted polling."),
-    Setting("keywords", "GRAPHGATE_KEYWORDS", "llm", choice("llm", "off"),
+    Setting("keywords", "GRAPHGATE_KEYWORDS", "llm", Knob(str, choices=("llm", "off")),
             "`llm`: one model call per turn extracts keywords; `off`: search with the question's embedding alone."),
     Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),

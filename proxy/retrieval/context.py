@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.tokens import Tokenizer
-from proxy.retrieval.search import FoundChunk, FoundEntity, FoundRelation
+from proxy.retrieval.found import FoundChunk, FoundEntity, FoundRelation
 
 INSTRUCTIONS = """You answer questions using the knowledge base context below: facts from a knowledge \
 graph (entities and their relations) and passages from the user's documents.

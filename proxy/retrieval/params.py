@@ -1,4 +1,6 @@
-"""Per-query retrieval parameters: the settings' defaults, overridable per request (/rag/query)."""
+"""Per-query retrieval parameters: one field per knob of the settings table (the SETTINGS rows
+whose parser is a ``Knob``), defaulting to the setting, overridable per request (/rag/query, the
+console's playground); plus what only a request gives (keywords, instructions)."""
 
 from __future__ import annotations
 
@@ -7,23 +9,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.errors import BadRequest
-from proxy.core.settings import Settings
+from proxy.core.settings import SETTINGS, Knob, Setting, Settings
 
-MODES = ("local", "global", "hybrid", "mix", "naive", "bypass")
+KNOBS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.knob is not None)
 
 
-@dataclass(frozen=True)
-class QueryParams:
-    mode: str = "mix"
-    top_k: int = 40
-    chunk_top_k: int = 20
-    max_entity_tokens: int = 6000
-    max_relation_tokens: int = 8000
-    max_total_tokens: int = 30000
-    cosine_threshold: float = 0.2
-    related_chunks: int = 5
-    chunk_selection: str = "vector"
-    keywords: str = "llm"
+def knob_of(setting: Setting) -> Knob:
+    assert setting.knob is not None
+    return setting.knob
+
+
+# checked in this order: the numbers, then the choices (a request's first bad value is the one named)
+NUMBER_KNOBS: tuple[Setting, ...] = tuple(s for s in KNOBS if not knob_of(s).choices)
+CHOICE_KNOBS: tuple[Setting, ...] = tuple(s for s in KNOBS if knob_of(s).choices)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueryRequest:
+    """What a request may add to the knobs; the base of the generated ``QueryParams``."""
     hl_keywords: tuple[str, ...] | None = None   # given keywords skip the extraction call
     ll_keywords: tuple[str, ...] | None = None
     instructions: str | None = None               # from the /[...] prefix
@@ -31,24 +34,20 @@ class QueryParams:
 
     @classmethod
     def from_settings(cls, settings: Settings, **changes: Any) -> QueryParams:
-        base = cls(mode=settings.mode, top_k=settings.top_k, chunk_top_k=settings.chunk_top_k,
-                   max_entity_tokens=settings.max_entity_tokens, max_relation_tokens=settings.max_relation_tokens,
-                   max_total_tokens=settings.max_total_tokens, cosine_threshold=settings.cosine_threshold,
-                   related_chunks=settings.related_chunks, chunk_selection=settings.chunk_selection,
-                   keywords=settings.keywords)
-        return dataclasses.replace(base, **changes)
+        return cls(**{**{s.name: getattr(settings, s.name) for s in KNOBS}, **changes})
 
     def with_overrides(self, body: dict[str, Any]) -> QueryParams:
         """Apply a request's knobs, refusing bad values with a 400 that names the field."""
         changes: dict[str, Any] = {}
-        for name, (kind, low, high) in _NUMERIC.items():
-            if body.get(name) is not None:
-                changes[name] = _number(name, body[name], kind, low, high)
-        for name, options in (("mode", MODES), ("chunk_selection", ("vector", "weight")), ("keywords", ("llm", "off"))):
-            if body.get(name) is not None:
-                if body[name] not in options:
-                    raise BadRequest(f"{name} must be one of {', '.join(options)}")
-                changes[name] = body[name]
+        for setting in NUMBER_KNOBS:
+            if body.get(setting.name) is not None:
+                changes[setting.name] = _number(setting.name, body[setting.name], knob_of(setting))
+        for setting in CHOICE_KNOBS:
+            options = knob_of(setting).choices
+            if body.get(setting.name) is not None:
+                if body[setting.name] not in options:
+                    raise BadRequest(f"{setting.name} must be one of {', '.join(options)}")
+                changes[setting.name] = body[setting.name]
         for name in ("hl_keywords", "ll_keywords"):
             if body.get(name) is not None:
                 value = body[name]
@@ -58,14 +57,15 @@ class QueryParams:
         return dataclasses.replace(self, **changes)
 
 
-_NUMERIC: dict[str, tuple[type, float, float]] = {
-    "top_k": (int, 1, 1000), "chunk_top_k": (int, 1, 1000), "max_entity_tokens": (int, 0, 1_000_000),
-    "max_relation_tokens": (int, 0, 1_000_000), "max_total_tokens": (int, 100, 10_000_000),
-    "cosine_threshold": (float, 0, 1), "related_chunks": (int, 1, 100),
-}
+QueryParams = dataclasses.make_dataclass(
+    "QueryParams", [(s.name, knob_of(s).kind, field(default=s.parse(s.default), kw_only=True)) for s in KNOBS],
+    bases=(QueryRequest,), frozen=True)
+QueryParams.__module__ = __name__
+QueryParams.__doc__ = "A retrieval's parameters: one field per knob (``KNOBS``), plus ``QueryRequest``'s."
 
 
-def _number(name: str, value: Any, kind: type, low: float, high: float) -> Any:
+def _number(name: str, value: Any, knob: Knob) -> Any:
+    kind, low, high = knob.kind, knob.low, knob.high
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
         raise BadRequest(f"{name} must be {'a whole number' if kind is int else 'a number'}")
     if not low <= value <= high:

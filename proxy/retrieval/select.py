@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,6 +21,16 @@ def round_robin(lists: Sequence[Sequence[T]], key: Callable[[T], Hashable]) -> l
                 seen.add(key(items[i]))
                 merged.append(items[i])
     return merged
+
+
+def scored(matches: list[tuple[int, float]], rows: dict[int, Any]) -> list[Any]:
+    """The rows of the vector matches, in match order, each with its similarity."""
+    found = []
+    for key, score in matches:
+        if key in rows:
+            rows[key].score = score
+            found.append(rows[key])
+    return found
 
 
 def rank_relations(items: list[T], degree: Callable[[T], int], weight: Callable[[T], float]) -> list[T]:

@@ -1,0 +1,107 @@
+"""One query of the knowledge base as ``POST /rag/query`` and the console's playground run it:
+the request's question, history and knobs checked, the context budget planned, the retrieval run
+(or skipped), optionally an answer generated, the trace kept. Exposed as ``knowledge.query``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from proxy.core.errors import BadRequest
+from proxy.gateway.augment import inject
+from proxy.knowledge.traces import Trace
+from proxy.retrieval.budget import Budget, conversation_tokens, plan_budget
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.retriever import Retrieval
+
+if TYPE_CHECKING:
+    from proxy.knowledge.service import Knowledge
+
+ROLES = ("user", "assistant", "system")
+
+
+@dataclass
+class QueryOutcome:
+    result: dict[str, Any]            # what /rag/query answers (``describe``), with "answer" when asked
+    messages: list[dict[str, Any]]    # the history and the question, as a chat would send them
+    skipped: str | None               # why no context could be given (the window is full), when so
+
+
+def question_of(body: Mapping[str, Any]) -> str:
+    text = body.get("query")
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequest("query is required")
+    return text
+
+
+def history_of(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    history = body.get("history") or []
+    if not isinstance(history, list) or not all(
+            isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in history):
+        raise BadRequest('history must be a list of {"role": "user" | "assistant", "content": "..."} messages')
+    return history
+
+
+def plan(knowledge: Knowledge, body: Mapping[str, Any], messages: list[dict[str, Any]],
+         params: QueryParams) -> Budget:
+    """The request's ``num_ctx`` as the window to fit, or the configured ceilings when it has none."""
+    num_ctx = body.get("num_ctx")
+    if num_ctx is None:
+        return Budget(0, "none", 0, 0, params.max_total_tokens, params.max_total_tokens,
+                      params.max_entity_tokens, params.max_relation_tokens)
+    if isinstance(num_ctx, bool) or not isinstance(num_ctx, int) or num_ctx < 1:
+        raise BadRequest("num_ctx must be a positive whole number")
+    count = knowledge.tokenizer.count
+    return plan_budget(window=num_ctx, source="request", conversation=conversation_tokens(messages, count),
+                       reserve=knowledge.retriever.settings.answer_reserve, max_total=params.max_total_tokens,
+                       max_entity=params.max_entity_tokens, max_relation=params.max_relation_tokens)
+
+
+def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
+    context = retrieval.context
+    return {
+        "query": retrieval.query, "mode": retrieval.mode, "skipped": retrieval.skipped,
+        "keywords": retrieval.keywords.as_dict() if retrieval.keywords else None,
+        "entities": [{"name": e.name, "type": e.type, "description": e.description, "score": round(e.score, 4),
+                      "degree": e.degree, "sources": len(e.source_ids)} for e in (context.entities if context else [])],
+        "relations": [{"source": r.source_name, "target": r.target_name, "keywords": r.keywords,
+                       "description": r.description, "weight": r.weight, "score": round(r.score, 4),
+                       "degree": r.degree} for r in (context.relations if context else [])],
+        "chunks": [{"id": c.id, "content": c.content, "score": round(c.score, 4), "origin": c.origin,
+                    "documents": c.documents} for c in (context.chunks if context else [])],
+        "references": [{"id": n, "document": name} for n, name in (context.references if context else [])],
+        "context": context.text if context else "",
+        "tokens": context.tokens if context else {},
+        "timings": retrieval.timings, "budget": budget.as_dict(),
+    }
+
+
+async def run_query(knowledge: Knowledge, body: Mapping[str, Any], *, api: str = "query") -> QueryOutcome:
+    """``body`` as /rag/query takes it: query, history, num_ctx, the knobs, hl/ll_keywords, and
+    ``answer`` (with ``model``) for a generated answer. ``api`` names the caller in the trace."""
+    text = question_of(body)
+    history = history_of(body)
+    params = QueryParams.from_settings(knowledge.retriever.settings).with_overrides(dict(body))
+    messages = [*history, {"role": "user", "content": text}]
+    budget = plan(knowledge, body, messages, params)
+    if budget.reason:
+        result = describe(Retrieval(text, params.mode, None, None, skipped=budget.reason), budget)
+    else:
+        retrieval = await knowledge.retriever.retrieve(text, [(m["role"], m["content"]) for m in history], params,
+                                                       budget)
+        result = describe(retrieval, budget)
+        if body.get("answer"):
+            result["answer"] = await answer(knowledge, body.get("model"), messages, result["context"])
+    knowledge.record(Trace(api, str(body.get("model") or ""), params.mode, text, bool(result["context"]),
+                           result["skipped"], {k: result[k] for k in ("keywords", "tokens", "timings", "budget")}))
+    return QueryOutcome(result, messages, budget.reason)
+
+
+async def answer(knowledge: Knowledge, model: str | None, messages: list[dict[str, Any]], context: str) -> str:
+    """The model's whole answer to ``messages`` with ``context`` injected (no streaming)."""
+    model = model or await knowledge.models.chat_model()
+    final = inject(messages, context) if context else messages
+    reply = await knowledge.models.upstream.call_json("POST", "/api/chat", {"model": model, "messages": final,
+                                                                            "stream": False})
+    return knowledge.models.upstream.chat_content(reply)

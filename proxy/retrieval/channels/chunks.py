@@ -1,0 +1,24 @@
+"""The chunk channel (LightRAG's naive search, part of mix): the question itself against the chunk index."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from proxy.retrieval import search
+from proxy.retrieval.found import ChunkHit, Found
+from proxy.retrieval.stages import Question
+
+if TYPE_CHECKING:
+    from proxy.store.store import KnowledgeStore
+
+
+class ChunkChannel:
+    name = "chunks"
+    vector = "query"
+
+    def search(self, store: KnowledgeStore, question: Question) -> Found:
+        params = question.params
+        matches = search.vector_search(store, "chunks", question.vectors[self.vector], params.chunk_top_k,
+                                       params.cosine_threshold)
+        ids = search.chunk_ids(store, [k for k, _ in matches])
+        return Found(chunks=[ChunkHit(ids[k], score, "vector") for k, score in matches if k in ids])

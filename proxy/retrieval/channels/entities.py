@@ -1,0 +1,32 @@
+"""The entity channel (LightRAG's local search): the low-level keywords against the entity index,
+then the chosen entities' edges, most central first."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from proxy.retrieval import search
+from proxy.retrieval.found import Found
+from proxy.retrieval.select import rank_relations, scored
+from proxy.retrieval.stages import Question
+
+if TYPE_CHECKING:
+    from proxy.store.store import KnowledgeStore
+
+
+class EntityChannel:
+    name = "entities"
+    vector = "low"
+
+    def search(self, store: KnowledgeStore, question: Question) -> Found:
+        params = question.params
+        matches = search.vector_search(store, "entities", question.vectors[self.vector], params.top_k,
+                                       params.cosine_threshold)
+        entities = scored(matches, search.entities_by_keys(store, [k for k, _ in matches]))
+        degree = search.degrees(store, [e.key for e in entities])
+        for entity in entities:
+            entity.degree = degree[entity.key]
+        pairs = search.incident_pairs(store, [e.key for e in entities])
+        related = list(search.relations_by_pairs(store, pairs).values())
+        search.set_relation_degrees(store, related)
+        return Found(entities, rank_relations(related, lambda r: r.degree, lambda r: r.weight)[:params.top_k])

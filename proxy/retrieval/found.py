@@ -1,0 +1,59 @@
+"""What a retrieval finds: entities, relations and chunks, as plain records the stages pass on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FoundEntity:
+    key: str
+    name: str
+    type: str
+    source_ids: list[str]
+    vector_key: int
+    description: str = ""  # read for the candidates only, once they are chosen (``fill_descriptions``)
+    score: float = 0.0
+    degree: int = 0
+
+
+@dataclass
+class FoundRelation:
+    pair: str
+    source: str          # entity keys
+    target: str
+    source_name: str
+    target_name: str
+    keywords: list[str]
+    weight: float
+    source_ids: list[str]
+    vector_key: int
+    description: str = ""
+    score: float = 0.0
+    degree: int = 0      # degree(source) + degree(target): how central the edge is
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    """A chunk a channel (or a graph item's sources) proposes, before its text is read."""
+    id: str
+    score: float = 0.0
+    origin: str = "vector"           # the list it came from: vector | entity | relation | ...
+
+
+@dataclass
+class FoundChunk:
+    id: str
+    content: str
+    tokens: int
+    score: float = 0.0
+    origin: str = "vector"           # vector | entity | relation
+    documents: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Found:
+    """One channel's finds, each list best first."""
+    entities: list[FoundEntity] = field(default_factory=list)
+    relations: list[FoundRelation] = field(default_factory=list)
+    chunks: list[ChunkHit] = field(default_factory=list)

@@ -1,0 +1,48 @@
+"""The stages of a retrieval and what passes between them.
+
+    channels  each searches one index for the question (blocking: a worker thread per stage)
+    fusion    the channels' entities and relations merged round-robin, then every chunk list
+              (the channels' and the chosen graph items' sources) merged round-robin
+    rerank    optional, async: reorders the fused chunks (``Retriever.reranker``)
+    context   the token-budgeted text given to the model
+
+A channel is one file in proxy/retrieval/channels/ and one line in its registry there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from proxy.retrieval.found import Found, FoundChunk
+from proxy.retrieval.params import QueryParams
+
+if TYPE_CHECKING:
+    from proxy.store.store import KnowledgeStore
+
+KEYWORD_VECTORS = ("low", "high")  # the vectors of the extracted keywords; "query" is the question's own
+
+
+@dataclass(frozen=True)
+class Question:
+    """What every stage sees: the question, its parameters and its embeddings."""
+    text: str
+    params: QueryParams
+    vectors: dict[str, np.ndarray]   # "query", and "low" / "high" when there are keywords
+
+
+class Channel(Protocol):
+    name: str
+    vector: str   # which of the question's vectors it searches with: "low", "high" or "query"
+
+    def search(self, store: KnowledgeStore, question: Question) -> Found:
+        """The channel's finds, best first. Blocking: called in a worker thread."""
+        ...
+
+
+class Reranker(Protocol):
+    async def rerank(self, question: Question, chunks: list[FoundChunk]) -> list[FoundChunk]:
+        """``chunks`` (fused, with their texts) in a new order; it may drop some, never add any."""
+        ...
