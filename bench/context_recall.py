@@ -100,7 +100,7 @@ async def run(doc_count: int) -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://gg", timeout=None) as client:
             for name, text in docs:
                 await client.post("/rag/documents", json={"name": name, "text": text})
-            await app.state.gateway.knowledge.pipeline.wait_idle()
+            await app.state.gateway.knowledge.documents.wait_idle()
             stats = (await client.get("/rag/stats")).json()
             print(f"{len(docs)} documents, {stats['chunks']} chunks, {stats['entities']} entities, "
                   f"{stats['relations']} relations; {len(directors)} questions")

@@ -43,7 +43,7 @@ async def upload_texts(client: httpx.AsyncClient, *docs: tuple[str, str]) -> htt
 async def settled(client: httpx.AsyncClient) -> None:
     kb = client._transport.app.state.gateway.knowledge  # type: ignore[attr-defined]
     with anyio.fail_after(20):
-        await kb.pipeline.wait_idle()
+        await kb.documents.wait_idle()
 
 
 __all__ = ["csrf_of", "post", "ref", "settled", "token", "upload_texts"]

@@ -195,16 +195,14 @@ async def test_reupload_after_delete_while_processing_is_processed(settings: Set
 async def test_a_failure_is_not_undone_by_a_late_processing_status(rag: httpx.AsyncClient) -> None:
     """The "processing" record is not awaited before extraction starts, so a failure written
     straight through the writer can commit first: the late record must leave it failed."""
-    from proxy.ingest import documents as sql
-
-    store = store_of(rag)
+    documents = store_of(rag).tables.documents
     document = await settle(rag, (await upload(rag, "team.txt", TEAM))["id"])
-    await store.db.write(sql.set_status, document["id"], "failed", "the model refused")
-    await store.db.write(sql.start_documents, [(document["id"], 3, 0)])  # arrives late
+    await documents.set_status(document["id"], "failed", "the model refused")
+    await documents.start([(document["id"], 3, 0)])  # arrives late
     row = (await rag.get(f"/rag/documents/{document['id']}")).json()
     assert (row["status"], row["error"]) == ("failed", "the model refused")
-    await store.db.write(sql.set_status, document["id"], "pending", None)
-    await store.db.write(sql.start_documents, [(document["id"], 3, 1)])  # the usual order still works
+    await documents.set_status(document["id"], "pending", None)
+    await documents.start([(document["id"], 3, 1)])  # the usual order still works
     row = (await rag.get(f"/rag/documents/{document['id']}")).json()
     assert (row["status"], row["chunks_total"], row["chunks_done"]) == ("processing", 3, 1)
 
@@ -213,20 +211,19 @@ async def test_an_unexpected_merge_error_fails_the_batch_and_merging_goes_on(
         rag: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read the store refuses while a batch is being merged fails that batch's documents with a
     readable error; the merge loop survives, so later documents (and the retry) are merged."""
-    import types
-
     from proxy.core.errors import StorageError
-    from proxy.ingest import documents as sql
-    from proxy.merging import batches as merger
 
+    merger = rag._transport.app.state.gateway.knowledge.pipeline.merger  # type: ignore[attr-defined]
+    documents = merger.store.tables.documents
+    read_documents = documents.get_many
     refuse = {"once": True}
 
-    def get_documents(con, ids):  # type: ignore[no-untyped-def]
+    async def get_many(ids):  # type: ignore[no-untyped-def]  # the merge stage's read of its batch
         if refuse.pop("once", False):
             raise StorageError("the knowledge store could not read: injected")
-        return sql.get_documents(con, ids)
+        return await read_documents(ids)
 
-    monkeypatch.setattr(merger, "sql", types.SimpleNamespace(**{**vars(sql), "get_documents": get_documents}))
+    monkeypatch.setattr(documents, "get_many", get_many)
     first = await settle(rag, (await upload(rag, "team.txt", TEAM))["id"])
     assert first["status"] == "failed" and "injected" in first["error"]
     second = await settle(rag, (await upload(rag, "city.txt", "Carol White visited Berlin."))["id"])
