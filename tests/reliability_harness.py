@@ -22,7 +22,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ import httpx
 from proxy.ingest.chunking import chunk_id
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, Recorded
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,12 +69,6 @@ def document(index: int) -> tuple[str, str]:
             line += f" {c} worked alone on task {rng.randint(0, 999)}."
         paragraphs.append(f"# Section {p}\n\n{line}")
     return f"doc{index:03d}.md", "\n\n".join(paragraphs)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:

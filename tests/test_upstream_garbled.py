@@ -22,7 +22,8 @@ from tests.extractor import KnownFacts
 from tests.fake_ollama import GARBLED_LINES, FakeOllama
 from tests.live import serve_in_thread
 from tests.rag_helpers import settle, upload
-from tests.reliability_harness import free_port, wait_until
+from tests.reliability_harness import wait_until
+from tests.servers import free_port
 
 pytestmark = pytest.mark.anyio
 
