@@ -10,25 +10,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.errors import BadRequest, NotFound
-from proxy.rag_api.routes_documents import knowledge
-from proxy.store.duckdb.connection import Con
-from proxy.knowledge.traces import recent_traces
-
 from admin.paging import page_of
 from admin.rendering import render
+from proxy.core.errors import BadRequest, NotFound
+from proxy.rag_api.routes_documents import knowledge
 
 PER_PAGE = 50
-TRACE_COLUMNS = ("id", "created_at", "api", "model", "mode", "query", "augmented", "reason", "detail")
-
-
-def trace_count(con: Con) -> int:
-    return con.execute("SELECT count(*) FROM traces").fetchone()[0]
-
-
-def get_trace(con: Con, trace_id: int) -> dict[str, Any] | None:
-    row = con.execute(f"SELECT {', '.join(TRACE_COLUMNS)} FROM traces WHERE id = ?", [trace_id]).fetchone()
-    return dict(zip(TRACE_COLUMNS, row, strict=True)) if row else None
 
 
 def parse_detail(raw: Any) -> dict[str, Any]:
@@ -81,8 +68,8 @@ def summarise(detail: dict[str, Any]) -> dict[str, Any]:
 async def chats_page(request: Request) -> Response:
     kb = knowledge(request)
     page = page_of(request, size=PER_PAGE)
-    total = await kb.store.db.read(trace_count)
-    rows = await kb.store.db.read(recent_traces, page.size, page.offset) if total > page.offset else []
+    total = await kb.traces.count()
+    rows = await kb.traces.recent(page.size, page.offset) if total > page.offset else []
     turns = [{**row, "tokens": _mapping(_mapping(row["detail"]).get("tokens"))} for row in rows]
     return render(request, "chats.html", {"turns": turns, "page": page.with_total(total)})
 
@@ -91,7 +78,7 @@ async def chat_page(request: Request) -> Response:
     raw = request.path_params["id"]
     if not raw.isdigit() or len(raw) > 18:
         raise BadRequest("a chat turn's id is a whole number")
-    trace = await knowledge(request).store.db.read(get_trace, int(raw))
+    trace = await knowledge(request).traces.one(int(raw))
     if trace is None:
         raise NotFound(f"no chat turn {raw} (only the most recent turns are kept)")
     detail = parse_detail(trace["detail"])

@@ -156,7 +156,7 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
                  cache_per_kind: int) -> dict[str, int]:
     import pyarrow as pa
 
-    from proxy.ingest import documents as docsql
+    from proxy.store.duckdb import documents as docsql
     from proxy.extraction.results import DEFAULT_ENTITY_TYPES
     from proxy.merging.recompute import SUMMARY_SCHEMA, summary_messages
     from proxy.extraction.prompts import extraction_messages, extraction_schema
@@ -165,7 +165,9 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
     from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
     from proxy.store.store import KnowledgeStore, now
     from proxy.store.duckdb.connection import set_meta
-    from proxy.knowledge.traces import Trace, record_traces
+    from proxy.knowledge.traces import Trace
+    from proxy.store.duckdb.cache import write_cache
+    from proxy.store.duckdb.traces import record_traces
 
     rng = np.random.default_rng(7)
     filler = Sentences(rng)
@@ -347,7 +349,7 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
         dismissed = [pair_key(keys[int(by_rank[i])], keys[int(by_rank[i + 1])]) for i in range(0, 200, 2)]
 
         def extras(con: Any) -> None:
-            docsql.write_cache(con, entries, [])
+            write_cache(con, entries, [])
             for e in entries[::7]:
                 con.execute("UPDATE llm_cache SET hits = 3, last_hit_at = ? WHERE kind = ? AND key = ?",
                             [stamp, e.kind, e.key])

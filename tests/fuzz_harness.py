@@ -125,7 +125,7 @@ def started(settings: Settings, *, seed: bool = True, client_host: str = "127.0.
 async def _prepare(h: Harness, seed: bool) -> None:
     kb = h.kb
     # commit traces and cache entries at once, so that "nothing changed" can be checked exactly
-    kb.traces.max_delay = kb.cache_writes.max_delay = 0.0
+    kb.traces.writer.max_delay = kb.cache.writer.max_delay = 0.0
     if seed:
         for name, text in (("team.txt", TEAM), ("city.md", CITY)):
             response = await h.client.post("/rag/documents", json={"name": name, "text": text})
@@ -148,8 +148,8 @@ async def quiesce(h: Harness) -> None:
     with anyio.fail_after(30):
         for _ in range(3):
             await anyio.sleep(0)  # let tasks just started by the request queue their writes
-        await kb.pipeline.wait_idle()
-        while kb.traces._pending or kb.cache_writes._pending:
+        await kb.documents.wait_idle()
+        while kb.traces.writer._pending or kb.cache.writer._pending:
             await anyio.sleep(0.002)
         await kb.store.db.write(lambda con: None)  # behind the write lock: any commit under way is done
 

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
-from proxy.knowledge.traces import Trace, record_traces
+from proxy.knowledge.traces import Trace
+from proxy.store.duckdb.traces import record_traces
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.corpus import CITY, TEAM

@@ -71,7 +71,7 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
     primary key); an existing store is migrated and keeps its cached replies."""
     import duckdb
 
-    from proxy.ingest.documents import cached_responses
+    from proxy.store.duckdb.cache import cached_responses
     from proxy.store.duckdb.schema import MIGRATIONS
 
     con = duckdb.connect(str(tmp_path / "graphgate.duckdb"))

@@ -1,40 +1,45 @@
-"""Traces of chat turns (what was asked, which mode, what was injected), kept in DuckDB for the console."""
+"""Traces of chat turns (what was asked, which mode, what was injected) as the knowledge service
+offers them (``knowledge.traces``): recorded off the chat's path, read by the console and /rag/traces."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.store.store import now
-from proxy.store.duckdb.connection import Con
+from anyio.abc import TaskGroup
 
-KEEP = 500
+from proxy.knowledge.bookkeeping import write_in_background
+from proxy.store.protocols.traces import Trace, TraceTables
 
+__all__ = ["Trace", "TraceService"]
 
-@dataclass
-class Trace:
-    api: str
-    model: str
-    mode: str
-    query: str
-    augmented: bool
-    reason: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+# traces wait this long for others to share their commit (they are off every chat's path)
+WRITE_DELAY = 0.2
 
 
-def record_traces(con: Con, traces: list[Trace]) -> None:
-    stamp = now()
-    con.executemany("INSERT INTO traces (created_at, api, model, mode, query, augmented, reason, detail) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [[stamp, t.api, t.model, t.mode, t.query, t.augmented, t.reason,
-                      json.dumps(t.detail, ensure_ascii=False, default=str)] for t in traces])
-    con.execute("DELETE FROM traces WHERE id <= (SELECT max(id) FROM traces) - ?", [KEEP])
+class TraceService:
+    def __init__(self, tables: TraceTables) -> None:
+        self.tables = tables
+        self.writer = tables.writer(WRITE_DELAY)
+        self._group: TaskGroup | None = None
 
+    def start(self, group: TaskGroup) -> None:
+        """Commit traces from now on, in ``group`` (cancelled at shutdown)."""
+        self._group = group
+        group.start_soon(self.writer.run)
 
-def recent_traces(con: Con, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
-    rows = con.execute("SELECT id, created_at, api, model, mode, query, augmented, reason, detail FROM traces "
-                       "ORDER BY id DESC LIMIT ? OFFSET ?", [limit, offset]).fetchall()
-    keys = ("id", "created_at", "api", "model", "mode", "query", "augmented", "reason", "detail")
-    return [{**dict(zip(keys, r, strict=True)), "created_at": r[1].isoformat(timespec="seconds") + "Z",
-             "detail": json.loads(r[8])} for r in rows]
+    def record(self, trace: Trace) -> None:
+        """Keep a chat turn's trace, in the background."""
+        if self._group is None:
+            raise RuntimeError("the trace service is not started")
+        write_in_background(self._group, self.writer, trace)
+
+    async def recent(self, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+        """The newest turns first, their detail as a dict."""
+        return await self.tables.recent(limit, offset)
+
+    async def count(self) -> int:
+        return await self.tables.count()
+
+    async def one(self, trace_id: int) -> dict[str, Any] | None:
+        """One turn, its detail as stored (JSON text: the console reads it leniently)."""
+        return await self.tables.one(trace_id)

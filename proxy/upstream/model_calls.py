@@ -21,6 +21,7 @@ import numpy as np
 from proxy.core.errors import Conflict, GraphGateError, UpstreamError, UpstreamShapeError, UpstreamStatusError, first_error
 from proxy.core.limiter import Priority, PriorityLimiter
 from proxy.core.settings import Settings
+from proxy.store.protocols.cache import CacheEntry
 from proxy.upstream.client import Upstream, json_kind
 
 log = logging.getLogger("graphgate.models")
@@ -33,15 +34,6 @@ class NoChatModel(GraphGateError):
 
 class EmbeddingDimensionError(Conflict):
     pass
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    kind: str
-    key: str
-    model: str
-    request: str
-    response: str
 
 
 @dataclass(frozen=True)

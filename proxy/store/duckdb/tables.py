@@ -11,7 +11,13 @@ import numpy as np
 
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.duckdb.commit import embeddings_for, table_counts, table_keys, write_changes
+from proxy.store.duckdb.cache import DuckDBCache
 from proxy.store.duckdb.connection import Database, get_meta
+from proxy.store.duckdb.documents import DuckDBDocuments
+from proxy.store.duckdb.graph_rows import DuckDBGraphRows
+from proxy.store.duckdb.reembed import DuckDBReembed
+from proxy.store.duckdb.retrieval_rows import DuckDBRetrievalRows
+from proxy.store.duckdb.traces import DuckDBTraces
 from proxy.store.duckdb.memory_load import graph_edges, load_chunk_documents, load_rows
 from proxy.store.rows_memory import MemoryRows
 
@@ -23,6 +29,12 @@ class DuckDBTables:
         """Opens (and migrates) the database: blocking, run it in a worker thread."""
         self.db = Database(data_dir / FILE_NAME, memory_limit)
         # the subjects, one object each (their protocols are in proxy/store/protocols/):
+        self.documents = DuckDBDocuments(self.db)
+        self.cache = DuckDBCache(self.db)
+        self.traces = DuckDBTraces(self.db)
+        self.graph_rows = DuckDBGraphRows(self.db)
+        self.reembed = DuckDBReembed(self.db)
+        self.retrieval_rows = DuckDBRetrievalRows(self.db)
 
     # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---
 
