@@ -11,15 +11,14 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from proxy.core.errors import BadRequest, Conflict, NotFound
-from proxy.extraction.results import name_key
-from proxy.knowledge.graph import Edge, GraphService, Node
-from proxy.rag_api.routes_documents import knowledge
-
 from admin import graph_svg
 from admin.guard import action
 from admin.paging import page_of
 from admin.rendering import is_htmx, ref, render, unref
+from proxy.core.errors import BadRequest, Conflict, NotFound
+from proxy.extraction.results import name_key
+from proxy.knowledge.graph import Edge, GraphService, Node
+from proxy.rag_api.routes_documents import knowledge
 
 PAGE_SIZE = 50
 SHOWN_RELATIONS = 50  # a hub's page stays readable (and fast); the graph view shows the rest
@@ -73,15 +72,12 @@ async def find_entity(request: Request) -> Response:
 
 
 async def _entity_context(request: Request, key: str) -> dict:
-    service = graph(request)
-    entity = await service.entity_detail(key)
-    if entity is None:
+    page = await graph(request).entity_page(key, SHOWN_RELATIONS, 1, 30)
+    if page is None:
         raise NotFound("no such entity (it may have been merged or deleted)")
-    relations, total = await service.relations_of(key, SHOWN_RELATIONS)
-    nodes, edges = await service.neighbourhood(key, 1, 30)
-    svg = await _svg(nodes, edges, key, lambda k: f"/admin/entities/{ref(k)}")
-    return {"entity": entity, "relations": relations, "relation_total": total, "svg": svg,
-            "legend": graph_svg.legend(n.type for n in nodes), "degree": await service.degree(key)}
+    svg = await _svg(page.nodes, page.edges, key, lambda k: f"/admin/entities/{ref(k)}")
+    return {"entity": page.entity, "relations": page.relations, "relation_total": page.relation_total,
+            "svg": svg, "legend": graph_svg.legend(n.type for n in page.nodes), "degree": page.degree}
 
 
 async def entity_page(request: Request) -> Response:

@@ -9,13 +9,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from proxy.core.errors import BadRequest
-from proxy.knowledge.graph import MAX_MERGE, GraphService
-from proxy.rag_api.routes_documents import knowledge
-
 from admin.guard import action
 from admin.paging import page_of
 from admin.rendering import is_htmx, ref, render, unref
+from proxy.core.errors import BadRequest
+from proxy.knowledge.graph import MAX_MERGE, GraphService
+from proxy.rag_api.routes_documents import knowledge
 
 SUGGESTIONS_PER_PAGE = 20
 

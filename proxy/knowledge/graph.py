@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
@@ -30,7 +31,17 @@ from proxy.store.store import KnowledgeStore
 SHOWN_CHUNKS = 20  # an entity's page shows its first source chunks
 
 # force_layout: the console draws neighbourhoods with the graph engine's layout
-__all__ = ["MAX_MERGE", "Edge", "EntityListing", "GraphService", "ListedEntity", "Node", "force_layout"]
+__all__ = ["MAX_MERGE", "Edge", "EntityListing", "EntityPage", "GraphService", "ListedEntity", "Node", "force_layout"]
+
+
+@dataclass
+class EntityPage:
+    entity: dict[str, Any]            # the row, its documents, first chunks, aliases, edited?
+    relations: list[dict[str, Any]]   # the heaviest, with descriptions
+    relation_total: int
+    nodes: list[Node]                 # the neighbourhood
+    edges: list[Edge]
+    degree: int
 
 
 class GraphService:
@@ -100,13 +111,21 @@ class GraphService:
             return None
         return await self.tables.alias_target(key)
 
-    async def relations_of(self, key: str, limit: int) -> tuple[list[dict[str, Any]], int]:
-        """The entity's relations, heaviest first (at most ``limit``, with descriptions), and how many."""
-        shown, total, keys = await self.store.read_memory(functools.partial(graph_reads.relations_of, key, limit))
+    async def entity_page(self, key: str, relations: int, depth: int, cap: int) -> EntityPage | None:
+        """Everything an entity's page shows (None: no such entity): its row and sources, its
+        relations (at most ``relations``, heaviest first), its neighbourhood and degree."""
+        detail = await self.tables.entity_detail(key, SHOWN_CHUNKS)
+        if detail is None:
+            return None
+        (shown, total, keys), (nodes, edges), degree = await self.store.read_memory(
+            functools.partial(graph_reads.entity_view, key, relations, depth, cap))
+        await self._describe_relations(shown, keys)
+        return EntityPage(detail, shown, total, nodes, edges, degree)
+
+    async def _describe_relations(self, shown: list[dict[str, Any]], keys: list[tuple[int, str]]) -> None:
         text = await self.tables.descriptions("relations", keys)
         for relation, (vector_key, _) in zip(shown, keys, strict=True):
             relation["description"] = text.get(vector_key, "")
-        return shown, total
 
     async def neighbourhood(self, key: str, depth: int, cap: int) -> tuple[list[Node], list[Edge]]:
         """The entity and its neighbours up to ``depth`` hops, at most ``cap`` nodes, best connected first."""

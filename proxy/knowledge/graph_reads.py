@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from proxy.store.graph_igraph import EntityGraph
+from proxy.store.protocols.graph import Graph
 from proxy.store.rows_memory import EntityMeta, MemoryRows
 from proxy.store.store import KnowledgeStore
 
@@ -57,7 +57,7 @@ def ranked(degree: np.ndarray, keys: np.ndarray, descending: bool) -> np.ndarray
 # --- reads under the store's lock: fn(..., rows, graph) ---
 
 def metas(keys: list[str], degrees: dict[str, int], rows: MemoryRows,
-          graph: EntityGraph) -> list[tuple[EntityMeta, int]]:
+          graph: Graph) -> list[tuple[EntityMeta, int]]:
     out = []
     for key in keys:
         meta = rows.entity(key)
@@ -66,33 +66,33 @@ def metas(keys: list[str], degrees: dict[str, int], rows: MemoryRows,
     return out
 
 
-def metas_with_degrees(keys: list[str], rows: MemoryRows, graph: EntityGraph) -> list[tuple[EntityMeta, int]]:
+def metas_with_degrees(keys: list[str], rows: MemoryRows, graph: Graph) -> list[tuple[EntityMeta, int]]:
     return metas(keys, graph.degrees(keys), rows, graph)
 
 
-def degrees_of(keys: list[str], rows: MemoryRows, graph: EntityGraph) -> dict[str, int]:
+def degrees_of(keys: list[str], rows: MemoryRows, graph: Graph) -> dict[str, int]:
     return graph.degrees(keys)
 
 
-def all_degrees(rows: MemoryRows, graph: EntityGraph) -> tuple[list[str], np.ndarray]:
+def all_degrees(rows: MemoryRows, graph: Graph) -> tuple[list[str], np.ndarray]:
     return graph.all_degrees()
 
 
-def entity_meta(key: str, rows: MemoryRows, graph: EntityGraph) -> EntityMeta | None:
+def entity_meta(key: str, rows: MemoryRows, graph: Graph) -> EntityMeta | None:
     return rows.entity(key)  # a record replaced whole on change, never changed in place
 
 
-def degree(key: str, rows: MemoryRows, graph: EntityGraph) -> int:
+def degree(key: str, rows: MemoryRows, graph: Graph) -> int:
     return graph.degree(key)
 
 
-def summary(key: str, rows: MemoryRows, graph: EntityGraph) -> tuple[EntityMeta, int] | None:
+def summary(key: str, rows: MemoryRows, graph: Graph) -> tuple[EntityMeta, int] | None:
     meta = rows.entity(key)
     return None if meta is None else (meta, graph.degree(key))
 
 
 def relations_of(key: str, limit: int, rows: MemoryRows,
-                 graph: EntityGraph) -> tuple[list[dict[str, Any]], int, list[tuple[int, str]]]:
+                 graph: Graph) -> tuple[list[dict[str, Any]], int, list[tuple[int, str]]]:
     """The entity's relations, heaviest first (from the graph and the rows: a scan of the relations
     table costs tens of milliseconds at 200k relations), how many, and the shown ones' vector keys."""
     found = []
@@ -109,8 +109,8 @@ def relations_of(key: str, limit: int, rows: MemoryRows,
     return shown, len(found), [(meta.key, meta.pair) for meta, _ in found[:limit]]
 
 
-def neighbourhood(key: str, depth: int, cap: int, rows: MemoryRows, graph: EntityGraph) -> tuple[list[Node], list[Edge]]:
-    """The entity and its neighbours up to ``depth`` hops, at most ``cap`` nodes (``EntityGraph.around``)."""
+def neighbourhood(key: str, depth: int, cap: int, rows: MemoryRows, graph: Graph) -> tuple[list[Node], list[Edge]]:
+    """The entity and its neighbours up to ``depth`` hops, at most ``cap`` nodes (``Graph.around``)."""
     vertices, links = graph.around(key, depth, cap)
     nodes = []
     for name, vertex_degree in vertices:
@@ -123,7 +123,16 @@ def neighbourhood(key: str, depth: int, cap: int, rows: MemoryRows, graph: Entit
     return sorted(nodes, key=lambda n: n.key), edges
 
 
-def picked(keys: list[str], rows: MemoryRows, graph: EntityGraph) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+def entity_view(key: str, limit: int, depth: int, cap: int, rows: MemoryRows,
+                graph: Graph) -> tuple[tuple[list[dict[str, Any]], int, list[tuple[int, str]]],
+                                             tuple[list[Node], list[Edge]], int]:
+    """What an entity's page reads from memory, in one hold of the lock: its relations
+    (``relations_of``), its neighbourhood and its degree."""
+    return (relations_of(key, limit, rows, graph), neighbourhood(key, depth, cap, rows, graph),
+            graph.degree(key))
+
+
+def picked(keys: list[str], rows: MemoryRows, graph: Graph) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
     """The entities picked for a merge, as the merge pages show them, and their vector keys."""
     degrees = graph.degrees(keys)
     out, vector_keys = [], []

@@ -21,7 +21,7 @@ from proxy.merging.edits import Edits, EntityEdit, RelationEdit
 from proxy.merging.recompute import Integrator, read_extractions
 from proxy.merging.rules import entity_state, index_result, relation_state
 from proxy.store.changes import Changeset, Curation, pair_key
-from proxy.store.graph_igraph import EntityGraph
+from proxy.store.protocols.graph import Graph
 from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
 
@@ -93,7 +93,7 @@ def clean_weight(raw: Any) -> float | None:
 
 
 def display_names(plan_target: str, target_name: str, keys: list[str], rows: MemoryRows,
-                  graph: EntityGraph) -> dict[str, str]:
+                  graph: Graph) -> dict[str, str]:
     """How the preview names relation endpoints: the target by its new name, others as stored."""
     names = {}
     for key in keys:

@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proxy.merging.rules import EntityState, RelationState
-from proxy.store.changes import EntityEdit, RelationEdit  # committed with a changeset (``Curation``)
+from proxy.store.changes import (  # committed with a changeset (``Curation``)
+    EntityEdit,
+    RelationEdit,
+)
 
 __all__ = ["Edits", "EntityEdit", "RelationEdit"]
 

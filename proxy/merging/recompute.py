@@ -11,17 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import anyio
+
 from proxy.core.limiter import Priority
-from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.core.settings import Settings
-from proxy.store.changes import Changeset, EntityRow, RelationRow
-from proxy.store.graph_igraph import EntityGraph
-from proxy.store.protocols.graph_rows import GraphRows, StoredRow, Subject
-from proxy.store.rows_memory import MemoryRows
-from proxy.store.store import KnowledgeStore
 from proxy.core.tokens import Tokenizer
-from proxy.merging.edits import Edits
 from proxy.extraction.results import ExtractionResult
+from proxy.merging.edits import Edits
 from proxy.merging.rules import (
     ChunkIndex,
     EntityState,
@@ -38,6 +33,12 @@ from proxy.merging.rules import (
     relation_state,
     relation_text,
 )
+from proxy.store.changes import Changeset, EntityRow, RelationRow
+from proxy.store.protocols.graph import Graph
+from proxy.store.protocols.graph_rows import GraphRows, StoredRow, Subject
+from proxy.store.rows_memory import MemoryRows
+from proxy.store.store import KnowledgeStore
+from proxy.upstream.model_calls import CacheEntry, ModelClient
 
 log = logging.getLogger("graphgate.ingest")
 
@@ -106,7 +107,7 @@ async def read_extractions(tables: GraphRows, chunk_ids: Iterable[str]) -> dict[
     return {chunk_id: ExtractionResult.from_json(result) for chunk_id, result in stored.items()}
 
 
-def existing(rows: dict[str, StoredRow]) -> dict[str, ExistingEntity]:
+def as_existing(rows: dict[str, StoredRow]) -> dict[str, ExistingEntity]:
     # the vector is read later, and only if the row's text did not change
     return {key: ExistingEntity(r.name, r.source_ids, r.key, r.embed_hash, None) for key, r in rows.items()}
 
@@ -170,8 +171,8 @@ class Integrator:
                 new_pairs.setdefault(pair, []).append(chunk_id)
         touched_entities, touched_pairs = await tables.touched_by(sorted(removed))
         entity_keys, pair_keys = sorted(set(new_entities) | touched_entities), sorted(set(new_pairs) | touched_pairs)
-        old_entities = existing(await tables.stored_rows("entities", entity_keys))
-        old_relations = existing(await tables.stored_rows("relations", pair_keys))
+        old_entities = as_existing(await tables.stored_rows("entities", entity_keys))
+        old_relations = as_existing(await tables.stored_rows("relations", pair_keys))
         if overlay is not None:
             Overlay.over(old_entities, overlay.entities, entity_keys)
             Overlay.over(old_relations, overlay.relations, pair_keys)
@@ -195,8 +196,8 @@ class Integrator:
         tables = self.store.tables.graph_rows
         wanted = sorted({c for s in (*entity_sources.values(), *relation_sources.values()) for c in s})
         indexes = await self.parsed.read(tables, wanted, aliases)
-        old_entities = existing(await tables.stored_rows("entities", sorted(entity_sources)))
-        old_relations = existing(await tables.stored_rows("relations", sorted(relation_sources)))
+        old_entities = as_existing(await tables.stored_rows("entities", sorted(entity_sources)))
+        old_relations = as_existing(await tables.stored_rows("relations", sorted(relation_sources)))
         out = GraphChanges(entities_removed=list(removed_entities), relations_removed=list(removed_relations))
         await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out)
         return out
@@ -339,7 +340,7 @@ class Integrator:
 
 
 
-def spellings(keys: list[str], rows: MemoryRows, graph: EntityGraph) -> dict[str, str]:
+def spellings(keys: list[str], rows: MemoryRows, graph: Graph) -> dict[str, str]:
     """The stored names of those ``keys`` that are entities (read under the store's lock)."""
     names = {}
     for key in keys:

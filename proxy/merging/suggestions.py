@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proxy.store.changes import pair_key
-from proxy.store.graph_igraph import EntityGraph
+from proxy.store.protocols.graph import Graph
 from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
 
@@ -57,17 +57,17 @@ class Suggestion:
         return pair_key(self.a, self.b)
 
 
-def entity_count(rows: MemoryRows, graph: EntityGraph) -> int:
+def entity_count(rows: MemoryRows, graph: Graph) -> int:
     return len(rows.entities)
 
 
-def entity_names(rows: MemoryRows, graph: EntityGraph) -> tuple[dict[str, str], dict[int, str]]:
+def entity_names(rows: MemoryRows, graph: Graph) -> tuple[dict[str, str], dict[int, str]]:
     """Every entity's name by key, and its key by vector key (copies)."""
     return ({meta.name_key: meta.name for meta in rows.entities.values()},
             {meta.key: meta.name_key for meta in rows.entities.values()})
 
 
-def probes(count: int, rows: MemoryRows, graph: EntityGraph) -> tuple[list[str], list[int]]:
+def probes(count: int, rows: MemoryRows, graph: Graph) -> tuple[list[str], list[int]]:
     """The best-connected entities (at most ``count``) and their vector keys."""
     if len(rows.entities) < 2:
         return [], []

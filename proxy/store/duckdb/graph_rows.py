@@ -171,7 +171,7 @@ def matching_keys(con: Con, search: str, kind: str) -> list[str]:
 
 def names_page(con: Con, search: str, kind: str, descending: bool, limit: int, offset: int) -> tuple[list[str], int]:
     clause, args = _filter(search, kind)
-    total = con.execute(f"SELECT count(*) FROM entities WHERE {clause}", args).fetchone()[0]
+    total = (con.execute(f"SELECT count(*) FROM entities WHERE {clause}", args).fetchone() or (0,))[0]
     keys = [r[0] for r in con.execute(
         f"SELECT name_key FROM entities WHERE {clause} ORDER BY lower(name) {'DESC' if descending else 'ASC'}, "
         "name_key LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()]
@@ -197,7 +197,7 @@ def entity_detail(con: Con, key: str, shown_chunks: int) -> dict[str, Any] | Non
                          [sources[:shown_chunks]]).fetchall()
     aliases = [r[0] for r in con.execute("SELECT alias_key FROM aliases WHERE target_key = ? ORDER BY 1",
                                          [key]).fetchall()]
-    edited = con.execute("SELECT count(*) FROM entity_edits WHERE name_key = ?", [key]).fetchone()[0] > 0
+    edited = con.execute("SELECT 1 FROM entity_edits WHERE name_key = ?", [key]).fetchone() is not None
     return {
         "key": key, "name": row[0], "type": row[1], "description": row[2], "sources": sources,
         "created_at": row[4], "updated_at": row[5], "aliases": aliases, "edited": edited,
