@@ -39,3 +39,16 @@ class Graph(Protocol):
     def degrees(self, keys: list[str]) -> dict[str, int]: ...
 
     def neighbourhood(self, key: str, depth: int = 1) -> list[str]: ...
+
+    # the console's entity pages and merge suggestions (proxy/knowledge/graph_reads.py)
+
+    def neighbour_names(self, key: str) -> list[str]: ...
+
+    def all_degrees(self) -> tuple[list[str], np.ndarray]:
+        """Every vertex's name and degree, in vertex order (copies)."""
+
+    def best_connected(self, count: int) -> list[str]: ...
+
+    def around(self, key: str, depth: int, cap: int) -> tuple[list[tuple[str, int]], list[tuple[str, str, float]]]:
+        """At most ``cap`` vertices up to ``depth`` hops from ``key``, ring by ring, best connected
+        first: (name, degree) in vertex order, and the (source, target, weight) edges among them."""
