@@ -92,7 +92,7 @@ async def test_entity_list_search_sort_and_fragment(console: httpx.AsyncClient) 
     assert re.findall(r'<td><a href="/admin/entities/[\w-]+">([^<]+)</a></td>', by_name.text) == sorted(names)
     found = await console.get("/admin/entities?q=ali", headers={"HX-Request": "true", "HX-Target": "entity-table"})
     assert "<html" not in found.text and "Alice Smith" in found.text and "Bob Jones" not in found.text
-    stored = dict(kb(console).store.db.read_sync(
+    stored = dict(kb(console).store.tables.db.read_sync(
         lambda c: c.execute("SELECT name, description FROM entities").fetchall()))
     listed = re.findall(r'<td><a href="/admin/entities/[\w-]+">([^<]+)</a></td>.*?<small>([^<]*)</small>', page.text,
                         re.S)
@@ -114,7 +114,7 @@ async def test_entity_page_edit_and_rename_onto_existing_offers_merge(console: h
     assert 'data-key="alice smith"' in svg
     edited = await post(console, orion, {"name": "Orion", "type": "Project", "description": "A rocket."})
     assert edited.status_code == 303
-    assert ("Project", "A rocket.") == kb(console).store.db.read_sync(
+    assert ("Project", "A rocket.") == kb(console).store.tables.db.read_sync(
         lambda c: c.execute("SELECT type, description FROM entities WHERE name_key = 'orion'").fetchone())
     clash = await post(console, orion, {"name": "acme corp", "type": "", "description": "x"})
     assert clash.status_code == 409 and "Merge them" in clash.text and "/admin/merge?key=" in clash.text
@@ -183,7 +183,7 @@ async def test_untrusted_names_and_texts_are_escaped_everywhere(settings: Settin
     async with gateway_client(settings, fake) as client:
         await upload_texts(client, ("<b>doc.txt", f"{evil} met Bob in town."))
         await settled(client)
-        key = kb(client).store.db.read_sync(
+        key = kb(client).store.tables.db.read_sync(
             lambda c: c.execute("SELECT name_key FROM entities WHERE name LIKE '<script>%'").fetchone())[0]
         pages = ["/admin/documents", "/admin/entities", f"/admin/entities/{ref(key)}", "/admin/graph",
                  f"/admin/graph?entity={ref(key)}", f"/admin/merge?key={ref(key)}&key={ref('bob')}",

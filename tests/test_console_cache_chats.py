@@ -27,7 +27,7 @@ BASE = datetime(2024, 5, 1, 12, 0, 0)
 
 
 def db(client: httpx.AsyncClient) -> Any:
-    return client._transport.app.state.gateway.knowledge.store.db  # type: ignore[attr-defined]
+    return client._transport.app.state.gateway.knowledge.store.tables.db  # type: ignore[attr-defined]
 
 
 def _insert(con: Any, rows: list[tuple[str, str, str, str, str, int, int]]) -> None:
