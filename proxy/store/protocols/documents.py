@@ -11,7 +11,7 @@ from proxy.store.protocols.cache import CacheEntry
 STATUSES = ("pending", "processing", "processed", "failed")
 SORTS = ("name", "created_at", "updated_at", "size", "status", "chunks_total")
 
-Item = TypeVar("Item", contravariant=True)
+Item_contra = TypeVar("Item_contra", contravariant=True)
 
 # a document to insert: {"id", "name", "mime", "size", "replaces", "created_at"?} and its text
 NewDocument = tuple[dict[str, Any], str]
@@ -52,8 +52,8 @@ class Committed(Protocol):
         """Returns once the item is committed; raises the commit's error if it failed."""
 
 
-class Writer(Protocol[Item]):
-    def submit(self, item: Item) -> Committed: ...
+class Writer(Protocol[Item_contra]):
+    def submit(self, item: Item_contra) -> Committed: ...
 
 
 class IngestWrites(Protocol):
