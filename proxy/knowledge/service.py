@@ -23,9 +23,9 @@ from proxy.ingest.inbox import watch_inbox
 from proxy.ingest.pipeline import Pipeline
 from proxy.knowledge.cache import CacheService
 from proxy.knowledge.documents import DocumentService
-from proxy.knowledge.traces import Trace, TraceService
-from proxy.knowledge.query import QueryOutcome, run_query
 from proxy.knowledge.graph import GraphService
+from proxy.knowledge.query import QueryOutcome, run_query
+from proxy.knowledge.traces import Trace, TraceService
 from proxy.retrieval.retriever import Retriever
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.client import Upstream
