@@ -5,7 +5,8 @@
 
 A document is stored before its upload is acknowledged; at start-up every pending or interrupted
 document is queued again, and chunks whose extraction is stored are not sent to the LLM twice.
-Merging (``merger``) is serialised, so concurrent documents never race on an entity.
+Merging (``Merger``, proxy/merging/batches.py) is serialised, so concurrent documents never race on an
+entity; it reports each document it is done with back to the pipeline (``fail_with``, ``merge_ended``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from proxy.parsing.files import ParsedDocument
 
 log = logging.getLogger("graphgate.ingest")
 HANDOVER_BYTES = 64_000_000  # memory for the text of queued uploads, kept for their workers; the rest is read back
-
 
 
 class Pipeline:
