@@ -72,6 +72,12 @@ class Knowledge:
         """The store's counts: documents by status, rows, index sizes, graph, generation, bytes on disk."""
         return await self.store.stats()
 
+    @property
+    def generation(self) -> int:
+        """The knowledge base's version: it moves on with every commit that changes what is indexed
+        (cached chat answers are keyed by it, so that a change makes them miss)."""
+        return self.store.generation
+
 
 async def check_embedding_model(store: KnowledgeStore, models: ModelClient, settings: Settings) -> None:
     """Refuse to start when the configured embedding model no longer fits the stored vectors."""
