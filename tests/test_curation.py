@@ -54,7 +54,7 @@ async def test_merge_repoints_relations_drops_self_loops_and_survives_reingestio
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:
         team_id, _ = await ingest(client, ("team.txt", TEAM), ("city.md", CITY))
-        curator = kb(client).curator
+        curator = kb(client).graph.curator
         before = kb(client).store.stats_sync()
 
         plan = await curator.plan_merge(["orion", "acme corp"], "Acme Corp")
@@ -82,7 +82,7 @@ async def test_rename_is_a_merge_into_a_new_name_and_onto_an_existing_one_is_ref
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:
         team_id, _ = await ingest(client, ("team.txt", TEAM), ("city.md", CITY))
-        curator = kb(client).curator
+        curator = kb(client).graph.curator
         with pytest.raises(Conflict, match="merge into it"):
             await curator.edit_entity("orion", name="acme corp")
         await curator.edit_entity("orion", name="Project Orion", description="A secret project.")
@@ -100,7 +100,7 @@ async def test_hand_edits_survive_reingestion_and_bad_edits_change_nothing(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:
         team_id, _ = await ingest(client, ("team.txt", TEAM), ("city.md", CITY))
-        curator = kb(client).curator
+        curator = kb(client).graph.curator
         await curator.edit_entity("bob jones", type="Engineer", description="Builds rockets.")
         pair = "alice smith\x1forion"
         await curator.edit_relation(pair, keywords="leads, owns", weight="7.5")
@@ -126,7 +126,7 @@ async def test_deleting_an_entity_or_relation_removes_it_from_every_store(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:
         await ingest(client, ("team.txt", TEAM), ("city.md", CITY))
-        curator = kb(client).curator
+        curator = kb(client).graph.curator
         assert (await curator.delete_entity("berlin"))["relations_removed"] == 2
         await curator.delete_relation(pair_key("bob jones", "acme corp"))
         store = kb(client).store
@@ -142,12 +142,10 @@ async def test_suggestions_find_namesakes_and_dismissals_stick(settings: Setting
                                   "Berlin": "Location"})
     async with gateway_client(settings, fake) as client:
         await ingest(client, ("a.txt", "Acme Corp sells anvils in Berlin. ACME Corporation was founded in 1920."))
-        finder = kb(client).suggestions
+        finder = kb(client).graph.finder
         found = finder.find(0.9)
         assert [(s.a, s.b, s.reason) for s in found][:1] == [("acme corp", "acme corporation", "same name")]
-        from proxy.merging.suggestions import dismiss
-        from proxy.store.store import now
-        await kb(client).store.db.write(dismiss, "acme corporation", "acme corp", now())
+        await kb(client).graph.dismiss_suggestion("acme corporation", "acme corp")
         assert not [s for s in finder.find(0.9) if s.reason == "same name"]
 
 

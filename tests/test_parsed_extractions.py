@@ -10,6 +10,7 @@ from proxy.extraction.results import ExtractedEntity, ExtractedRelation, Extract
 from proxy.merging.recompute import ParsedExtractions
 from proxy.store.store import now
 from proxy.store.duckdb.connection import Database
+from proxy.store.duckdb.graph_rows import DuckDBGraphRows
 
 pytestmark = pytest.mark.anyio
 
@@ -29,13 +30,13 @@ def db(tmp_path: Path):
 
 async def test_read_once_then_held_until_the_aliases_change(db: Database) -> None:
     parsed = ParsedExtractions(size=8)
-    first = await parsed.read(db, ["c1", "absent"], {})
+    first = await parsed.read(DuckDBGraphRows(db), ["c1", "absent"], {})
     assert set(first) == {"c1"} and set(first["c1"].entities) == {"bob smith", "acme"}
     db.con.execute("DELETE FROM extractions")  # held: not read again
-    assert (await parsed.read(db, ["c1"], {}))["c1"] is first["c1"]
+    assert (await parsed.read(DuckDBGraphRows(db), ["c1"], {}))["c1"] is first["c1"]
     # Bob merged into "robert smith": what was indexed under the old aliases is not used
     db.con.execute("INSERT INTO extractions VALUES ('c1', 'm', ?, '[]', ?)", [RESULT.to_json(), now()])
-    renamed = await parsed.read(db, ["c1"], {"bob smith": "robert smith"})
+    renamed = await parsed.read(DuckDBGraphRows(db), ["c1"], {"bob smith": "robert smith"})
     assert set(renamed["c1"].entities) == {"robert smith", "acme"}
     assert set(renamed["c1"].relations) == {"acme\x1frobert smith"}
 

@@ -29,7 +29,7 @@ class Edge:
     source: str  # node key
     target: str  # node key
     weight: float
-    label: str = ""  # e.g. relation keywords (untrusted), shown as a tooltip
+    label: str = ""  # relation keywords, for instance (untrusted), shown as a tooltip
 
 
 @dataclass

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from proxy.store.protocols.cache import CacheEntry
+
 
 @dataclass
 class ChunkRow:
@@ -54,6 +56,34 @@ class DocumentUpdate:
 
 
 @dataclass
+class EntityEdit:
+    """An entity's fields set by hand (None: as recomputed)."""
+    name: str | None = None
+    type: str | None = None
+    description: str | None = None
+
+
+@dataclass
+class RelationEdit:
+    keywords: list[str] | None = None
+    description: str | None = None
+    weight: float | None = None
+
+
+@dataclass
+class Curation:
+    """Curation's bookkeeping, committed with the graph rows it changed: aliases (a merged-away
+    name keeps resolving to its target) and hand edits (laid over every later recomputation)."""
+    aliases: dict[str, str] = field(default_factory=dict)                # alias key -> target key
+    aliases_dropped: list[str] = field(default_factory=list)             # alias keys no longer aliases
+    aliases_into_dropped: list[str] = field(default_factory=list)        # targets losing all their aliases
+    entity_edits: dict[str, EntityEdit] = field(default_factory=dict)    # by name key
+    relation_edits: dict[str, RelationEdit] = field(default_factory=dict)  # by pair key
+    entity_edits_dropped: list[str] = field(default_factory=list)
+    relation_edits_dropped: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Changeset:
     chunks_added: list[ChunkRow] = field(default_factory=list)
     chunks_removed: list[str] = field(default_factory=list)
@@ -64,6 +94,9 @@ class Changeset:
     relations_upserted: list[RelationRow] = field(default_factory=list)
     relations_removed: list[str] = field(default_factory=list)           # pair keys
     documents: list[DocumentUpdate] = field(default_factory=list)
+    curation: Curation = field(default_factory=Curation)
+    cache_entries: list[CacheEntry] = field(default_factory=list)  # LLM replies the changes were made with
+    embed_model: str | None = None  # recorded as the model the stored vectors come from
     # more statements for the same transaction (cache entries, for instance): fn(connection)
     also: list[Callable[[Any], None]] = field(default_factory=list)
 

@@ -13,6 +13,8 @@ import pyarrow as pa
 
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.duckdb.connection import Con, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.duckdb.cache import write_cache
+from proxy.store.duckdb.graph_rows import write_curation
 
 INDEXED_TABLES = ("chunks", "entities", "relations")
 
@@ -64,6 +66,10 @@ def write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], 
     _delete_rows(con, "relations", "pair_key", changes.relations_removed, deltas["relations"])
     _upsert_rows(con, "relations", "pair_key", changes.relations_upserted, deltas["relations"], stamp)
     _update_documents(con, changes.documents, stamp)
+    write_curation(con, changes.curation, stamp)  # aliases and hand edits (proxy/store/duckdb/graph_rows.py)
+    write_cache(con, changes.cache_entries, [])
+    if changes.embed_model is not None:
+        set_meta(con, "embed_model", changes.embed_model)
     for statement in changes.also:
         statement(con)
     dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
