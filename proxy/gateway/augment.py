@@ -223,7 +223,7 @@ class Augmenter:
                       else "GRAPHGATE_MODE")
             return self._skip(turn, f"bypass mode (from {source})", mode)
         knowledge = self.gateway.knowledge
-        if knowledge is None or len(knowledge.store.indexes["chunks"]) == 0:
+        if knowledge is None or not knowledge.retriever.has_chunks():
             # the knowledge base is empty or unavailable
             self._skip(turn, "the knowledge base is empty (no processed documents)", mode)
             return self._context_reply(turn, NO_CONTEXT, time.perf_counter()) if control.context_only else turn
@@ -356,7 +356,7 @@ class Augmenter:
         knowledge = self.gateway.knowledge
         assert knowledge is not None
         payload = turn.payload()
-        key = cache_key(turn.model, [turn.path, payload.decode("utf-8", "replace"), knowledge.store.generation])
+        key = cache_key(turn.model, [turn.path, payload.decode("utf-8", "replace"), knowledge.generation])
         cached = await knowledge.cached("answer", key)
         if cached is not None:
             return Response(cached.encode(), media_type="application/json; charset=utf-8",

@@ -84,6 +84,10 @@ class Retriever:
         self.reranker = reranker  # none by default: the fused order is the final one
         self.remember: Callable[[CacheEntry], None] = lambda entry: None  # offers new entries to the LLM cache
 
+    def has_chunks(self) -> bool:
+        """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
+        return self.store.vector_count("chunks") > 0
+
     async def keywords(self, query: str, history: list[tuple[str, str]], params: QueryParams) -> Keywords | None:
         if params.hl_keywords is not None or params.ll_keywords is not None:
             found = Keywords(params.hl_keywords or (), params.ll_keywords or (), "given")

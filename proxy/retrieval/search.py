@@ -11,10 +11,8 @@ import numpy as np
 from proxy.retrieval.found import FoundEntity, FoundRelation
 from proxy.store.changes import pair_key
 
-if TYPE_CHECKING:
-    from proxy.store.graph_igraph import EntityGraph
-    from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
-    from proxy.store.store import KnowledgeStore
+if TYPE_CHECKING:  # the types the store's reads hand over
+    from proxy.store.store import EntityGraph, EntityMeta, KnowledgeStore, MemoryRows, RelationMeta
 
 
 def vector_search(store: KnowledgeStore, table: str, vector: np.ndarray, count: int,
