@@ -25,7 +25,8 @@ async def documents_page(request: Request) -> Response:
     params = request.query_params
     status = params.get("status") or None
     kb.documents.check_status(status)
-    sort = params.get("sort") if params.get("sort") in SORTS else "created_at"
+    sort = params.get("sort") or ""
+    sort = sort if sort in SORTS else "created_at"
     order = "asc" if params.get("order") == "asc" else "desc"
     search = (params.get("q") or "").strip()[:200]
     page = page_of(request, size=50)

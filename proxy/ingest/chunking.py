@@ -220,7 +220,8 @@ def _tail(tok: Tokenizer, prev: str, prev_ids: list[int], k: int) -> str:
 def _pack(items: list[_Piece | _Blob], tok: Tokenizer, size: int, overlap: int) -> list[Chunk]:
     chunks: list[Chunk] = []
     pending = deque(items)
-    prev, prev_ids = "", []
+    prev = ""
+    prev_ids: list[int] = []
     while pending:
         limit = size - overlap if chunks else size     # room reserved for the overlap
         cur: list[_Piece] = []
@@ -244,7 +245,8 @@ def _pack(items: list[_Piece | _Blob], tok: Tokenizer, size: int, overlap: int) 
                 continue
             if cur and item.tokens > room:
                 break
-            cur.append(pending.popleft())   # the first piece always goes in (it is <= size)
+            cur.append(item)                # the first piece always goes in (it is <= size)
+            pending.popleft()
             used += item.tokens + extra
         _keep_headings(cur, pending)
         k = overlap if chunks else 0

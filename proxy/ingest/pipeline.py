@@ -71,7 +71,7 @@ class Pipeline:
         self.inserting: dict[str, Committed] = {}  # document id or name -> its insert, until committed
         self._handed: dict[str, tuple[str, str]] = {}  # document id -> (name, text) for its worker
         self._handed_bytes = 0
-        self.finished = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
+        self.finished: deque[tuple[float, int]] = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
         self.idle = anyio.Event()
         self._group: TaskGroup | None = None
 
@@ -248,10 +248,11 @@ class Pipeline:
             self._hand_over(document_id, parsed)
             self._enqueue(document_id)
         if pending is not None:  # the row as just committed: no need to read it back
-            document = self.documents.new_row(record)
+            stored: dict[str, Any] | None = self.documents.new_row(record)
         else:
-            document = await self.documents.get(document_id)
-        assert document is not None
+            stored = await self.documents.get(document_id)
+        assert stored is not None
+        document = stored
         return document, "replaced" if document.get("replaces") else "accepted"
 
     def _hand_over(self, document_id: str, parsed: ParsedDocument) -> None:

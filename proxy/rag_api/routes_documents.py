@@ -70,10 +70,10 @@ async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | Gra
         await form.close()
         return out
     body = parse_object(await read_body(request, limit + 64 * 1024))
-    name, text = body.get("name"), body.get("text")
-    if not isinstance(name, str) or not isinstance(text, str):
+    given_name, text = body.get("name"), body.get("text")
+    if not isinstance(given_name, str) or not isinstance(text, str):
         raise BadRequest('expected multipart files, or JSON {"name": "...", "text": "..."}')
-    return [(name, text.encode())]
+    return [(given_name, text.encode())]
 
 
 async def submit_uploads(request: Request) -> list[dict[str, Any]]:

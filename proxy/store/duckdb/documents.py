@@ -40,6 +40,13 @@ def _row(values: tuple[Any, ...]) -> dict[str, Any]:
     return doc
 
 
+def _one(con: Con, query: str, args: Any) -> Any:
+    """The single value an aggregate query answers."""
+    row = con.execute(query, args).fetchone()
+    assert row is not None  # an aggregate always answers one row
+    return row[0]
+
+
 def get_document(con: Con, document_id: str) -> dict[str, Any] | None:
     row = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM documents WHERE id = ?", [document_id]).fetchone()
     return _row(row) if row else None
@@ -85,7 +92,7 @@ def list_documents(con: Con, *, status: str | None, search: str | None, sort: st
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     order = sort if sort in SORTS else "created_at"
     direction = "DESC" if descending else "ASC"
-    total = con.execute(f"SELECT count(*) FROM documents {clause}", args).fetchone()[0]
+    total = _one(con, f"SELECT count(*) FROM documents {clause}", args)
     rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM documents {clause} ORDER BY {order} {direction}, id "
                        "LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
     return [_row(r) for r in rows], total
@@ -192,14 +199,14 @@ def save_replies(con: Con, entries: list[CacheEntry]) -> None:
 def document_counts(con: Con, document_id: str) -> dict[str, int]:
     """Chunks, entities and relations a document's chunks source (joins on unnested source ids:
     ``list_has_any`` against every row costs a second at 100k entities)."""
-    chunks = con.execute("SELECT count(DISTINCT chunk_id) FROM document_chunks WHERE document_id = ?",
-                         [document_id]).fetchone()[0]
+    chunks = _one(con, "SELECT count(DISTINCT chunk_id) FROM document_chunks WHERE document_id = ?",
+                  [document_id])
     counts = {"chunks": chunks}
     for table, key in (("entities", "name_key"), ("relations", "pair_key")):
-        counts[table] = con.execute(f"""
+        counts[table] = _one(con, f"""
             WITH mine AS (SELECT DISTINCT chunk_id FROM document_chunks WHERE document_id = ?),
                  sourced AS (SELECT {key} AS id, unnest(source_ids) AS chunk_id FROM {table})
-            SELECT count(DISTINCT s.id) FROM sourced s JOIN mine USING (chunk_id)""", [document_id]).fetchone()[0]
+            SELECT count(DISTINCT s.id) FROM sourced s JOIN mine USING (chunk_id)""", [document_id])
     return counts
 
 
@@ -218,7 +225,7 @@ def entity_counts(con: Con, document_ids: list[str]) -> dict[str, int]:
 
 
 def document_chunks(con: Con, document_id: str, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-    total = con.execute("SELECT count(*) FROM document_chunks WHERE document_id = ?", [document_id]).fetchone()[0]
+    total = _one(con, "SELECT count(*) FROM document_chunks WHERE document_id = ?", [document_id])
     rows = con.execute("""
         WITH page AS (SELECT ord, chunk_id FROM document_chunks WHERE document_id = ? ORDER BY ord LIMIT ? OFFSET ?)
         SELECT p.ord, p.chunk_id, c.content, c.tokens, e.result FROM page p
@@ -233,13 +240,15 @@ def deletion_effects(con: Con, document_id: str) -> dict[str, int]:
     orphaned = orphaned_chunks(con, document_id, [])
     counts = {"chunks": len(orphaned)}
     for table, key in (("entities", "name_key"), ("relations", "pair_key")):
-        removed, updated = con.execute(f"""
+        row = con.execute(f"""
             WITH gone AS (SELECT DISTINCT unnest($gone::VARCHAR[]) AS chunk_id),
                  sourced AS (SELECT {key} AS id, unnest(source_ids) AS chunk_id FROM {table}),
                  per AS (SELECT s.id, count(*) AS total, count(g.chunk_id) AS hit
                          FROM sourced s LEFT JOIN gone g USING (chunk_id) GROUP BY s.id)
             SELECT count(*) FILTER (WHERE hit = total), count(*) FILTER (WHERE hit < total)
             FROM per WHERE hit > 0""", {"gone": orphaned}).fetchone()
+        assert row is not None  # an aggregate always answers one row
+        removed, updated = row
         counts[f"{table}_removed"], counts[f"{table}_updated"] = removed, updated
     return counts
 
