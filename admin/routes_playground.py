@@ -2,8 +2,8 @@
 entities, relations, chunks, the context, token counts, timings, budget); optionally the answer.
 
 Retrieval runs exactly as ``POST /rag/query`` runs it (``knowledge.query``); the form's knobs,
-their bounds, choices and help come from the settings table (``proxy.retrieval.params``). An htmx request gets the
-result fragment, in which the answer streams over SSE: the POST leaves a short-lived, single-use
+their bounds, choices and help come from the settings table (``proxy.retrieval.params``). An htmx
+request gets the result fragment, in which the answer streams over SSE: the POST leaves a short-lived, single-use
 record (model and messages, the context injected) under a random token, and
 ``GET /playground/answer/{token}`` streams the model's reply, HTML-escaped piece by piece, ending
 with a ``done`` (or ``error``) event that replaces the stream's container with the static answer,
@@ -26,15 +26,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.gateway.augment import inject
-from proxy.core.errors import BadRequest, GraphGateError, NotFound
-from proxy.knowledge.query import ROLES, question_of
-from proxy.retrieval.params import CHOICE_KNOBS, NUMBER_KNOBS, QueryParams, knob_of
-from proxy.rag_api.routes_documents import knowledge
-from proxy.core.settings import Settings
-
 from admin.guard import action
 from admin.rendering import is_htmx, render
+from proxy.core.errors import BadRequest, GraphGateError, NotFound
+from proxy.core.settings import Settings
+from proxy.gateway.augment import inject
+from proxy.knowledge.query import ROLES, question_of
+from proxy.rag_api.routes_documents import knowledge
+from proxy.retrieval.params import CHOICE_KNOBS, NUMBER_KNOBS, QueryParams, knob_of
 
 ANSWER_TTL = 300.0          # seconds a pending answer waits for its stream
 ANSWER_SLOTS = 64           # pending answers kept at most (the oldest go first)

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -103,7 +104,7 @@ class Reverse:
         self.calls: list[str] = []
 
     async def rerank(self, question: Question, chunks: list[FoundChunk]) -> list[FoundChunk]:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         self.calls.append(question.text)
         return list(reversed(chunks))
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
-from proxy.retrieval.found import ChunkHit, Found, FoundChunk, FoundEntity, FoundRelation
+from proxy.retrieval.found import (
+    ChunkHit,
+    Found,
+    FoundChunk,
+    FoundEntity,
+    FoundRelation,
+)
 from proxy.retrieval.select import round_robin
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
 import anyio.to_thread
 import numpy as np
 
@@ -28,7 +29,13 @@ from proxy.core.tokens import Tokenizer
 from proxy.retrieval.budget import Budget
 from proxy.retrieval.channels import channels_for
 from proxy.retrieval.context import Context, build_context
-from proxy.retrieval.found import ChunkHit, Found, FoundChunk, FoundEntity, FoundRelation
+from proxy.retrieval.found import (
+    ChunkHit,
+    Found,
+    FoundChunk,
+    FoundEntity,
+    FoundRelation,
+)
 from proxy.retrieval.fusion import fuse_chunks, fuse_graph, read_chunks
 from proxy.retrieval.keywords import Keywords, extract_keywords, fallback
 from proxy.retrieval.modes import Mode

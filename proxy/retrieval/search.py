@@ -12,7 +12,13 @@ from proxy.retrieval.found import FoundEntity, FoundRelation
 from proxy.store.changes import pair_key
 
 if TYPE_CHECKING:  # the types the store's reads hand over
-    from proxy.store.store import EntityGraph, EntityMeta, KnowledgeStore, MemoryRows, RelationMeta
+    from proxy.store.store import (
+        EntityGraph,
+        EntityMeta,
+        KnowledgeStore,
+        MemoryRows,
+        RelationMeta,
+    )
 
 
 def vector_search(store: KnowledgeStore, table: str, vector: np.ndarray, count: int,
