@@ -233,6 +233,10 @@ class KnowledgeStore:
                 return np.empty((0, 0), dtype=np.float32)
             return index.vectors(np.asarray(keys, dtype=np.uint64))
 
+    def vector_count(self, table: str) -> int:
+        """How many vectors ``table``'s index holds: one size read, cheap enough for the event loop."""
+        return len(self.indexes[table])
+
     # --- rebuilding (graphgate reindex) ---
 
     def rebuild_sync(self) -> dict[str, int]:
