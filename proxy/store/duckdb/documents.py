@@ -277,7 +277,7 @@ class DuckDBIngestWrites:
 class DuckDBDocuments:
     """``DocumentTables`` over DuckDB."""
 
-    read_errors = (duckdb.Error, OSError, GraphGateError)
+    read_errors: tuple[type[BaseException], ...] = (duckdb.Error, OSError, GraphGateError)
 
     def __init__(self, db: Database) -> None:
         self.db = db

@@ -19,6 +19,8 @@ from proxy.store.duckdb.reembed import DuckDBReembed
 from proxy.store.duckdb.retrieval_rows import DuckDBRetrievalRows
 from proxy.store.duckdb.traces import DuckDBTraces
 from proxy.store.duckdb.memory_load import graph_edges, load_chunk_documents, load_rows
+from proxy.store.protocols.documents import DocumentTables
+from proxy.store.protocols.reembed import ReembedTables
 from proxy.store.rows_memory import MemoryRows
 
 FILE_NAME = "graphgate.duckdb"
@@ -29,11 +31,11 @@ class DuckDBTables:
         """Opens (and migrates) the database: blocking, run it in a worker thread."""
         self.db = Database(data_dir / FILE_NAME, memory_limit)
         # the subjects, one object each (their protocols are in proxy/store/protocols/):
-        self.documents = DuckDBDocuments(self.db)
+        self.documents: DocumentTables = DuckDBDocuments(self.db)
         self.cache = DuckDBCache(self.db)
         self.traces = DuckDBTraces(self.db)
         self.graph_rows = DuckDBGraphRows(self.db)
-        self.reembed = DuckDBReembed(self.db)
+        self.reembed: ReembedTables = DuckDBReembed(self.db)
         self.retrieval_rows = DuckDBRetrievalRows(self.db)
 
     # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---

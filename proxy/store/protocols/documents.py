@@ -59,10 +59,14 @@ class Writer(Protocol[Item_contra]):
 class IngestWrites(Protocol):
     """The pipeline's small writes, sharing transactions: items that wait together commit together,
     in this order (uploads, "processing" statuses, answered replies, finished extractions)."""
-    uploads: Writer[NewDocument]
-    starts: Writer[Started]
-    replies: Writer[CacheEntry]
-    extractions: Writer[ExtractionRecord]
+    @property
+    def uploads(self) -> Writer[NewDocument]: ...
+    @property
+    def starts(self) -> Writer[Started]: ...
+    @property
+    def replies(self) -> Writer[CacheEntry]: ...
+    @property
+    def extractions(self) -> Writer[ExtractionRecord]: ...
 
     async def run(self) -> None:
         """Commit what is submitted until cancelled (then what was handed over, before returning)."""
@@ -107,7 +111,9 @@ class DocumentTables(Protocol):
         """What deleting the document would remove and what it would only update."""
 
     # --- health ---
-    read_errors: tuple[type[BaseException], ...]  # what a read raises when the tables cannot be read
+    @property
+    def read_errors(self) -> tuple[type[BaseException], ...]:
+        """What a read raises when the tables cannot be read."""
     def health_sync(self) -> StorageHealth:
         """Blocking: a health probe runs it in a worker thread it may abandon."""
     def condition(self) -> StorageCondition: ...
