@@ -248,7 +248,7 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
             for doc in failed:
                 docsql.set_status(con, doc["id"], "failed", "the model's extraction for chunk 1 was not valid "
                                                             "JSON after 3 tries: no JSON object in the reply")
-        await store.db.write(insert_documents)
+        await store.tables.db.write(insert_documents)
 
         stamp = now()
         for start in range(0, n_chunks, BATCH):

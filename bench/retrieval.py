@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import anyio
 import numpy as np
 import pyarrow as pa
 
@@ -54,9 +55,8 @@ def build(data: Path, n_chunks: int) -> None:
     rng = np.random.default_rng(7)
     centers = rng.standard_normal((500, DIM)).astype(np.float32)
     settings = Settings.load()  # GRAPHGATE_VECTOR_DTYPE and GRAPHGATE_DB_MEMORY apply, as in the gateway
-    store = KnowledgeStore(data, settings.vector_dtype, settings.db_memory)
-    store._open_sync()
-    con = store.db.con
+    store = anyio.run(KnowledgeStore.open, data, settings.vector_dtype, settings.db_memory)
+    con = store.tables.db.con  # the benchmark writes its rows in bulk, straight into the tables
     stamp = now()
     n_entities, n_docs = n_chunks // 2, max(n_chunks // 50, 1)
     filler = " ".join(WORDS * 10)  # ~200 tokens
@@ -95,13 +95,10 @@ def build(data: Path, n_chunks: int) -> None:
         con.execute("INSERT OR IGNORE INTO relations SELECT *, ?, ? FROM r", [stamp, stamp])
     set_meta(con, "embed_dim", DIM)
     set_meta(con, "embed_model", "nomic-embed-text")
-    store.generation = bump_generation(con)
+    bump_generation(con)
     con.execute("CHECKPOINT")
-    for name, index in store.indexes.items():
-        index.reset(DIM)
-        store._heal_index(name, index, trust=False)
-    store._save_sync()
-    store.db.close()
+    store.rebuild_sync()  # indexes, rows and graph from the tables, as `graphgate reindex` does
+    anyio.run(store.close)
 
 
 MEASURE = r"""
@@ -142,7 +139,7 @@ async def main():
                       "rss_mb": int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024,
                       "entities": len(r.context.entities), "relations": len(r.context.relations),
                       "chunks": len(r.context.chunks), "tokens": r.context.tokens["total"]}))
-    store.db.close()
+    await store.close()
 
 anyio.run(main)
 """

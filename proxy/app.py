@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio
-import duckdb
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -23,7 +22,7 @@ from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_
 from proxy.gateway.augment import Augmenter
 from proxy.guards.body_limit import BodyLimitMiddleware
 from proxy.gateway.chat import ChatPipeline
-from proxy.core.errors import GraphGateError
+from proxy.core.errors import GraphGateError, StoreUnavailable
 from proxy.knowledge.service import run_knowledge
 from proxy.state import Gateway
 from proxy.guards.middleware import build_middleware
@@ -92,9 +91,10 @@ def create_app(settings: Settings | None = None, *,
                     await stack.enter_async_context(gateway.watcher.watching())
                 try:
                     gateway.knowledge = await stack.enter_async_context(run_knowledge(settings, upstream))
-                except (OSError, duckdb.Error) as exc:
+                except (StoreUnavailable, OSError) as exc:
                     # the gateway keeps proxying (unaugmented) even when the store cannot open
-                    gateway.knowledge_error = f"{type(exc).__name__}: {exc}"
+                    gateway.knowledge_error = (exc.message if isinstance(exc, StoreUnavailable)
+                                               else f"{type(exc).__name__}: {exc}")
                     log.error("knowledge store at %s unavailable: %s", settings.data_dir, gateway.knowledge_error)
                 yield
         finally:

@@ -20,6 +20,7 @@ import httpx
 from hypothesis import HealthCheck, settings
 
 from proxy.app import Settings, create_app
+from proxy.store.store import INDEXED_TABLES
 from tests.conftest import NOMINAL_UPSTREAM, running
 from tests.console_helpers import csrf_of
 from tests.corpus import CITY, PEOPLE, TEAM
@@ -132,7 +133,7 @@ async def _prepare(h: Harness, seed: bool) -> None:
             assert response.status_code == 202, response.text
             h.documents.append(response.json()["documents"][0]["id"])
         await quiesce(h)
-        h.entity_keys = await kb.store.db.read(
+        h.entity_keys = await kb.store.tables.db.read(
             lambda con: [r[0] for r in con.execute("SELECT name_key FROM entities ORDER BY 1").fetchall()])
         assert len(h.entity_keys) == len(PEOPLE)
     page = await h.client.get("/admin/")
@@ -151,7 +152,7 @@ async def quiesce(h: Harness) -> None:
         await kb.documents.wait_idle()
         while kb.traces.writer._pending or kb.cache.writer._pending:
             await anyio.sleep(0.002)
-        await kb.store.db.write(lambda con: None)  # behind the write lock: any commit under way is done
+        await kb.store.tables.db.write(lambda con: None)  # behind the write lock: any commit under way is done
 
 
 VOLATILE_TABLES = ("traces", "llm_cache")  # what an upstream-rejected but augmented chat may write
@@ -170,7 +171,7 @@ async def snapshot(h: Harness) -> dict[str, Any]:
         return state
 
     async def tables() -> None:
-        state["tables"] = await kb.store.db.read(_tables)
+        state["tables"] = await kb.store.tables.db.read(_tables)
 
     async def stats() -> None:
         state["stats"] = (await h.client.get("/rag/stats")).json()
@@ -179,9 +180,8 @@ async def snapshot(h: Harness) -> dict[str, Any]:
     async with anyio.create_task_group() as group:  # two reader threads at once
         group.start_soon(tables)
         group.start_soon(stats)
-    with kb.store.memory_lock:
-        state["graph"] = (kb.store.graph.vertex_count, kb.store.graph.edge_count)
-        state["indexes"] = {name: len(index) for name, index in kb.store.indexes.items()}
+    state["graph"] = await kb.store.read_memory(lambda rows, graph: (graph.vertex_count, graph.edge_count))
+    state["indexes"] = {name: kb.store.vector_count(name) for name in INDEXED_TABLES}
     state["generation"] = kb.store.generation
     return state
 

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import anyio
 
+from proxy.store.protocols.graph import Graph
+from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
+
+
+def in_memory(store: KnowledgeStore) -> tuple[MemoryRows, Graph]:
+    """The store's in-memory rows and graph, to compare with its tables (a store at rest)."""
+    return store.read_memory_sync(lambda rows, graph: (rows, graph))
 
 
 def check_store(data_dir: Path) -> dict[str, int]:
@@ -17,14 +24,14 @@ def check_store(data_dir: Path) -> dict[str, int]:
 async def _check(data_dir: Path) -> dict[str, int]:
     store = await KnowledgeStore.open(data_dir)
     try:
-        read = store.db.read_sync
+        read = store.tables.db.read_sync
         for table in ("chunks", "entities", "relations"):
             db_keys = {r[0] for r in read(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall())}
-            assert {int(k) for k in store.indexes[table].keys()} == db_keys, f"{table}: index and table differ"
+            assert {int(k) for k in store.vector_keys_sync(table)} == db_keys, f"{table}: index and table differ"
         names = {r[0] for r in read(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
-        assert store.graph.names() == names, "graph vertices differ from entities"
+        assert in_memory(store)[1].names() == names, "graph vertices differ from entities"
         pairs = {(r[0], r[1]) for r in read(lambda c: c.execute("SELECT source, target FROM relations").fetchall())}
-        assert store.graph.edge_pairs() == pairs, "graph edges differ from relations"
+        assert in_memory(store)[1].edge_pairs() == pairs, "graph edges differ from relations"
         chunk_ids = {r[0] for r in read(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
         for table in ("entities", "relations"):
             for (sources,) in read(lambda c, t=table: c.execute(f"SELECT source_ids FROM {t}").fetchall()):
@@ -33,7 +40,7 @@ async def _check(data_dir: Path) -> dict[str, int]:
             assert source in names and target in names, "relation to a missing entity"
         linked = {r[0] for r in read(lambda c: c.execute("SELECT DISTINCT chunk_id FROM document_chunks").fetchall())}
         assert chunk_ids <= linked, "chunk that no document links to"
-        rows = store.rows  # the in-memory copy retrieval reads must match the tables too
+        rows = in_memory(store)[0]  # the in-memory copy retrieval reads must match the tables too
         assert set(rows.entity_keys) == names and set(rows.relation_keys) == {
             r[0] for r in read(lambda c: c.execute("SELECT pair_key FROM relations").fetchall())}
         assert set(rows.chunk_keys) == chunk_ids

@@ -158,7 +158,7 @@ LISTS = [("/admin/documents", "sort"), ("/admin/documents", "order"), ("/admin/d
 
 
 def counts(client: httpx.AsyncClient) -> dict[str, int]:
-    db = client._transport.app.state.gateway.knowledge.store.db  # type: ignore[attr-defined]
+    db = client._transport.app.state.gateway.knowledge.store.tables.db  # type: ignore[attr-defined]
     tables = [r[0] for r in db.read_sync(lambda c: c.execute("SHOW TABLES").fetchall())]
     return {t: db.read_sync(lambda c, t=t: c.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]) for t in tables}
 

@@ -11,6 +11,7 @@ from proxy.core.settings import Settings
 from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.merging.suggestions import normalised
 from proxy.store.changes import pair_key
+from tests.invariants import in_memory
 from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
@@ -26,12 +27,12 @@ def kb(client: httpx.AsyncClient):
 
 
 def entities(client: httpx.AsyncClient) -> dict[str, tuple]:
-    return {r[0]: r[1:] for r in kb(client).store.db.read_sync(
+    return {r[0]: r[1:] for r in kb(client).store.tables.db.read_sync(
         lambda c: c.execute("SELECT name, type, description, source_ids FROM entities").fetchall())}
 
 
 def relations(client: httpx.AsyncClient) -> dict[frozenset[str], tuple]:
-    rows = kb(client).store.db.read_sync(lambda c: c.execute(
+    rows = kb(client).store.tables.db.read_sync(lambda c: c.execute(
         "SELECT s.name, t.name, r.weight, r.keywords, r.description FROM relations r "
         "JOIN entities s ON s.name_key = r.source JOIN entities t ON t.name_key = r.target").fetchall())
     return {frozenset((a, b)): (w, list(k), d) for a, b, w, k, d in rows}
@@ -130,7 +131,8 @@ async def test_deleting_an_entity_or_relation_removes_it_from_every_store(
         assert (await curator.delete_entity("berlin"))["relations_removed"] == 2
         await curator.delete_relation(pair_key("bob jones", "acme corp"))
         store = kb(client).store
-        assert not store.graph.has("berlin") and store.rows.entity("berlin") is None
+        rows, graph = in_memory(store)
+        assert not graph.has("berlin") and rows.entity("berlin") is None
         assert frozenset(("Bob Jones", "Acme Corp")) not in relations(client)
         with pytest.raises(NotFound):
             await curator.delete_entity("berlin")

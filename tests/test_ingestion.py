@@ -30,7 +30,7 @@ def chat_calls(fake: FakeOllama) -> int:
 
 
 def entity_rows(client_app_store) -> dict[str, tuple]:
-    return {r[0]: r[1:] for r in client_app_store.db.read_sync(
+    return {r[0]: r[1:] for r in client_app_store.tables.db.read_sync(
         lambda c: c.execute("SELECT name, type, description, source_ids FROM entities").fetchall())}
 
 
@@ -61,7 +61,7 @@ async def test_the_store_log_is_checkpointed_once_the_pipeline_is_idle(rag: http
     """DuckDB's own checkpoints (which make readers wait) are rare; GraphGate writes the log into the
     database file itself when ingestion goes quiet, so a restart has little to replay."""
     store = store_of(rag)
-    wal = store.db.path.with_name(store.db.path.name + ".wal")
+    wal = store.tables.db.path.with_name(store.tables.db.path.name + ".wal")
     await settle(rag, (await upload(rag, "team.txt", TEAM))["id"])
     with anyio.fail_after(10):
         while wal.exists() and wal.stat().st_size > 0:
@@ -199,7 +199,7 @@ async def test_uploads_in_flight_together_share_a_transaction_and_see_each_other
     async def send(name: str, text: str) -> None:
         results[name] = await upload(rag, name, text)
 
-    lock = store_of(rag).db.write_lock
+    lock = store_of(rag).tables.db.write_lock
     await lock.acquire()  # the writer is busy (a merge, say) while they arrive
     held = True
     try:

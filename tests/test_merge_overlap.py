@@ -58,7 +58,7 @@ async def build(settings: Settings, batch: int, together: bool, monkeypatch: pyt
         for document_id in ids:
             assert (await settle(client, document_id))["status"] == "processed"
         store = pipeline.store
-        rows = store.db.read_sync(lambda c: {
+        rows = store.tables.db.read_sync(lambda c: {
             "entities": sorted(c.execute("SELECT name_key, name, type, description, list_sort(source_ids) "
                                          "FROM entities").fetchall()),
             "relations": sorted(c.execute("SELECT pair_key, keywords, description, weight, list_sort(source_ids) "

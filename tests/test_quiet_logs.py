@@ -98,7 +98,7 @@ async def test_only_an_index_that_really_was_out_of_step_is_reported(
     store = await reopen(tmp_path)
     assert [r.getMessage() for r in records(caplog, OUT_OF_STEP)] == [
         "vector index chunks was out of step with the tables and has been repaired"]
-    assert len(store.indexes["chunks"]) == 1
+    assert store.vector_count("chunks") == 1
     caplog.clear()
     await reopen(tmp_path)  # the repaired index was saved
     assert records(caplog, OUT_OF_STEP) == []
@@ -114,7 +114,7 @@ async def test_only_an_index_that_really_was_out_of_step_is_reported(
     await store.close()
     store = await reopen(tmp_path)
     assert all((tmp_path / f"{name}.usearch").exists() for name in ("chunks", "entities", "relations"))
-    assert {name: len(index) for name, index in store.indexes.items()} == {
+    assert {name: store.vector_count(name) for name in ("chunks", "entities", "relations")} == {
         "chunks": 0, "entities": 0, "relations": 0}
     (tmp_path / "relations.usearch").unlink()  # an empty table's missing index has nothing to repair
     await reopen(tmp_path)

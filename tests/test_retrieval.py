@@ -47,7 +47,7 @@ def oracle(client: httpx.AsyncClient, table: str, text: str, threshold: float = 
            "relations": "SELECT s.name || '|' || t.name, r.embedding FROM relations r JOIN entities s ON s.name_key = "
                         "r.source JOIN entities t ON t.name_key = r.target",
            "chunks": "SELECT id, embedding FROM chunks"}[table]
-    rows = store.db.read_sync(lambda c: c.execute(sql).fetchall())
+    rows = store.tables.db.read_sync(lambda c: c.execute(sql).fetchall())
     q = np.asarray(fake_embedding(text, 64))
     scored = sorted(((float(np.dot(q, np.asarray(e))), name) for name, e in rows), reverse=True)
     return [name for score, name in scored if score >= threshold][:top]
@@ -63,7 +63,7 @@ async def test_local_mode(kb: httpx.AsyncClient) -> None:
     assert [e["name"] for e in result["entities"]] == oracle(kb, "entities", "Acme Corp")
     names = {e["name"] for e in result["entities"]}
     store = store_of(kb)
-    incident = {tuple(sorted((s, t))) for s, t in store.db.read_sync(lambda c: c.execute(
+    incident = {tuple(sorted((s, t))) for s, t in store.tables.db.read_sync(lambda c: c.execute(
         "SELECT s.name, t.name FROM relations r JOIN entities s ON s.name_key = r.source "
         "JOIN entities t ON t.name_key = r.target").fetchall()) if s in names or t in names}
     assert {tuple(sorted((r["source"], r["target"]))) for r in result["relations"]} == incident
@@ -242,8 +242,8 @@ async def test_an_oversized_only_entity_is_cut_to_its_budget(kb: httpx.AsyncClie
 async def test_descriptions_are_the_stored_ones(kb: httpx.AsyncClient) -> None:
     """Descriptions are not kept in memory: a retrieval reads the chosen rows' from DuckDB."""
     store = store_of(kb)
-    entities = dict(store.db.read_sync(lambda c: c.execute("SELECT name, description FROM entities").fetchall()))
-    relations = {(s, t): d for s, t, d in store.db.read_sync(lambda c: c.execute(
+    entities = dict(store.tables.db.read_sync(lambda c: c.execute("SELECT name, description FROM entities").fetchall()))
+    relations = {(s, t): d for s, t, d in store.tables.db.read_sync(lambda c: c.execute(
         "SELECT s.name, t.name, r.description FROM relations r JOIN entities s ON s.name_key = r.source "
         "JOIN entities t ON t.name_key = r.target").fetchall())}
     result = await query(kb, query="Berlin chess club", mode="mix", ll_keywords=["Berlin"], hl_keywords=["club"])
@@ -262,7 +262,7 @@ async def test_a_description_is_found_by_name_once_its_row_was_re_keyed(kb: http
     """A commit between a retrieval's vector search and its description read can re-embed (so re-key)
     a row: the description is then found by its name."""
     store = store_of(kb)
-    key, name, description = store.db.read_sync(
+    key, name, description = store.tables.db.read_sync(
         lambda c: c.execute("SELECT key, name_key, description FROM entities ORDER BY name_key LIMIT 1").fetchone())
     gone = key + 1_000_000_000  # the key it had before the commit: no row has it now
     assert store.tables.retrieval_rows.descriptions_sync("entities", [(gone, name), (key, name)]) == {

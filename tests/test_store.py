@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
+from tests.invariants import in_memory
 from proxy.store.store import KnowledgeStore
 from proxy.store.duckdb.schema import SCHEMA_VERSION, current_version
 
@@ -40,29 +41,29 @@ def sample_changes() -> Changeset:
 
 async def set_dim(store: KnowledgeStore) -> None:
     from proxy.store.duckdb.connection import set_meta
-    await store.db.write(set_meta, "embed_dim", DIM)
+    await store.tables.db.write(set_meta, "embed_dim", DIM)
 
 
 def assert_in_step(store: KnowledgeStore) -> None:
     for table in ("chunks", "entities", "relations"):
-        db_keys = sorted(r[0] for r in store.db.read_sync(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall()))
-        assert sorted(int(k) for k in store.indexes[table].keys()) == db_keys, table
-    names = {r[0] for r in store.db.read_sync(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
-    assert store.graph.names() == names
-    pairs = {(r[0], r[1]) for r in store.db.read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())}
-    assert store.graph.edge_pairs() == pairs
-    assert set(store.rows.entity_keys) == names
-    assert {k for k in store.rows.entities} == {int(k) for k in store.indexes["entities"].keys()}
-    chunk_ids = {r[0] for r in store.db.read_sync(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
-    assert set(store.rows.chunk_keys) == chunk_ids
+        db_keys = sorted(r[0] for r in store.tables.db.read_sync(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall()))
+        assert sorted(int(k) for k in store.vector_keys_sync(table)) == db_keys, table
+    names = {r[0] for r in store.tables.db.read_sync(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
+    assert in_memory(store)[1].names() == names
+    pairs = {(r[0], r[1]) for r in store.tables.db.read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())}
+    assert in_memory(store)[1].edge_pairs() == pairs
+    assert set(in_memory(store)[0].entity_keys) == names
+    assert {k for k in in_memory(store)[0].entities} == {int(k) for k in store.vector_keys_sync("entities")}
+    chunk_ids = {r[0] for r in store.tables.db.read_sync(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
+    assert set(in_memory(store)[0].chunk_keys) == chunk_ids
 
 
 async def test_schema_is_versioned(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
-    assert store.db.read_sync(current_version) == SCHEMA_VERSION
+    assert store.tables.db.read_sync(current_version) == SCHEMA_VERSION
     await store.close()
     again = await KnowledgeStore.open(tmp_path)  # migrating twice is a no-op
-    assert again.db.read_sync(current_version) == SCHEMA_VERSION
+    assert again.tables.db.read_sync(current_version) == SCHEMA_VERSION
     await again.close()
 
 
@@ -82,18 +83,18 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
                 "VALUES ('summary', 'k1', 'm', '{}', 'kept', now())")
     con.close()
     store = await KnowledgeStore.open(tmp_path)
-    assert store.db.read_sync(current_version) == SCHEMA_VERSION == 4
-    indexes = store.db.read_sync(lambda c: [r[0] for r in c.execute(
+    assert store.tables.db.read_sync(current_version) == SCHEMA_VERSION == 4
+    indexes = store.tables.db.read_sync(lambda c: [r[0] for r in c.execute(
         "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'llm_cache'").fetchall()])
     assert "llm_cache_key" in indexes
-    assert store.db.read_sync(cached_responses, [("summary", "k1")]) == {("summary", "k1"): "kept"}
+    assert store.tables.db.read_sync(cached_responses, [("summary", "k1")]) == {("summary", "k1"): "kept"}
     await store.close()
 
 
 async def test_duckdb_runs_single_threaded_once_the_store_is_loaded(tmp_path: Path) -> None:
     """Small statements would otherwise wake DuckDB's worker threads every time (bench/ingest.py)."""
     store = await KnowledgeStore.open(tmp_path)
-    assert store.db.read_sync(lambda c: c.execute("SELECT current_setting('threads')").fetchone()[0]) == 1
+    assert store.tables.db.read_sync(lambda c: c.execute("SELECT current_setting('threads')").fetchone()[0]) == 1
     await store.close()
 
 
@@ -105,9 +106,9 @@ async def test_apply_updates_all_three_engines(tmp_path: Path) -> None:
     assert (stats["chunks"], stats["entities"], stats["relations"]) == (2, 3, 2)
     assert stats["index_sizes"] == {"chunks": 2, "entities": 3, "relations": 2}
     assert stats["graph"] == {"vertices": 3, "edges": 2}
-    assert store.graph.degree("bob") == 2
-    best = store.indexes["entities"].search(vec(3), 1)
-    alice_key = store.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='alice'").fetchone()[0])
+    assert in_memory(store)[1].degree("bob") == 2
+    best = store.search_sync("entities", vec(3), 1)
+    alice_key = store.tables.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='alice'").fetchone()[0])
     assert best[0][0] == alice_key and best[0][1] == pytest.approx(1.0, abs=1e-5)
     assert_in_step(store)
     await store.close()
@@ -117,11 +118,11 @@ async def test_reembedding_gives_a_new_key_and_drops_the_old(tmp_path: Path) -> 
     store = await KnowledgeStore.open(tmp_path)
     await set_dim(store)
     await store.apply(sample_changes())
-    old = store.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
+    old = store.tables.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
     await store.apply(Changeset(entities_upserted=[entity("Bob", 40, ["c1", "c2"])]))
-    new = store.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
+    new = store.tables.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
     assert new != old
-    keys = {int(k) for k in store.indexes["entities"].keys()}
+    keys = {int(k) for k in store.vector_keys_sync("entities")}
     assert new in keys and old not in keys
     assert_in_step(store)
     await store.close()
@@ -148,11 +149,12 @@ async def test_crash_between_commit_and_index_save_heals(tmp_path: Path) -> None
     # a later commit reaches DuckDB but the process dies before the indexes are saved
     await store.apply(Changeset(chunks_added=[ChunkRow("c3", "Dave.", 2, vec(9))],
                                 entities_upserted=[entity("Dave", 10, ["c3"])]))
-    store.db.close()  # no save
+    store.tables.db.close()  # no save
     reopened = await KnowledgeStore.open(tmp_path)
-    assert len(reopened.indexes["chunks"]) == 3 and len(reopened.indexes["entities"]) == 4
+    assert reopened.vector_count("chunks") == 3 and reopened.vector_count("entities") == 4
     assert_in_step(reopened)
-    assert reopened.indexes["chunks"].generation == reopened.generation  # healed copy saved
+    saved_generation = int((tmp_path / "chunks.gen").read_text().split()[0])
+    assert saved_generation == reopened.generation  # healed copy saved
     await reopened.close()
 
 
@@ -170,7 +172,7 @@ async def test_missing_or_corrupt_index_files_are_rebuilt(tmp_path: Path, damage
             path.write_bytes(b"\x00garbage" * 10)
     reopened = await KnowledgeStore.open(tmp_path)
     assert_in_step(reopened)
-    assert len(reopened.indexes["relations"]) == 2
+    assert reopened.vector_count("relations") == 2
     await reopened.close()
 
 
@@ -178,12 +180,12 @@ async def test_document_update_and_generation(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
     from proxy.store.store import now
 
-    await store.db.write(lambda c: c.execute(
+    await store.tables.db.write(lambda c: c.execute(
         "INSERT INTO documents (id, name, mime, size, status, text, created_at, updated_at) "
         "VALUES ('d1', 'a.txt', 'text/plain', 3, 'pending', 'abc', ?, ?)", [now(), now()]))
     before = store.generation
     await store.apply(Changeset(documents=[DocumentUpdate("d1", "failed", error="boom")]))
-    row = store.db.read_sync(lambda c: c.execute("SELECT status, error FROM documents").fetchone())
+    row = store.tables.db.read_sync(lambda c: c.execute("SELECT status, error FROM documents").fetchone())
     assert row == ("failed", "boom")
     assert store.generation == before + 1
     await store.close()

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from proxy.parsing.files import SUPPORTED_TYPES
 from proxy.core.data_dir import DATABASE_FILE, has_store
-from proxy.core.errors import GraphGateError
+from proxy.core.errors import StoreUnavailable, GraphGateError
 from proxy.core.settings import Settings
 
 console = Console(stderr=True)
@@ -195,7 +195,7 @@ async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> i
 
 
 async def reindex(settings: Settings) -> int:
-    from proxy.ingest.reindex import StoreUnavailable, reindexing
+    from proxy.ingest.reindex import reindexing
 
     if not has_store(settings.data_dir):
         raise CommandError(f"there is no knowledge store at {settings.data_dir} (no {DATABASE_FILE} there): "
@@ -213,7 +213,7 @@ async def reindex(settings: Settings) -> int:
 
                 sizes = await run_reindex(report)
     except StoreUnavailable as exc:  # most often: the running gateway holds the lock
-        console.print(f"[red]cannot open the store at {settings.data_dir}: {exc}[/red]\n"
+        console.print(f"[red]cannot open the store at {settings.data_dir}: {exc.message}[/red]\n"
                       "stop `graphgate serve` first: reindex needs the store to itself")
         return 1
     console.print("indexes rebuilt: " + ", ".join(f"{k} {v}" for k, v in sizes.items()))

@@ -13,7 +13,8 @@
     ├── PayloadTooLarge (413)
     ├── UnsupportedMedia (415)
     ├── ServiceUnavailable (503)
-    │   └── StorageError           the knowledge store could not write (507 when the disk is full)
+    │   ├── StorageError           the knowledge store could not write (507 when the disk is full)
+    │   └── StoreUnavailable       the knowledge store could not be opened
     └── UpstreamError (502)        raised only by proxy.upstream.client, which translates httpx errors
         ├── UpstreamUnavailable (502)
         ├── UpstreamProtocolError (502)
@@ -88,6 +89,11 @@ class ServiceUnavailable(GraphGateError):
 
 class StorageError(ServiceUnavailable):
     """DuckDB could not write: raised only by proxy.store.duckdb.connection, which translates its errors."""
+
+
+class StoreUnavailable(ServiceUnavailable):
+    """The knowledge store could not be opened (a read-only or full disk, another process holding
+    it); the message names the engine's own error."""
 
 
 class UpstreamError(GraphGateError):

@@ -55,18 +55,11 @@ async def reindex(store: KnowledgeStore, models: ModelClient, settings: Settings
     return sizes
 
 
-class StoreUnavailable(Exception):
-    """The store could not be opened (most often: a running gateway holds it)."""
-
-
 @contextlib.asynccontextmanager
 async def reindexing(settings: Settings) -> AsyncIterator[Callable[[Progress], Awaitable[dict[str, int]]]]:
     """The store opened for reindexing (StoreUnavailable when it cannot be): yields ``run(progress)``,
     which reindexes it and answers the sizes of the rebuilt indexes; the store is closed afterwards."""
-    try:
-        store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
-    except Exception as exc:  # noqa: BLE001 - said to the user as it is
-        raise StoreUnavailable(str(exc)) from exc
+    store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
     upstream = Upstream(settings)
     try:
         models = ModelClient(upstream, PriorityLimiter(settings.llm_concurrency), settings)

@@ -21,12 +21,14 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
+from proxy.core.errors import StoreUnavailable
+from proxy.store.backends import EMBEDDED, Backend
 from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.duckdb.commit import INDEXED_TABLES, now
-from proxy.store.duckdb.tables import DuckDBTables
-from proxy.store.graph_igraph import EntityGraph
+from proxy.store.protocols.graph import Graph
+from proxy.store.protocols.tables import Tables
+from proxy.store.protocols.vectors import Vectors
 from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
-from proxy.store.vectors_usearch import VectorIndex
 
 __all__ = ["INDEXED_TABLES", "KnowledgeStore", "now"]
 
@@ -35,37 +37,41 @@ T = TypeVar("T")
 
 
 class KnowledgeStore:
-    def __init__(self, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB") -> None:
+    def __init__(self, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB",
+                 backend: Backend = EMBEDDED) -> None:
         self.data_dir = data_dir
         self.memory_limit = memory_limit
-        self.tables: DuckDBTables
-        self.indexes = {name: VectorIndex(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
-        self.graph = EntityGraph()
-        self.rows = MemoryRows()
-        self.memory_lock = threading.RLock()   # rows and graph
+        self.backend = backend
+        self.tables: Tables
+        self._indexes = {name: backend.new_vectors(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
+        self._graph = backend.new_graph()
+        self._rows = MemoryRows()
+        self._memory_lock = threading.RLock()   # rows and graph
         self._vectors_lock = threading.RLock()  # the vector indexes
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
         self.generation = 0
         self.saved_generation = 0
 
-    @property
-    def db(self) -> Any:
-        return self.tables.db
-
     # --- opening, healing, saving ---
 
     @classmethod
-    async def open(cls, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB") -> KnowledgeStore:
-        store = cls(data_dir, dtype, memory_limit)
-        await anyio.to_thread.run_sync(store._open_sync)
+    async def open(cls, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB",
+                   backend: Backend = EMBEDDED) -> KnowledgeStore:
+        """The store, opened, migrated and healed; StoreUnavailable when its tables cannot be opened
+        (a read-only or full disk, another process holding them)."""
+        store = cls(data_dir, dtype, memory_limit, backend)
+        try:
+            await anyio.to_thread.run_sync(store._open_sync)
+        except (*backend.open_errors, OSError) as exc:
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
         return store
 
     def _open_sync(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.tables = DuckDBTables(self.data_dir, self.memory_limit)
+        self.tables = self.backend.open_tables(self.data_dir, self.memory_limit)
         self.generation = int(self.tables.meta_sync("generation", "0") or 0)
         ndim = self.embedding_dim()
-        for name, index in self.indexes.items():
+        for name, index in self._indexes.items():
             loaded = index.load(ndim)
             healed = self._heal_index(name, index, trust=loaded and index.generation == self.generation)
             if healed:
@@ -73,7 +79,7 @@ class KnowledgeStore:
         self._load_memory()
         self.tables.serve_small_statements(on_reopen=self._reopened)
         self.saved_generation = self.generation
-        if any(index.generation != self.generation for index in self.indexes.values()):
+        if any(index.generation != self.generation for index in self._indexes.values()):
             try:
                 self._save_sync()
             except OSError as exc:  # e.g. a full disk: serve from the healed indexes in memory
@@ -89,8 +95,8 @@ class KnowledgeStore:
             return
         log.warning("a commit that reported a failure was in the store's log after all: rebuilding the "
                     "in-memory indexes and graph from the tables")
-        with self.memory_lock, self._vectors_lock:
-            for name, index in self.indexes.items():
+        with self._memory_lock, self._vectors_lock:
+            for name, index in self._indexes.items():
                 self._heal_index(name, index, trust=False)
             self._load_memory()
             self.generation = generation
@@ -99,7 +105,7 @@ class KnowledgeStore:
         raw = self.tables.meta_sync("embed_dim")
         return int(raw) if raw else None
 
-    def _heal_index(self, table: str, index: VectorIndex, *, trust: bool) -> bool:
+    def _heal_index(self, table: str, index: Vectors, *, trust: bool) -> bool:
         """Make the index hold exactly the table's keys; True if anything had to change.
 
         An untrusted index (its file missing, unreadable, of another format, or of another
@@ -127,15 +133,15 @@ class KnowledgeStore:
         gc.disable()
         try:
             self.tables.load_rows_sync(rows)
-            self.graph.load(list(rows.entity_keys), *self.tables.graph_edges_sync())
+            self._graph.load(list(rows.entity_keys), *self.tables.graph_edges_sync())
         finally:
             gc.enable()
-        self.rows = rows
+        self._rows = rows
 
     def _save_sync(self) -> None:
         with self._vectors_lock:
             generation = self.generation
-            for index in self.indexes.values():
+            for index in self._indexes.values():
                 if index.generation != generation:
                     index.save(generation)
             self.saved_generation = generation
@@ -169,13 +175,13 @@ class KnowledgeStore:
     def _apply_memory(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> int:
         touched_chunks = [c for d in changes.documents_removed for c in deltas["chunks"].linked_chunks.get(d, [])]
         touched_chunks += [chunk for _, chunk, _ in changes.links_added]
-        with self.memory_lock:
+        with self._memory_lock:
             self._apply_rows(changes)
-            self.tables.load_chunk_documents_sync(self.rows, list(dict.fromkeys(touched_chunks)))
+            self.tables.load_chunk_documents_sync(self._rows, list(dict.fromkeys(touched_chunks)))
             self._apply_graph(changes)
         with self._vectors_lock:
             for name, delta in deltas.items():
-                index = self.indexes[name]
+                index = self._indexes[name]
                 index.remove(np.asarray(delta.removed_keys, dtype=np.uint64))
                 if delta.added_keys:
                     index.add(np.asarray(delta.added_keys, dtype=np.uint64), np.vstack(delta.added_vectors))
@@ -184,7 +190,7 @@ class KnowledgeStore:
         return generation
 
     def _apply_rows(self, changes: Changeset) -> None:
-        rows = self.rows
+        rows = self._rows
         for chunk_id in changes.chunks_removed:
             rows.drop_chunk(chunk_id)
         for chunk in changes.chunks_added:
@@ -200,42 +206,47 @@ class KnowledgeStore:
             rows.put_relation(RelationMeta(r.key, r.pair_key, tuple(r.keywords), r.weight, rows.sources(r.source_ids)))
 
     def _apply_graph(self, changes: Changeset) -> None:
-        self.graph.add_entities(row.name_key for row in changes.entities_upserted)
-        self.graph.set_edges((row.source, row.target, row.weight) for row in changes.relations_upserted)
-        self.graph.remove_edges(split_pair(key) for key in changes.relations_removed)
-        self.graph.remove_entities(changes.entities_removed)
+        self._graph.add_entities(row.name_key for row in changes.entities_upserted)
+        self._graph.set_edges((row.source, row.target, row.weight) for row in changes.relations_upserted)
+        self._graph.remove_edges(split_pair(key) for key in changes.relations_removed)
+        self._graph.remove_entities(changes.entities_removed)
 
     # --- reading the in-memory engines (always in a worker thread, never on the event loop) ---
 
-    def read_memory_sync(self, read: Callable[[MemoryRows, EntityGraph], T]) -> T:
+    def read_memory_sync(self, read: Callable[[MemoryRows, Graph], T]) -> T:
         """``read(rows, graph)`` over a consistent state of the rows and the graph. Blocking: call it
         from a worker thread (``read_memory`` does); ``read`` must not keep or change what it sees."""
-        with self.memory_lock:
-            return read(self.rows, self.graph)
+        with self._memory_lock:
+            return read(self._rows, self._graph)
 
-    async def read_memory(self, read: Callable[[MemoryRows, EntityGraph], T]) -> T:
+    async def read_memory(self, read: Callable[[MemoryRows, Graph], T]) -> T:
         return await anyio.to_thread.run_sync(self.read_memory_sync, read)
 
     def search_sync(self, table: str, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """(vector key, similarity) of the ``count`` nearest rows of ``table``. Blocking."""
         with self._vectors_lock:
-            return self.indexes[table].search(vector, count)
+            return self._indexes[table].search(vector, count)
 
     def search_many_sync(self, table: str, vectors: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         with self._vectors_lock:
-            return self.indexes[table].search_many(vectors, count)
+            return self._indexes[table].search_many(vectors, count)
 
     def vectors_sync(self, table: str, keys: list[int]) -> np.ndarray:
         """The stored vectors of ``keys`` (empty when the index has none). Blocking."""
         with self._vectors_lock:
-            index = self.indexes[table]
+            index = self._indexes[table]
             if index.ndim is None or not keys:
                 return np.empty((0, 0), dtype=np.float32)
             return index.vectors(np.asarray(keys, dtype=np.uint64))
 
+    def vector_keys_sync(self, table: str) -> np.ndarray:
+        """Every key ``table``'s index holds (consistency checks). Blocking."""
+        with self._vectors_lock:
+            return self._indexes[table].keys()
+
     def vector_count(self, table: str) -> int:
         """How many vectors ``table``'s index holds: one size read, cheap enough for the event loop."""
-        return len(self.indexes[table])
+        return len(self._indexes[table])
 
     # --- rebuilding (graphgate reindex) ---
 
@@ -243,15 +254,15 @@ class KnowledgeStore:
         """Rebuild every index, the rows and the graph from the tables and save the indexes; the
         sizes of the indexes. Blocking."""
         ndim = self.embedding_dim()
-        with self.memory_lock, self._vectors_lock:
-            for table, index in self.indexes.items():
+        with self._memory_lock, self._vectors_lock:
+            for table, index in self._indexes.items():
                 index.reset(ndim)
                 self._heal_index(table, index, trust=False)
             self._load_memory()
             self.generation = int(self.tables.meta_sync("generation", "0") or 0)
         self.saved_generation = -1
         self._save_sync()
-        return {table: len(index) for table, index in self.indexes.items()}
+        return {table: len(index) for table, index in self._indexes.items()}
 
     async def rebuild(self) -> dict[str, int]:
         return await anyio.to_thread.run_sync(self.rebuild_sync)
@@ -259,9 +270,9 @@ class KnowledgeStore:
     def stats_sync(self) -> dict[str, Any]:
         counts = self.tables.counts_sync()
         with self._vectors_lock:
-            counts["index_sizes"] = {name: len(index) for name, index in self.indexes.items()}
-        with self.memory_lock:
-            counts["graph"] = {"vertices": self.graph.vertex_count, "edges": self.graph.edge_count}
+            counts["index_sizes"] = {name: len(index) for name, index in self._indexes.items()}
+        with self._memory_lock:
+            counts["graph"] = {"vertices": self._graph.vertex_count, "edges": self._graph.edge_count}
         counts["generation"] = self.generation
         counts["bytes_on_disk"] = sum(p.stat().st_size for p in self.data_dir.glob("*") if p.is_file())
         return counts

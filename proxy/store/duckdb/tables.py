@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from proxy.store.changes import Changeset, IndexDelta
@@ -19,11 +20,17 @@ from proxy.store.duckdb.reembed import DuckDBReembed
 from proxy.store.duckdb.retrieval_rows import DuckDBRetrievalRows
 from proxy.store.duckdb.traces import DuckDBTraces
 from proxy.store.duckdb.memory_load import graph_edges, load_chunk_documents, load_rows
+from proxy.store.protocols.cache import CacheTables
 from proxy.store.protocols.documents import DocumentTables
+from proxy.store.protocols.graph_rows import GraphRows
 from proxy.store.protocols.reembed import ReembedTables
+from proxy.store.protocols.retrieval_rows import RetrievalRows
+from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
 
 FILE_NAME = "graphgate.duckdb"
+# what opening the tables raises when they cannot be used (the store reports it as StoreUnavailable)
+OPEN_ERRORS: tuple[type[BaseException], ...] = (duckdb.Error, OSError)
 
 
 class DuckDBTables:
@@ -32,11 +39,11 @@ class DuckDBTables:
         self.db = Database(data_dir / FILE_NAME, memory_limit)
         # the subjects, one object each (their protocols are in proxy/store/protocols/):
         self.documents: DocumentTables = DuckDBDocuments(self.db)
-        self.cache = DuckDBCache(self.db)
-        self.traces = DuckDBTraces(self.db)
-        self.graph_rows = DuckDBGraphRows(self.db)
+        self.cache: CacheTables = DuckDBCache(self.db)
+        self.traces: TraceTables = DuckDBTraces(self.db)
+        self.graph_rows: GraphRows = DuckDBGraphRows(self.db)
         self.reembed: ReembedTables = DuckDBReembed(self.db)
-        self.retrieval_rows = DuckDBRetrievalRows(self.db)
+        self.retrieval_rows: RetrievalRows = DuckDBRetrievalRows(self.db)
 
     # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---
 

@@ -1,23 +1,63 @@
-"""The tables: the store's source of truth, by subject. A backend (DuckDB today, PostgreSQL
-tomorrow) offers one object per subject; each subject's protocol is its own small file here."""
+"""The tables: the store's source of truth. A backend (DuckDB today: ``proxy/store/duckdb/``)
+offers what the store needs to keep its vector indexes and graph in step with the tables (the
+methods below), and one object per subject, each with its own small protocol in this folder."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
+import numpy as np
+
+from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.protocols.cache import CacheTables
 from proxy.store.protocols.documents import DocumentTables
 from proxy.store.protocols.graph_rows import GraphRows
 from proxy.store.protocols.reembed import ReembedTables
 from proxy.store.protocols.retrieval_rows import RetrievalRows
 from proxy.store.protocols.traces import TraceTables
+from proxy.store.rows_memory import MemoryRows
 
 
 class Tables(Protocol):
-    """Every subject's tables of one backend (``store.tables``); one attribute per subject."""
+    """``store.tables``. Blocking ``*_sync`` methods run in worker threads."""
+
     documents: DocumentTables
     cache: CacheTables
     traces: TraceTables
     graph_rows: GraphRows
     reembed: ReembedTables
     retrieval_rows: RetrievalRows
+
+    def meta_sync(self, key: str, default: str | None = None) -> str | None: ...
+
+    async def meta(self, key: str, default: str | None = None) -> str | None: ...
+
+    def keys_sync(self, table: str) -> np.ndarray:
+        """Every vector key of an indexed table ("chunks", "entities", "relations")."""
+
+    def each_embedding_sync(self, table: str, keys: np.ndarray,
+                            receive: Callable[[np.ndarray, np.ndarray], None]) -> None:
+        """``receive(keys, vectors)`` for the stored embeddings of ``keys``, a batch at a time."""
+
+    def load_rows_sync(self, rows: MemoryRows) -> None:
+        """Fill empty in-memory rows from the tables (start-up)."""
+
+    def load_chunk_documents_sync(self, rows: MemoryRows, chunk_ids: list[str]) -> None:
+        """The document names of ``chunk_ids`` into ``rows`` (after a commit)."""
+
+    def graph_edges_sync(self) -> tuple[np.ndarray, list[float]]:
+        """Every relation as a pair of vertex numbers (entities numbered in key order) and its weight."""
+
+    def counts_sync(self) -> dict[str, Any]: ...
+
+    async def commit(self, changes: Changeset) -> tuple[dict[str, IndexDelta], int]:
+        """One transaction through the single writer: per indexed table the vector keys added
+        and removed, and the new generation."""
+
+    async def checkpoint(self) -> None: ...
+
+    def serve_small_statements(self, on_reopen: Callable[[], None]) -> None:
+        """Start-up is over; ``on_reopen`` runs if the tables had to be reopened after a failure."""
+
+    def close(self) -> None: ...
