@@ -17,7 +17,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.errors import Forbidden
-from proxy.rag_api.routes_documents import read_form
+from proxy.rag_api.forms import read_form
 
 from admin.auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
 

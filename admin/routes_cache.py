@@ -14,7 +14,7 @@ from admin.guard import action
 from admin.paging import page_of
 from admin.rendering import is_htmx, render, unref
 from proxy.core.errors import NotFound
-from proxy.rag_api.routes_documents import knowledge
+from proxy.state import knowledge
 
 # the kinds as stored, and how the console names them
 KINDS = {"extract": "extraction", "summary": "summary", "keywords": "keywords", "answer": "answer"}

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from admin.paging import page_of
 from admin.rendering import render
 from proxy.core.errors import BadRequest, NotFound
-from proxy.rag_api.routes_documents import knowledge
+from proxy.state import knowledge
 
 PER_PAGE = 50
 

@@ -8,7 +8,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from proxy.core.errors import NotFound
-from proxy.rag_api.routes_documents import knowledge, submit_uploads
+from proxy.rag_api.routes_documents import submit_uploads
+from proxy.state import knowledge
 from proxy.knowledge.documents import STATUSES
 
 from admin.guard import action

@@ -18,7 +18,7 @@ from admin.rendering import is_htmx, ref, render, unref
 from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.extraction.results import name_key
 from proxy.knowledge.graph import Edge, GraphService, Node
-from proxy.rag_api.routes_documents import knowledge
+from proxy.state import knowledge
 
 PAGE_SIZE = 50
 SHOWN_RELATIONS = 50  # a hub's page stays readable (and fast); the graph view shows the rest

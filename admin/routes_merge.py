@@ -14,7 +14,7 @@ from admin.paging import page_of
 from admin.rendering import is_htmx, ref, render, unref
 from proxy.core.errors import BadRequest
 from proxy.knowledge.graph import MAX_MERGE, GraphService
-from proxy.rag_api.routes_documents import knowledge
+from proxy.state import knowledge
 
 SUGGESTIONS_PER_PAGE = 20
 

@@ -30,9 +30,9 @@ from admin.guard import action
 from admin.rendering import is_htmx, render
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.core.settings import Settings
-from proxy.gateway.augment import inject
+from proxy.retrieval.context import inject
 from proxy.knowledge.query import ROLES, question_of
-from proxy.rag_api.routes_documents import knowledge
+from proxy.state import knowledge
 from proxy.retrieval.params import CHOICE_KNOBS, NUMBER_KNOBS, QueryParams, knob_of
 
 ANSWER_TTL = 300.0          # seconds a pending answer waits for its stream

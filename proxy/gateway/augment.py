@@ -15,7 +15,7 @@ import logging
 import re
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from starlette.responses import Response
@@ -27,7 +27,7 @@ from proxy.gateway.forward import forward
 from proxy.upstream.model_calls import cache_key
 from proxy.gateway.prefixes import TurnControl, header_mode, parse_prefix
 from proxy.retrieval.budget import Budget, conversation_tokens, message_text, plan_budget
-from proxy.retrieval.context import context_summary
+from proxy.retrieval.context import context_summary, inject
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.retriever import Retrieval
 from proxy.core.responses import json_bytes
@@ -35,7 +35,16 @@ from proxy.gateway.synthetic import ollama_reply, openai_reply
 from proxy.knowledge.traces import Trace
 
 if TYPE_CHECKING:
-    from proxy.state import Gateway
+    from proxy.core.settings import Settings
+    from proxy.knowledge.service import Knowledge
+
+
+class Grounding(Protocol):
+    """What the augmenter reads of the gateway (``proxy.state.Gateway``): the knowledge service
+    appears once the store has opened, and stays None when it cannot."""
+
+    settings: Settings
+    knowledge: Knowledge | None
 
 log = logging.getLogger("graphgate.augment")
 
@@ -176,26 +185,13 @@ def with_text(message: dict[str, Any], text: str) -> dict[str, Any]:
     return out
 
 
-def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
-    """Our block joins the client's front system message, or becomes one; nothing else changes."""
-    if messages and messages[0].get("role") == "system":
-        first = messages[0]
-        content = first.get("content")
-        if isinstance(content, list):
-            merged = {**first, "content": [*content, {"type": "text", "text": block}]}
-        else:
-            merged = {**first, "content": f"{content}\n\n{block}" if content else block}
-        return [merged, *messages[1:]]
-    return [{"role": "system", "content": block}, *messages]
-
-
 def history_of(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(m["role"], message_text(m)) for m in messages[:-1]
             if m.get("role") in ("user", "assistant") and message_text(m).strip()]
 
 
 class Augmenter:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Grounding) -> None:
         self.gateway = gateway
 
     async def __call__(self, turn: ChatTurn, *, whole_turn_only: bool = False) -> ChatTurn | Response:

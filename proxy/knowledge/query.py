@@ -6,17 +6,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.core.errors import BadRequest
-from proxy.gateway.augment import inject
+from proxy.retrieval.context import inject
 from proxy.knowledge.traces import Trace
 from proxy.retrieval.budget import Budget, conversation_tokens, plan_budget
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.retriever import Retrieval
 
 if TYPE_CHECKING:
-    from proxy.knowledge.service import Knowledge
+    from proxy.core.tokens import Tokenizer
+    from proxy.retrieval.retriever import Retriever
+    from proxy.upstream.model_calls import ModelClient
+
+
+class Knowledge(Protocol):
+    """What a query needs of the knowledge service (``proxy.knowledge.service.Knowledge``)."""
+
+    retriever: Retriever
+    models: ModelClient
+    tokenizer: Tokenizer
+
+    def record(self, trace: Trace) -> None: ...
 
 ROLES = ("user", "assistant", "system")
 

@@ -4,53 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from python_multipart.multipart import DEFAULT_MAX_HEADER_SIZE
-from starlette.datastructures import FormData, UploadFile
-from starlette.exceptions import HTTPException
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge, ServiceUnavailable
+from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge
 from proxy.parsing.workers import parse_isolated
-from proxy.parsing.files import NAME_MAX, ParsedDocument
-from proxy.knowledge.service import Knowledge
+from proxy.parsing.files import ParsedDocument
+from proxy.rag_api.forms import read_form
+from proxy.state import knowledge
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 
 MAX_FILES = 100
 
 
-def knowledge(request: Request) -> Knowledge:
-    gateway = request.app.state.gateway
-    if gateway.knowledge is None:
-        raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
-    return gateway.knowledge
-
-
 async def _parse(request: Request, name: str, data: bytes) -> ParsedDocument:
     return await parse_isolated(name, data, request.app.state.gateway.settings)  # in a worker, with bounds
-
-
-async def read_form(request: Request, **limits: Any) -> FormData:
-    """``request.form`` with its one vague error made readable (``_header_too_long``)."""
-    try:
-        return await request.form(**limits)
-    except HTTPException as exc:
-        readable = _header_too_long(exc)
-        if readable is None:
-            raise
-        raise readable from None
-
-
-def _header_too_long(exc: HTTPException) -> BadRequest | None:
-    """Starlette's "Invalid multipart data." hides python-multipart's reason two exceptions down;
-    the usual one is a file name too long for a part's header line: said so, with the limit."""
-    cause = getattr(exc.__context__, "__cause__", None)
-    if cause is None or "header size" not in str(cause):
-        return None
-    return BadRequest(f"a part's header line is over the limit of {DEFAULT_MAX_HEADER_SIZE} bytes: the file name "
-                      f"is too long (send a shorter one; stored names are cut to {NAME_MAX} characters anyway)")
 
 
 async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | GraphGateError]]:

@@ -15,7 +15,7 @@ from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.extraction.results import name_key
 from proxy.knowledge.graph import GraphService
-from proxy.rag_api.routes_documents import knowledge
+from proxy.state import knowledge
 from proxy.store.changes import pair_key
 
 

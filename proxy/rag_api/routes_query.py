@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
-from proxy.rag_api.routes_documents import knowledge
+from proxy.state import knowledge
 
 
 async def query(request: Request) -> Response:

@@ -116,3 +116,16 @@ def context_summary(context: Context) -> dict[str, Any]:
     return {"entities": [e.name for e in context.entities],
             "relations": [[r.source_name, r.target_name] for r in context.relations],
             "chunks": [c.id for c in context.chunks], "tokens": context.tokens}
+
+
+def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
+    """Our block joins the client's front system message, or becomes one; nothing else changes."""
+    if messages and messages[0].get("role") == "system":
+        first = messages[0]
+        content = first.get("content")
+        if isinstance(content, list):
+            merged = {**first, "content": [*content, {"type": "text", "text": block}]}
+        else:
+            merged = {**first, "content": f"{content}\n\n{block}" if content else block}
+        return [merged, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
