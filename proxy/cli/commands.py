@@ -195,7 +195,7 @@ async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> i
 
 
 async def reindex(settings: Settings) -> int:
-    from proxy.ingest.reindex import reindexing
+    from proxy.knowledge.reindex import reindexing
 
     if not has_store(settings.data_dir):
         raise CommandError(f"there is no knowledge store at {settings.data_dir} (no {DATABASE_FILE} there): "

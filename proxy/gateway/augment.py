@@ -219,7 +219,7 @@ class Augmenter:
                       else "GRAPHGATE_MODE")
             return self._skip(turn, f"bypass mode (from {source})", mode)
         knowledge = self.gateway.knowledge
-        if knowledge is None or not knowledge.retriever.has_chunks():
+        if knowledge is None or not knowledge.has_chunks():
             # the knowledge base is empty or unavailable
             self._skip(turn, "the knowledge base is empty (no processed documents)", mode)
             return self._context_reply(turn, NO_CONTEXT, time.perf_counter()) if control.context_only else turn
@@ -270,7 +270,7 @@ class Augmenter:
         params = QueryParams.from_settings(settings, mode=mode, instructions=control.instructions)
         try:
             with anyio.fail_after(settings.retrieval_timeout):
-                retrieval = await knowledge.retriever.retrieve(query, history_of(turn.messages), params, budget)
+                retrieval = await knowledge.retrieve(query, history_of(turn.messages), params, budget)
         except (TimeoutError, GraphGateError, UpstreamError) as exc:
             message = "retrieval timed out" if isinstance(exc, TimeoutError) else f"retrieval failed: {exc}"
             log.warning("forwarding a %s turn without context: %s", turn.model, message)

@@ -26,7 +26,9 @@ from proxy.knowledge.documents import DocumentService
 from proxy.knowledge.graph import GraphService
 from proxy.knowledge.query import QueryOutcome, run_query
 from proxy.knowledge.traces import Trace, TraceService
-from proxy.retrieval.retriever import Retriever
+from proxy.retrieval.budget import Budget
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.retriever import Retrieval, Retriever
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.model_calls import CacheEntry, ModelClient
@@ -63,6 +65,15 @@ class Knowledge:
 
     async def cached(self, kind: str, key: str) -> str | None:
         return await self.cache.lookup(kind, key)
+
+    def has_chunks(self) -> bool:
+        """Whether there is anything to ground a chat in (no processed document: nothing)."""
+        return self.retriever.has_chunks()
+
+    async def retrieve(self, query: str, history: list[tuple[str, str]], params: QueryParams,
+                       budget: Budget) -> Retrieval:
+        """One retrieval for a chat turn (proxy/retrieval/retriever.py)."""
+        return await self.retriever.retrieve(query, history, params, budget)
 
     async def query(self, body: Mapping[str, Any], *, api: str = "query") -> QueryOutcome:
         """A retrieval as /rag/query and the playground run it, optionally answered (proxy/knowledge/query.py)."""
