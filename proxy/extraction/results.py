@@ -1,4 +1,4 @@
-"""Entity and relation extraction: the JSON schema, our prompts, and a tolerant reply parser.
+"""What extraction yields: entities and relations, name keys, and a tolerant parser of the model's replies.
 
 Pure functions only; the caller sends the messages upstream (with ``format=extraction_schema()``)
 and hands the reply's content to :func:`parse_extraction`.

@@ -1,1 +1,1 @@
-"""Ingestion: parsing, chunking, extraction and the document pipeline."""
+"""The document pipeline: chunking, the durable queue from upload to merge, the inbox folder."""
