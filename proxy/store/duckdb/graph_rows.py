@@ -11,7 +11,7 @@ import numpy as np
 
 from proxy.store.changes import Curation, EntityEdit, RelationEdit
 from proxy.store.duckdb.connection import Con, Database, relation_ready
-from proxy.store.duckdb.memory_load import descriptions as _descriptions
+from proxy.store.duckdb.retrieval_rows import descriptions as _descriptions
 from proxy.store.protocols.graph_rows import (
     StoredEdits,
     StoredEntity,

@@ -1,5 +1,5 @@
 """Reading the in-memory rows and the graph's edges from the tables: all of them at start-up, the
-document names of some chunks after a commit, descriptions for the few rows a page shows."""
+document names of some chunks after a commit."""
 
 from __future__ import annotations
 
@@ -43,24 +43,6 @@ def load_chunk_documents(con: Con, rows: MemoryRows, chunk_ids: list[str]) -> No
     pairs = con.execute("SELECT dc.chunk_id, d.name FROM document_chunks dc JOIN documents d "
                         "ON d.id = dc.document_id WHERE dc.chunk_id = ANY(?::VARCHAR[])", [chunk_ids]).fetchall()
     rows.load_documents(pairs, chunk_ids)
-
-
-def descriptions(con: Con, table: str, wanted: list[tuple[int, str]]) -> dict[int, str]:
-    """Descriptions of entities or relations, by vector key (through the key index), for
-    ``wanted`` (vector key, name or pair key) pairs. A row re-embedded (so re-keyed) by a commit since
-    its key was read is found again by its name or pair."""
-    if not wanted:
-        return {}
-    id_column = {"entities": "name_key", "relations": "pair_key"}[table]
-    found = dict(con.execute(f"SELECT key, description FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
-                             [[key for key, _ in wanted]]).fetchall())
-    missing = {name: key for key, name in wanted if key not in found}
-    if missing:
-        for name, description in con.execute(f"SELECT {id_column}, description FROM {table} "
-                                             f"WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))",
-                                             [list(missing)]).fetchall():
-            found[missing[name]] = description
-    return found
 
 
 def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:
