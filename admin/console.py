@@ -26,7 +26,7 @@ from admin import (
     routes_merge,
     routes_playground,
 )
-from admin.auth import Auth
+from proxy.guards.auth import Auth
 from admin.guard import ConsoleGuard
 from admin.rendering import build_environment, installed_dir, is_htmx, render, static_dir
 

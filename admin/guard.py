@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.core.errors import Forbidden
 from proxy.rag_api.forms import read_form
 
-from admin.auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
+from proxy.guards.auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
 
 PUBLIC = ("/admin/login", "/admin/static/")
 

@@ -7,12 +7,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from admin.auth import Auth
+from proxy.guards.auth import Auth
 from admin.guard import action
-from admin.login_limit import client_key
+from proxy.guards.login_limit import client_key
 from admin.rendering import render
 
-FAILED_LOGIN_DELAY = 0.5  # seconds: slows each guess down; admin/login_limit.py bounds how many there are
+FAILED_LOGIN_DELAY = 0.5  # seconds: slows each guess down; proxy/guards/login_limit.py bounds how many there are
 
 
 def _next(request: Request, raw: object) -> str:

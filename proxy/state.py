@@ -13,7 +13,7 @@ from proxy.core.errors import ServiceUnavailable
 if TYPE_CHECKING:
     import anyio
 
-    from admin.auth import Auth
+    from proxy.guards.auth import Auth
     from proxy.core.settings import Settings
     from proxy.gateway.augment import Augmenter
     from proxy.gateway.chat import ChatPipeline

@@ -34,7 +34,7 @@ from typing import Any
 import duckdb
 import httpx
 
-from proxy.ingest.chunking import chunk_id
+from proxy.parsing.chunking import chunk_id
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, Recorded
 from tests.servers import free_port

@@ -1,4 +1,4 @@
-"""proxy.core.tokens (offline cl100k_base) and proxy.ingest.chunking (structure-aware chunks)."""
+"""proxy.core.tokens (offline cl100k_base) and proxy.parsing.chunking (structure-aware chunks)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import pytest
 
 from proxy.core import tokens as tokens_module
-from proxy.ingest.chunking import Chunk, chunk_text
+from proxy.parsing.chunking import Chunk, chunk_text
 from proxy.core.tokens import Tokenizer, get_tokenizer
 
 WORDS = ("graph gate entity relation node edge document chunk token model river stone light "

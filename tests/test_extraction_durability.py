@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 
-from proxy.ingest.chunking import chunk_id
+from proxy.parsing.chunking import chunk_id
 from tests.reliability_harness import Gateway, ScriptedUpstream, wait_until
 
 FIRST_PASSES = 6  # answered before the model stops answering and the process is killed

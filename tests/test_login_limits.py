@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from admin import routes_auth
-from admin.login_limit import OVERALL, PER_CLIENT, WINDOW, client_key
+from proxy.guards.login_limit import OVERALL, PER_CLIENT, WINDOW, client_key
 from proxy.app import Settings, create_app
 from tests.conftest import running
 from tests.console_auth_helpers import PASSWORD, log_in

@@ -10,7 +10,7 @@ import stat
 import httpx
 import pytest
 
-from admin.auth import COOKIE, REVOKED_FILE, Auth
+from proxy.guards.auth import COOKIE, REVOKED_FILE, Auth
 from proxy.core.settings import Settings
 from tests.console_auth_helpers import PASSWORD, console_client, log_in
 from tests.console_helpers import csrf_of

@@ -18,7 +18,7 @@ from proxy.retrieval import channels as registry
 from proxy.retrieval.channels import channels_for
 from proxy.retrieval.found import ChunkHit, Found, FoundChunk
 from proxy.retrieval.fusion import fuse_chunks
-from proxy.retrieval.modes import MODES, Mode
+from proxy.core.modes import MODES, Mode
 from proxy.retrieval.params import CHOICE_KNOBS, KNOBS, NUMBER_KNOBS, QueryParams
 from proxy.retrieval.select import round_robin
 from proxy.retrieval.stages import Question

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from proxy.guards.hosts import bind_is_loopback
+from proxy.core.hosts import bind_is_loopback
 from proxy.core.settings import DEFAULTS_IN_WORDS, SETTINGS, Settings, SettingsError, settings_markdown
 
 log = logging.getLogger("graphgate")

@@ -1,1 +1,1 @@
-"""The shared kernel: errors, settings, the tokenizer, limits, request and error shapes."""
+"""The shared kernel: errors, settings, the tokenizer, limits, Host names, retrieval modes, request and error shapes."""

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from proxy.core.data_dir import default_data_dir, user_data_dir
-from proxy.guards.hosts import parse_allowed_hosts
-from proxy.retrieval.modes import MODES
+from proxy.core.hosts import parse_allowed_hosts
+from proxy.core.modes import MODES
 
 
 class SettingsError(ValueError):

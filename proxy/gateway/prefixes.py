@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from proxy.core.errors import BadRequest
-from proxy.retrieval.modes import MODES
+from proxy.core.modes import MODES
 
 _PREFIX = re.compile(r"^/(local|global|hybrid|naive|mix|bypass)?(context)?(?:\[([^\]]*)\])?(?:\s+|$)", re.S)
 

@@ -1,1 +1,1 @@
-"""Guards in front of every route: the Host check, CORS and the API key, body bounds."""
+"""Guards in front of every route: the Host check, CORS, the API key and console sessions, body bounds."""

@@ -27,7 +27,7 @@ from starlette.datastructures import Headers
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from admin.auth import is_loopback
+from proxy.guards.auth import is_loopback
 
 from proxy.core.errors import PayloadTooLarge
 from proxy.core.responses import error_response

@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.guards.hosts import bind_is_loopback, request_host_allowed
+from proxy.core.hosts import bind_is_loopback, request_host_allowed
 from proxy.core.responses import error_response
 from proxy.core.settings import Settings
 

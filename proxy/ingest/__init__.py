@@ -1,1 +1,1 @@
-"""The document pipeline: chunking, the durable queue from upload to merge, the inbox folder."""
+"""The document pipeline: the durable queue from upload to merge, and the inbox folder."""

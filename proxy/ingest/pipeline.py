@@ -30,8 +30,8 @@ from proxy.store.changes import Changeset
 from proxy.store.protocols.documents import Committed, ExtractionRecord
 from proxy.store.store import KnowledgeStore, now
 from proxy.core.tokens import Tokenizer
-from proxy.ingest.chunking import Chunk, chunk_text
-from proxy.ingest.work import Work, describe
+from proxy.parsing.chunking import Chunk, chunk_text
+from proxy.merging.work import Work, describe
 from proxy.extraction.per_chunk import extract_chunk
 from proxy.merging.recompute import Integrator
 from proxy.merging.batches import Merger

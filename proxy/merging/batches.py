@@ -25,7 +25,7 @@ from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.extraction.per_chunk import ExtractionFailed
 from proxy.extraction.results import ExtractionResult
-from proxy.ingest.work import MergeReports, Work
+from proxy.merging.work import MergeReports, Work
 from proxy.merging.recompute import Integrator, Overlay
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate
 from proxy.store.store import KnowledgeStore

@@ -1,1 +1,1 @@
-"""Parsing uploads into text: file types, decoding, HTML, bounded worker processes."""
+"""Parsing uploads into text (file types, decoding, HTML, bounded worker processes), and text into chunks."""

@@ -1,4 +1,4 @@
-"""One retrieval, LightRAG's modes (``proxy/retrieval/modes.py``), as a pipeline of stages
+"""One retrieval, LightRAG's modes (``proxy/core/modes.py``), as a pipeline of stages
 (``proxy/retrieval/stages.py``):
 
     keywords   one model call, unless the mode's channels search with the question alone
@@ -38,7 +38,7 @@ from proxy.retrieval.found import (
 )
 from proxy.retrieval.fusion import fuse_chunks, fuse_graph, read_chunks
 from proxy.retrieval.keywords import Keywords, extract_keywords, fallback
-from proxy.retrieval.modes import Mode
+from proxy.core.modes import Mode
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.sources import graph_sources

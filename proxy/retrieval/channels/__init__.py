@@ -6,7 +6,7 @@ from __future__ import annotations
 from proxy.retrieval.channels.chunks import ChunkChannel
 from proxy.retrieval.channels.entities import EntityChannel
 from proxy.retrieval.channels.relations import RelationChannel
-from proxy.retrieval.modes import Mode
+from proxy.core.modes import Mode
 from proxy.retrieval.stages import Channel
 
 CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (

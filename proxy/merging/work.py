@@ -10,7 +10,7 @@ from typing import Protocol
 import anyio
 
 from proxy.core.errors import GraphGateError
-from proxy.ingest.chunking import Chunk
+from proxy.parsing.chunking import Chunk
 from proxy.store.protocols.documents import Committed
 
 

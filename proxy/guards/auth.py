@@ -25,9 +25,9 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
-from proxy.guards.hosts import request_host_allowed
+from proxy.core.hosts import request_host_allowed
 
-from admin.login_limit import LoginLimiter
+from proxy.guards.login_limit import LoginLimiter
 from proxy.core.settings import Settings
 
 log = logging.getLogger("graphgate.admin")

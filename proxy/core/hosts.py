@@ -9,7 +9,7 @@ only), or a name of that setting. An IP literal cannot be re-pointed, so it is a
 On a non-loopback bind with the setting unset the check is off, as in Ollama: the gateway is
 then reached under names it cannot know (a LAN name, a reverse proxy's, a container mapping),
 and the network can reach the API directly anyway. What a loopback client is granted there
-(the password-less console) still needs an allowed Host (``host_allowed`` in admin/auth.py).
+(the password-less console) still needs an allowed Host (``host_allowed`` in proxy/guards/auth.py).
 """
 
 from __future__ import annotations
