@@ -125,6 +125,23 @@ def test_no_module_imports_another_in_a_circle_not_even_for_types() -> None:
     assert cycles(edges) == []
 
 
+def folder_of(module: str) -> str:
+    """``proxy.store.duckdb.tables`` -> ``proxy.store``; a module directly in ``proxy`` is its own."""
+    parts = module.split(".")
+    if parts[0] == "admin":
+        return "admin"
+    return ".".join(parts[:2]) if (ROOT / "proxy" / parts[1]).is_dir() else module
+
+
+def test_the_folders_are_layers_none_imports_one_that_imports_it_back() -> None:
+    modules = product_modules()
+    edges: dict[str, set[str]] = {}
+    for found in all_imports():
+        if found.target in modules and folder_of(found.target) != folder_of(found.module):
+            edges.setdefault(folder_of(found.module), set()).add(folder_of(found.target))
+    assert cycles(edges) == []
+
+
 def test_the_surfaces_reach_the_knowledge_base_through_the_service() -> None:
     offenders = [f"{i.module}:{i.line} imports {i.target}" for i in all_imports()
                  if i.module.startswith(SURFACES) and i.target.startswith(BEHIND_THE_SERVICE)]
