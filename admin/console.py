@@ -14,8 +14,6 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from proxy.core.settings import Settings
-
 from admin import (
     routes_auth,
     routes_cache,
@@ -26,9 +24,10 @@ from admin import (
     routes_merge,
     routes_playground,
 )
-from proxy.guards.auth import Auth
 from admin.guard import ConsoleGuard
 from admin.rendering import build_environment, installed_dir, is_htmx, render, static_dir
+from proxy.core.settings import Settings
+from proxy.guards.auth import Auth
 
 log = logging.getLogger("graphgate.admin")
 

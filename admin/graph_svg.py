@@ -30,7 +30,7 @@ DEFAULT_TYPES = (
     "Person", "Creature", "Organization", "Location", "Event", "Concept",
     "Method", "Content", "Data", "Artifact", "NaturalObject",
 )
-_FIXED_COLOURS = dict(zip((t.casefold() for t in DEFAULT_TYPES), PALETTE))
+_FIXED_COLOURS = dict(zip((t.casefold() for t in DEFAULT_TYPES), PALETTE, strict=False))
 LABEL_CHARS = 24
 MAX_RADIUS = 18.0
 MAX_STROKE = 6.0
@@ -77,9 +77,9 @@ def render_svg(
     centre_node = nodes[index[centre]] if centre in index else None
     title = f"Neighbourhood of {centre_node.name}" if centre_node else "Entity neighbourhood"
     body = ['<g class="edges" stroke="#8a8a8a" stroke-opacity="0.7">']
-    body += [_edge(e, nodes[i], nodes[j], points[i], points[j]) for e, (i, j) in zip(edges, pairs)]
+    body += [_edge(e, nodes[i], nodes[j], points[i], points[j]) for e, (i, j) in zip(edges, pairs, strict=True)]
     body.append(f'</g><g class="nodes" font-family="sans-serif" font-size="{FONT_SIZE}">')
-    body += [_node(n, p, n.key == centre, link) for n, p in zip(nodes, points)]
+    body += [_node(n, p, n.key == centre, link) for n, p in zip(nodes, points, strict=True)]
     body.append("</g>")
     return _svg(width, height, title, body)
 
@@ -99,7 +99,7 @@ def _fit(points: list[tuple[float, float]], width: int, height: int) -> list[tup
     margin_y = min(40.0, height / 4)
     xs = _scale([p[0] for p in points], margin_x, width - margin_x)
     ys = _scale([p[1] for p in points], margin_y, height - margin_y)
-    return list(zip(xs, ys))
+    return list(zip(xs, ys, strict=True))
 
 
 def _scale(values: list[float], low: float, high: float) -> list[float]:

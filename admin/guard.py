@@ -17,9 +17,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.errors import Forbidden
-from proxy.rag_api.forms import read_form
-
 from proxy.guards.auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
+from proxy.rag_api.forms import read_form
 
 PUBLIC = ("/admin/login", "/admin/static/")
 

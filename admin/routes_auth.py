@@ -7,10 +7,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from proxy.guards.auth import Auth
 from admin.guard import action
-from proxy.guards.login_limit import client_key
 from admin.rendering import render
+from proxy.guards.auth import Auth
+from proxy.guards.login_limit import client_key
 
 FAILED_LOGIN_DELAY = 0.5  # seconds: slows each guess down; proxy/guards/login_limit.py bounds how many there are
 

@@ -24,7 +24,8 @@ async def _overview(request: Request) -> dict[str, Any]:
 
 
 async def dashboard(request: Request) -> Response:
-    return render(request, "dashboard.html", {**await _overview(request), "settings": request.app.state.gateway.settings})
+    settings = request.app.state.gateway.settings
+    return render(request, "dashboard.html", {**await _overview(request), "settings": settings})
 
 
 async def pipeline_fragment(request: Request) -> Response:

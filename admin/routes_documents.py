@@ -7,14 +7,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from proxy.core.errors import NotFound
-from proxy.rag_api.routes_documents import submit_uploads
-from proxy.state import knowledge
-from proxy.knowledge.documents import STATUSES
-
 from admin.guard import action
 from admin.paging import page_of
 from admin.rendering import is_htmx, render
+from proxy.core.errors import NotFound
+from proxy.knowledge.documents import STATUSES
+from proxy.rag_api.routes_documents import submit_uploads
+from proxy.state import knowledge
 
 SORTS = {"created_at": "Added", "name": "Name", "status": "Status", "size": "Size", "chunks_total": "Chunks",
          "updated_at": "Updated"}

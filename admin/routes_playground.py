@@ -30,10 +30,10 @@ from admin.guard import action
 from admin.rendering import is_htmx, render
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.core.settings import Settings
-from proxy.retrieval.context import inject
 from proxy.knowledge.query import ROLES, question_of
-from proxy.state import knowledge
+from proxy.retrieval.context import inject
 from proxy.retrieval.params import CHOICE_KNOBS, NUMBER_KNOBS, QueryParams, knob_of
+from proxy.state import knowledge
 
 ANSWER_TTL = 300.0          # seconds a pending answer waits for its stream
 ANSWER_SLOTS = 64           # pending answers kept at most (the oldest go first)

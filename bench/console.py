@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -69,7 +68,6 @@ def probe(data: Path) -> dict[str, Any]:
 
 
 def pages(p: dict[str, Any]) -> list[tuple[str, str, dict[str, str]]]:
-    import proxy  # noqa: F401 - first: importing admin.rendering before proxy is a circular import
     from admin.rendering import ref
 
     hx = {"HX-Request": "true", "HX-Target": "entity-table"}

@@ -156,18 +156,18 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
                  cache_per_kind: int) -> dict[str, int]:
     import pyarrow as pa
 
-    from proxy.store.duckdb import documents as docsql
-    from proxy.extraction.results import DEFAULT_ENTITY_TYPES
-    from proxy.merging.recompute import SUMMARY_SCHEMA, summary_messages
     from proxy.extraction.prompts import extraction_messages, extraction_schema
-    from proxy.upstream.model_calls import CacheEntry
+    from proxy.extraction.results import DEFAULT_ENTITY_TYPES
+    from proxy.knowledge.traces import Trace
+    from proxy.merging.recompute import SUMMARY_SCHEMA, summary_messages
     from proxy.retrieval.keywords import keyword_messages
     from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
-    from proxy.store.store import KnowledgeStore, now
-    from proxy.store.duckdb.connection import set_meta
-    from proxy.knowledge.traces import Trace
+    from proxy.store.duckdb import documents as docsql
     from proxy.store.duckdb.cache import write_cache
+    from proxy.store.duckdb.connection import set_meta
     from proxy.store.duckdb.traces import record_traces
+    from proxy.store.store import KnowledgeStore, now
+    from proxy.upstream.model_calls import CacheEntry
 
     rng = np.random.default_rng(7)
     filler = Sentences(rng)
@@ -267,7 +267,8 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
             wanted = set(ids)
             last = part.stop == n_chunks
             await store.apply(Changeset(
-                chunks_added=[ChunkRow(chunk_ids[c], chunk_text[c], 1200, v) for c, v in zip(part, vectors)],
+                chunks_added=[ChunkRow(chunk_ids[c], chunk_text[c], 1200, v)
+                              for c, v in zip(part, vectors, strict=True)],
                 links_added=[link for link in links if link[1] in wanted],
                 documents=[DocumentUpdate(d["id"], "processed", None, d["chunks"], d["chunks"]) for d in documents]
                 if last else [],
@@ -278,7 +279,7 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
             part = range(start, min(start + BATCH, n_entities))
             vectors = unit_vectors(len(part))
             rows = []
-            for e, v in zip(part, vectors):
+            for e, v in zip(part, vectors, strict=True):
                 fragments = [entity_fragment(e)] + [filler() for _ in range(1 + min(int(degree[e]) // 20, 9))]
                 description = " ".join(fragments)
                 rows.append(EntityRow(keys[e], names[e], types[e], description,
@@ -291,7 +292,7 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
             part = range(start, min(start + BATCH, n_rel))
             vectors = unit_vectors(len(part))
             rows = []
-            for r, v in zip(part, vectors):
+            for r, v in zip(part, vectors, strict=True):
                 a, b = keys[pairs[r][0]], keys[pairs[r][1]]
                 first, second = sorted((a, b))
                 description = relation_description(r)

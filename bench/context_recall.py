@@ -14,6 +14,7 @@ of questions whose gold answer appears in the injected context.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import re
@@ -78,7 +79,7 @@ def extractor(names: list[str]):
             for name in found:
                 kind = "Organization" if name.endswith("Institute") else "Person"
                 entities.setdefault(name, {"name": name, "type": kind, "description": sentence})
-            for a, b in zip(found, found[1:]):
+            for a, b in itertools.pairwise(found):
                 keyword = "director" if "director" in sentence else "associated"
                 relations.append({"source": a, "target": b, "keywords": [keyword], "description": sentence,
                                   "weight": 5})

@@ -15,12 +15,10 @@ re-ranked with the exact vectors (what a re-ranking design would recover).
 from __future__ import annotations
 
 import argparse
-
-import numpy as np
 import sys
 from pathlib import Path
 
-from usearch.index import Index
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from proxy.store.vectors_usearch import VectorIndex  # noqa: E402
@@ -50,7 +48,8 @@ def main() -> None:
     rng = np.random.default_rng(3)
     for shared in (False, True):
         v = corpus(rng, args.n, shared)
-        q = v[rng.integers(0, args.n, args.queries)] + 0.05 * rng.standard_normal((args.queries, DIM)).astype(np.float32)
+        noise = 0.05 * rng.standard_normal((args.queries, DIM)).astype(np.float32)
+        q = v[rng.integers(0, args.n, args.queries)] + noise
         q /= np.linalg.norm(q, axis=1, keepdims=True)
         truth = [set(np.argsort(-(v @ x))[:10].tolist()) for x in q]
         label = "shared direction" if shared else "isotropic"

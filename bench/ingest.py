@@ -117,7 +117,8 @@ def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency
     data = Path(tempfile.mkdtemp(prefix="gg-bench-"))
     fake_port, gate_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TIKTOKEN_CACHE_DIR": ""}
-    fake = subprocess.Popen([sys.executable, "-c", FAKE, str(fake_port), str(names_file), str(delay)], env=env, cwd=ROOT)
+    fake = subprocess.Popen([sys.executable, "-c", FAKE, str(fake_port), str(names_file), str(delay)],
+                            env=env, cwd=ROOT)
     upstream = f"http://127.0.0.1:{fake_port}"
     gate_env = {**env, "GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_PORT": str(gate_port),
                 "GRAPHGATE_DATA_DIR": str(data), "GRAPHGATE_LOG_LEVEL": "warning",
@@ -174,11 +175,12 @@ def main() -> None:
     names_file.write_text(__import__("json").dumps(names))
     if not args.skip_a:
         a = run(make_documents(args.docs, names, rng), names_file, 0.0, args.concurrency_a)
-        print(f"(a) {args.docs} documents, LLM concurrency {args.concurrency_a}, {a['chunks']} chunks in {a['seconds']:.1f} s: "
-              f"{a['chunks'] / a['seconds']:.0f} chunks/s (target >= 100); failed {a['failed']}")
+        print(f"(a) {args.docs} documents, LLM concurrency {args.concurrency_a}, {a['chunks']} chunks in "
+              f"{a['seconds']:.1f} s: {a['chunks'] / a['seconds']:.0f} chunks/s (target >= 100); failed {a['failed']}")
         print(f"    {a['entities']} entities, {a['relations']} relations; peak RSS {a['rss_mb']:.0f} MB; "
               f"store {a['bytes'] / 1e6:.1f} MB = {a['bytes'] / 1e6 / a['chunks'] * 1000:.1f} MB per 1,000 chunks")
-        print(f"    uploads ({UPLOADS_IN_FLIGHT} at a time, as `graphgate ingest` sends them) took {a['uploaded']:.1f} s of it")
+        print(f"    uploads ({UPLOADS_IN_FLIGHT} at a time, as `graphgate ingest` sends them) "
+              f"took {a['uploaded']:.1f} s of it")
         print(f"    CPU per chunk: gateway {1000 * a['cpu']['gateway'] / a['chunks']:.1f} ms, fake upstream "
               f"{1000 * a['cpu']['upstream'] / a['chunks']:.1f} ms (both on the same 2 cores)")
     if not args.skip_b:

@@ -32,7 +32,6 @@ import os
 import random
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -410,7 +409,7 @@ async def one_chat(client: httpx.AsyncClient, openai: bool, stream: bool,
 
 
 async def chat_client(i: int, base: str, corpus: Corpus, phase: str, chats: list[Chat], *, turns: int | None,
-                      stop: asyncio.Event, timeout: float) -> None:
+                      stop: asyncio.Event, request_timeout: float) -> None:
     openai, stream = client_kind(i)
     kind = f"{'v1' if openai else 'api/chat'} {'stream' if stream else 'non-stream'}"
     rng = random.Random(f"{phase}-{i}")
@@ -418,7 +417,7 @@ async def chat_client(i: int, base: str, corpus: Corpus, phase: str, chats: list
     history: list[dict[str, str]] = []
     done = 0
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)  # one user, one connection
-    async with httpx.AsyncClient(base_url=base, timeout=timeout, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=request_timeout, limits=limits) as client:
         while (turns is None or done < turns) and not stop.is_set():
             if len(history) >= 6:  # a new conversation after three turns
                 history = []
@@ -447,10 +446,10 @@ class Ingestion:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-async def ingest(base: str, corpus: Corpus, result: Ingestion, done: asyncio.Event, timeout: float) -> None:
+async def ingest(base: str, corpus: Corpus, result: Ingestion, done: asyncio.Event, ingest_timeout: float) -> None:
     """Upload every document, then poll /rag/stats until all are processed or failed."""
     result.started = time.monotonic()
-    deadline = result.started + timeout
+    deadline = result.started + ingest_timeout
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         for name, text in corpus.documents:
             try:
@@ -482,15 +481,16 @@ async def ingest(base: str, corpus: Corpus, result: Ingestion, done: asyncio.Eve
 
 
 async def run_phase(base: str, corpus: Corpus, phase: str, clients: int, *, turns: int | None,
-                    stop: asyncio.Event, timeout: float) -> list[Chat]:
+                    stop: asyncio.Event, request_timeout: float) -> list[Chat]:
     chats: list[Chat] = []
-    await asyncio.gather(*(chat_client(i, base, corpus, phase, chats, turns=turns, stop=stop, timeout=timeout)
+    await asyncio.gather(*(chat_client(i, base, corpus, phase, chats, turns=turns, stop=stop,
+                                       request_timeout=request_timeout)
                            for i in range(clients)))
     return chats
 
 
 async def load_phase(servers: Servers, corpus: Corpus, clients: int, *, turns: int | None, seconds: float,
-                     ingest_timeout: float, timeout: float) -> tuple[list[Chat], Ingestion]:
+                     ingest_timeout: float, request_timeout: float) -> tuple[list[Chat], Ingestion]:
     """Ingest while chatting. Without ``turns`` the chats go on until the ingestion ends (at most
     ``seconds``); with it, each client chats ``turns`` times and the ingestion is awaited after."""
     ingestion, ingested, stop = Ingestion(), asyncio.Event(), asyncio.Event()
@@ -500,14 +500,15 @@ async def load_phase(servers: Servers, corpus: Corpus, clients: int, *, turns: i
         if turns is None:
             try:
                 await asyncio.wait_for(ingested.wait(), seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         else:
             await asyncio.sleep(seconds)
         stop.set()
 
     stop_task = asyncio.create_task(stopper())
-    chats = await run_phase(servers.gateway, corpus, "graphgate", clients, turns=turns, stop=stop, timeout=timeout)
+    chats = await run_phase(servers.gateway, corpus, "graphgate", clients, turns=turns, stop=stop,
+                            request_timeout=request_timeout)
     stop_task.cancel()
     await ingest_task
     return chats, ingestion
@@ -586,12 +587,12 @@ def run_load(config: LoadConfig, *, progress: bool = False) -> LoadResult:
             flush=True)
         baseline = asyncio.run(run_phase(servers.direct, corpus, "direct", config.clients,
                                          turns=config.baseline_turns, stop=asyncio.Event(),
-                                         timeout=config.request_timeout))
+                                         request_timeout=config.request_timeout))
         say(f"load: {config.documents} documents uploaded while {config.clients} clients chat through GraphGate",
             flush=True)
         chats, ingestion = asyncio.run(load_phase(servers, corpus, config.clients, turns=config.turns,
                                                   seconds=config.seconds, ingest_timeout=config.ingest_timeout,
-                                                  timeout=config.request_timeout))
+                                                  request_timeout=config.request_timeout))
         fake_stats = httpx.get(servers.direct + "/__stats", timeout=10).json()
         status = proc_status(servers.gate.pid)
         sampler.stopped.set()
@@ -640,7 +641,7 @@ def report(result: LoadResult) -> None:
         failed = sum(1 for c in all_chats if c.error) if all_chats is not None else 0
         print(f"{name:<22} {count:8d} {failed:6d} " + " ".join(f"{v:6.0f}ms" for v in rows[name]))
     for name in ("graphgate (all)", "graphgate (KB ready)"):
-        added = [g - d for g, d in zip(rows[name], rows["direct"])]
+        added = [g - d for g, d in zip(rows[name], rows["direct"], strict=True)]
         label = "added " + name.removeprefix("graphgate ")
         print(f"{label:<22} {'':8} {'':6} " + " ".join(f"{v:+6.0f}ms" for v in added))
     by_kind = sorted({c.kind for c in result.chats})

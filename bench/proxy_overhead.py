@@ -140,7 +140,8 @@ def main() -> None:
             lines, seconds = thr[name]
             rows.append((name, statistics.median(lat[name]), percentile(lat[name], 95),
                          statistics.median(ttfl[name]), percentile(ttfl[name], 95), lines / seconds, lines))
-        print(f"{'path':<10} {'chat p50':>9} {'chat p95':>9} {'1st p50':>8} {'1st p95':>8} {'lines/s':>10} {'lines':>7}")
+        print(f"{'path':<10} {'chat p50':>9} {'chat p95':>9} {'1st p50':>8} {'1st p95':>8} "
+              f"{'lines/s':>10} {'lines':>7}")
         for name, p50, p95, f50, f95, rate, lines in rows:
             print(f"{name:<10} {p50:8.2f}ms {p95:8.2f}ms {f50:7.2f}ms {f95:7.2f}ms {rate:10.0f} {lines:7d}")
         d, g = rows

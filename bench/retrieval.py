@@ -49,8 +49,8 @@ def column(matrix: np.ndarray) -> pa.Array:
 def build(data: Path, n_chunks: int) -> None:
     """Tables, indexes and graph exactly as the gateway stores them, written in bulk."""
     from proxy.core.settings import Settings
-    from proxy.store.store import KnowledgeStore, now
     from proxy.store.duckdb.connection import bump_generation, set_meta
+    from proxy.store.store import KnowledgeStore, now
 
     rng = np.random.default_rng(7)
     centers = rng.standard_normal((500, DIM)).astype(np.float32)
@@ -70,28 +70,33 @@ def build(data: Path, n_chunks: int) -> None:
         con.register("l", pa.table({"document_id": [f"doc-{i % n_docs}" for i in ids],
                                     "chunk_id": [f"chunk-{i}" for i in ids], "ord": ids // n_docs}))
         con.execute("INSERT INTO document_chunks SELECT * FROM l")
-    con.register("d", pa.table({"id": [f"doc-{i}" for i in range(n_docs)], "name": [f"doc-{i}.txt" for i in range(n_docs)]}))
+    con.register("d", pa.table({"id": [f"doc-{i}" for i in range(n_docs)],
+                                "name": [f"doc-{i}.txt" for i in range(n_docs)]}))
     con.execute("INSERT INTO documents (id, name, mime, size, status, text, chunks_total, chunks_done, created_at, "
                 "updated_at) SELECT id, name, 'text/plain', 1, 'processed', '', 50, 50, ?, ? FROM d", [stamp, stamp])
     for start in range(0, n_entities, step):
         ids = np.arange(start, min(start + step, n_entities))
         con.register("e", pa.table({"name_key": [f"entity {i}" for i in ids], "name": [f"Entity {i}" for i in ids],
                                     "key": ids + 10_000_001, "type": ["Person"] * len(ids),
-                                    "description": [f"Entity {i} appears in passages {2 * i} and {2 * i + 1}." for i in ids],
+                                    "description": [f"Entity {i} appears in passages {2 * i} and {2 * i + 1}."
+                                                    for i in ids],
                                     "source_ids": [[f"chunk-{2 * i}", f"chunk-{2 * i + 1}"] for i in ids],
-                                    "embed_hash": [""] * len(ids), "embedding": column(vectors(rng, centers, len(ids)))}))
+                                    "embed_hash": [""] * len(ids),
+                                    "embedding": column(vectors(rng, centers, len(ids)))}))
         con.execute("INSERT INTO entities SELECT *, ?, ? FROM e", [stamp, stamp])
     for start in range(0, n_chunks, step):
         ids = np.arange(start, min(start + step, n_chunks))
         a = rng.integers(0, n_entities, len(ids))
         b = (a + 1 + rng.integers(0, n_entities - 1, len(ids))) % n_entities
         s, t = np.minimum(a, b), np.maximum(a, b)
-        con.register("r", pa.table({"pair_key": [f"entity {x}\x1fentity {y}" for x, y in zip(s, t)],
+        con.register("r", pa.table({"pair_key": [f"entity {x}\x1fentity {y}" for x, y in zip(s, t, strict=True)],
                                     "source": [f"entity {x}" for x in s], "target": [f"entity {y}" for y in t],
                                     "key": ids + 20_000_001, "keywords": [["works with"]] * len(ids),
-                                    "description": [f"Entity {x} works with entity {y}." for x, y in zip(s, t)],
+                                    "description": [f"Entity {x} works with entity {y}."
+                                                    for x, y in zip(s, t, strict=True)],
                                     "weight": [1.0] * len(ids), "source_ids": [[f"chunk-{i}"] for i in ids],
-                                    "embed_hash": [""] * len(ids), "embedding": column(vectors(rng, centers, len(ids)))}))
+                                    "embed_hash": [""] * len(ids),
+                                    "embedding": column(vectors(rng, centers, len(ids)))}))
         con.execute("INSERT OR IGNORE INTO relations SELECT *, ?, ? FROM r", [stamp, stamp])
     set_meta(con, "embed_dim", DIM)
     set_meta(con, "embed_model", "nomic-embed-text")
@@ -136,7 +141,8 @@ async def main():
     times.sort()
     print(json.dumps({"startup": startup, "p50": times[len(times) // 2], "p95": times[int(len(times) * 0.95)],
                       # VmHWM, not ru_maxrss: the latter is inherited from the parent that built the store
-                      "rss_mb": int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024,
+                      "rss_mb": int(next(line for line in open("/proc/self/status")
+                                         if line.startswith("VmHWM")).split()[1]) / 1024,
                       "entities": len(r.context.entities), "relations": len(r.context.relations),
                       "chunks": len(r.context.chunks), "tokens": r.context.tokens["total"]}))
     await store.close()
@@ -165,8 +171,9 @@ def main() -> None:
             out = subprocess.run([sys.executable, "-c", MEASURE, str(data), str(ROOT), str(args.queries)],
                                  capture_output=True, text=True, env=env, check=True).stdout
             m = json.loads(out)
-            print(f"{size:>9,} chunks: mix p50 {m['p50']:6.1f} ms, p95 {m['p95']:6.1f} ms; start-up {m['startup']:5.1f} s; "
-                  f"peak RSS {m['rss_mb']:,.0f} MB; built in {built:.0f} s, {disk:.2f} GB on disk; context "
+            print(f"{size:>9,} chunks: mix p50 {m['p50']:6.1f} ms, p95 {m['p95']:6.1f} ms; "
+                  f"start-up {m['startup']:5.1f} s; peak RSS {m['rss_mb']:,.0f} MB; built in {built:.0f} s, "
+                  f"{disk:.2f} GB on disk; context "
                   f"{m['entities']} entities, {m['relations']} relations, {m['chunks']} chunks, {m['tokens']} tokens",
                   flush=True)
         finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio
@@ -14,20 +14,19 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from admin.console import Console, build_console, error_page
+from admin.console import build_console, error_page
 from admin.console import mount as admin_mount
-
-from proxy.gateway import routes_ollama, routes_openai
-from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_query
-from proxy.gateway.augment import Augmenter
-from proxy.guards.body_limit import BodyLimitMiddleware
-from proxy.gateway.chat import ChatPipeline
 from proxy.core.errors import GraphGateError, StoreUnavailable
-from proxy.knowledge.service import run_knowledge
-from proxy.state import Gateway
-from proxy.guards.middleware import build_middleware
 from proxy.core.responses import error_response
 from proxy.core.settings import Settings
+from proxy.gateway import routes_ollama, routes_openai
+from proxy.gateway.augment import Augmenter
+from proxy.gateway.chat import ChatPipeline
+from proxy.guards.body_limit import BodyLimitMiddleware
+from proxy.guards.middleware import build_middleware
+from proxy.knowledge.service import run_knowledge
+from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_query
+from proxy.state import Gateway
 from proxy.upstream.client import Upstream
 from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher
 
@@ -39,7 +38,7 @@ log = logging.getLogger("graphgate")
 _ROUTING_MESSAGES = {404: "404 page not found", 405: "405 method not allowed"}
 
 
-def _render_error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def _render_error(request: Request, status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
     if request.url.path.startswith("/admin"):
         return error_page(request, status, message)
     return error_response(request.url.path, status, message, headers=headers)
@@ -77,10 +76,11 @@ def create_app(settings: Settings | None = None, *,
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(settings, transport=upstream_transport)
+        watcher = UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS,
+                                  chosen_model=lambda: gateway.knowledge.models.chosen_chat_model
+                                  if gateway.knowledge else None)
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
-                          watcher=UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS,
-                                                  chosen_model=lambda: gateway.knowledge.models.chosen_chat_model
-                                                  if gateway.knowledge else None))
+                          watcher=watcher)
         gateway.store_probe = anyio.CapacityLimiter(1)
         gateway.augmenter = Augmenter(gateway)
         gateway.chat.stages.append(gateway.augmenter)
@@ -88,7 +88,7 @@ def create_app(settings: Settings | None = None, *,
         try:
             async with AsyncExitStack() as stack:
                 if watch_seconds:  # says at once when the upstream is not there
-                    await stack.enter_async_context(gateway.watcher.watching())
+                    await stack.enter_async_context(watcher.watching())
                 try:
                     gateway.knowledge = await stack.enter_async_context(run_knowledge(settings, upstream))
                 except (StoreUnavailable, OSError) as exc:

@@ -13,10 +13,10 @@ from proxy.core.errors import ServiceUnavailable
 if TYPE_CHECKING:
     import anyio
 
-    from proxy.guards.auth import Auth
     from proxy.core.settings import Settings
     from proxy.gateway.augment import Augmenter
     from proxy.gateway.chat import ChatPipeline
+    from proxy.guards.auth import Auth
     from proxy.knowledge.service import Knowledge
     from proxy.upstream.client import Upstream
     from proxy.upstream.watch import UpstreamWatcher

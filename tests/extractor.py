@@ -75,7 +75,8 @@ class KnownFacts:
             low = [max(mentioned)[1]] if mentioned else []
         if self.no_keywords:
             return {"high_level_keywords": [], "low_level_keywords": []}
-        return {"high_level_keywords": ["organisation"] if "organi" in latest.lower() else [], "low_level_keywords": low}
+        high = ["organisation"] if "organi" in latest.lower() else []
+        return {"high_level_keywords": high, "low_level_keywords": low}
 
     @staticmethod
     def _summary(user: str) -> str:

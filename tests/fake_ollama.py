@@ -28,9 +28,10 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import httpx
@@ -117,7 +118,7 @@ def _line(obj: Any) -> bytes:
 
 def now_rfc3339(delta: timedelta = timedelta()) -> str:
     """RFC 3339 UTC with the fraction always present (Python's isoformat drops it at .000000)."""
-    return (datetime.now(timezone.utc) + delta).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return (datetime.now(UTC) + delta).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def normalize(name: str) -> str:

@@ -12,7 +12,7 @@ import json
 import re
 import struct
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -28,7 +28,7 @@ def _sse(obj: Any) -> bytes:
 
 def _unix(rfc3339: str) -> int:
     try:
-        return int(datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp())
+        return int(datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp())
     except ValueError:
         return int(time.time())
 

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import httpx
 from hypothesis import HealthCheck, settings
 
@@ -148,7 +149,7 @@ async def quiesce(h: Harness) -> None:
         return
     with anyio.fail_after(30):
         for _ in range(3):
-            await anyio.sleep(0)  # let tasks just started by the request queue their writes
+            await anyio.lowlevel.checkpoint()  # let tasks just started by the request queue their writes
         await kb.documents.wait_idle()
         while kb.traces.writer._pending or kb.cache.writer._pending:
             await anyio.sleep(0.002)

@@ -20,7 +20,7 @@ def json_bytes(value: Any) -> bytes:
     """UTF-8 JSON; a surrogate is written as its escape, as a client's JSON encoder does (raw, it
     would be bad UTF-8, which tests/test_fuzz_api.py's ``raw_bodies`` sends as well)."""
     text = json.dumps(value, allow_nan=True, ensure_ascii=False)
-    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text).encode("utf-8")
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
 def lone_surrogate_in(raw: bytes | None) -> bool:

@@ -26,7 +26,8 @@ def make_pdf(pages: list[list[str] | None]) -> bytes:
         if lines is None:
             content = b"0.5 g 72 72 468 648 re f"
         else:
-            content = b"BT /F1 12 Tf 14 TL 72 720 Td " + b" T* ".join(_pdf_string(line) + b" Tj" for line in lines) + b" ET"
+            shown = b" T* ".join(_pdf_string(line) + b" Tj" for line in lines)
+            content = b"BT /F1 12 Tf 14 TL 72 720 Td " + shown + b" ET"
         objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
                        b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (5 + 2 * i))
         objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")

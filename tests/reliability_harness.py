@@ -102,7 +102,7 @@ class Gateway:
     # --- lifecycle ---
 
     def start(self) -> Gateway:
-        for attempt in range(3):  # another process may take the free port before the child binds it
+        for _attempt in range(3):  # another process may take the free port before the child binds it
             if self._start_once():
                 return self
             if "address already in use" not in self.log_tail().lower():

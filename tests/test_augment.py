@@ -4,6 +4,7 @@ failures, the context window (num_ctx) and the answer cache."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -211,20 +212,22 @@ async def test_generate_is_augmented_when_enabled(settings: Settings, fake: Fake
 
 async def test_official_client_through_augmentation(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     import ollama
-    from tests.live import serve_in_thread
+
     from proxy.app import create_app
+    from tests.live import serve_in_thread
 
     with fake.serve() as upstream:
         app = create_app(settings.replace(upstream=upstream))
         with serve_in_thread(app) as url:
             client = ollama.Client(host=url)
-            with httpx.Client(base_url=url) as plain:
+            async with httpx.AsyncClient(base_url=url) as plain:
                 for name, text in (("team.txt", TEAM), ("city.md", CITY)):
-                    plain.post("/rag/documents", json={"name": name, "text": text})
-                import time
+                    await plain.post("/rag/documents", json={"name": name, "text": text})
                 deadline = time.monotonic() + 20
-                while plain.get("/rag/stats").json()["documents"]["processed"] < 2 and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                while time.monotonic() < deadline:
+                    if (await plain.get("/rag/stats")).json()["documents"]["processed"] >= 2:
+                        break
+                    await anyio.sleep(0.05)
             reply = client.chat(model=MODEL, messages=[{"role": "user", "content": "Who works at Acme Corp?"}])
             assert reply.message.content == "".join(fake.reply)
             parts = list(client.chat(model=MODEL, messages=[{"role": "user", "content": "/context Acme Corp"}],

@@ -112,7 +112,8 @@ async def test_upstream_unreachable_gives_502_naming_it(settings: Settings) -> N
 
     app = create_app(down)
     async with running(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:11435") as client:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:11435") as client:
             for method, path, body in [("GET", "/api/version", None), ("GET", "/api/tags", None),
                                        ("POST", "/api/chat", {"model": "m", "messages": []})]:
                 response = await client.request(method, path, json=body)

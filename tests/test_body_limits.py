@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.guards.body_limit import LOGIN_BYTES, upload_total_bytes
 from proxy.core.settings import Settings
+from proxy.guards.body_limit import LOGIN_BYTES, upload_total_bytes
 from tests.conftest import gateway_client
 from tests.fake_ollama import FakeOllama
 from tests.reliability_harness import Gateway, ScriptedUpstream

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import re
 
 import pytest
 
 from proxy.core import tokens as tokens_module
-from proxy.parsing.chunking import Chunk, chunk_text
 from proxy.core.tokens import Tokenizer, get_tokenizer
+from proxy.parsing.chunking import Chunk, chunk_text
 
 WORDS = ("graph gate entity relation node edge document chunk token model river stone light "
          "north market garden signal paper window engine summer").split()
@@ -162,7 +163,7 @@ def test_overlap_is_inside_the_budget(tok: Tokenizer) -> None:
 def test_overlap_present(tok: Tokenizer) -> None:
     chunks = chunk_text("\n\n".join(paragraphs(7, 30)), tok, size=150, overlap=30)
     assert len(chunks) > 5
-    for prev, nxt in zip(chunks, chunks[1:]):
+    for prev, nxt in itertools.pairwise(chunks):
         shared = overlap_of(prev.content, nxt.content)
         assert 15 <= tok.count(shared) <= 32, (prev.content, nxt.content)
         assert re.match(r"\w", shared) and prev.content[:-len(shared)][-1:].isspace()
@@ -279,7 +280,7 @@ def test_cjk_without_spaces(tok: Tokenizer) -> None:
     assert "".join(c.content for c in chunks) == text
     chunks = chunk_text(text, tok, size=300, overlap=50)
     check_chunks(chunks, tok, 300)
-    for prev, nxt in zip(chunks, chunks[1:]):
+    for prev, nxt in itertools.pairwise(chunks):
         assert tok.count(overlap_of(prev.content, nxt.content)) >= 25
 
 

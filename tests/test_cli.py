@@ -114,7 +114,8 @@ def test_reindex_rebuilds_and_reembeds_for_a_new_model(tmp_path: Path, upstream:
 def test_reindex_refuses_while_the_gateway_runs(tmp_path: Path, upstream: str) -> None:
     server = Server(tmp_path / "data", upstream)
     try:
-        result = graphgate("reindex", env={"GRAPHGATE_DATA_DIR": str(tmp_path / "data"), "GRAPHGATE_UPSTREAM": upstream})
+        result = graphgate("reindex",
+                           env={"GRAPHGATE_DATA_DIR": str(tmp_path / "data"), "GRAPHGATE_UPSTREAM": upstream})
         assert result.returncode == 1
         assert "stop `graphgate serve` first" in result.stderr
     finally:

@@ -10,12 +10,12 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
-from tests.invariants import in_memory
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
+from tests.invariants import in_memory
 
 pytestmark = pytest.mark.anyio
 

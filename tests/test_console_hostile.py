@@ -151,7 +151,8 @@ async def test_the_rejected_upload_and_the_login_echo_escaped(hostile: httpx.Asy
 
 SQLISH = ["' OR 1=1 --", "'; DROP TABLE entities; --", "%", "_", "\\", '"', "berlin' --", "1) OR (1=1",
           "%' UNION SELECT name_key FROM entities --", "\x00", "é' /*", "*/"]
-SEARCHES = [("/admin/documents", "q"), ("/admin/entities", "q"), ("/admin/cache/extract", "q"), ("/admin/cache/keywords", "q"), ("/rag/documents", "search")]
+SEARCHES = [("/admin/documents", "q"), ("/admin/entities", "q"), ("/admin/cache/extract", "q"),
+            ("/admin/cache/keywords", "q"), ("/rag/documents", "search")]
 LISTS = [("/admin/documents", "sort"), ("/admin/documents", "order"), ("/admin/documents", "status"),
          ("/admin/entities", "sort"), ("/admin/entities", "type"), ("/rag/documents", "sort"),
          ("/rag/documents", "order"), ("/rag/documents", "status")]

@@ -29,7 +29,8 @@ def corpus(count: int) -> dict[str, str]:
         paragraphs = []
         for p in range(6):
             a, b = rng.sample(NAMES, 2)
-            paragraphs.append(f"# Section {p}\n\n{a} met {b} in chapter {d}.{p} to talk about topic {rng.randint(0, 999)}.")
+            topic = rng.randint(0, 999)
+            paragraphs.append(f"# Section {p}\n\n{a} met {b} in chapter {d}.{p} to talk about topic {topic}.")
         docs[f"doc{d}.md"] = "\n\n".join(paragraphs)
     return docs
 

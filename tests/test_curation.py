@@ -7,16 +7,15 @@ import anyio.to_thread
 import httpx
 import pytest
 
-from proxy.core.settings import Settings
 from proxy.core.errors import BadRequest, Conflict, NotFound
+from proxy.core.settings import Settings
 from proxy.merging.suggestions import normalised
 from proxy.store.changes import pair_key
-from tests.invariants import in_memory
 from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.invariants import check_store
+from tests.invariants import check_store, in_memory
 from tests.rag_helpers import settle, upload
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-
 from proxy.parsing.chunking import chunk_id
 from tests.reliability_harness import Gateway, ScriptedUpstream, wait_until
 

@@ -194,7 +194,7 @@ async def test_embeddings(fake: FakeOllama, client: httpx.AsyncClient) -> None:
     assert all(type(body[k]) is int for k in ("total_duration", "load_duration", "prompt_eval_count"))
     a, b, c = body["embeddings"]
     assert len(a) == 64 and all(abs(math.hypot(*v) - 1) < 1e-9 for v in (a, b, c))
-    cosine = lambda x, y: sum(p * q for p, q in zip(x, y))  # noqa: E731
+    cosine = lambda x, y: sum(p * q for p, q in zip(x, y, strict=True))  # noqa: E731
     assert cosine(a, b) > cosine(a, c)
     assert a == fake_embedding("the graph gateway", 64) and math.hypot(*fake_embedding("", 8)) == pytest.approx(1)
 

@@ -35,6 +35,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.routing import Mount, Route
 
+from admin.rendering import ref
 from tests.corpus import PEOPLE
 from tests.fake_ollama import SPECIAL_MODELS
 from tests.fuzz_harness import (
@@ -51,8 +52,6 @@ from tests.fuzz_harness import (
     started,
 )
 from tests.fuzz_values import json_bytes, lone_surrogate_in, lone_surrogates
-
-from admin.rendering import ref  # noqa: E402 - after proxy (admin imports proxy; tests.fuzz_harness imports proxy.app)
 
 # ----------------------------------------------------------------------------- the routes
 
@@ -259,9 +258,10 @@ def raw_bodies(keys: tuple[str, ...]) -> st.SearchStrategy[bytes | None]:
         json_values.map(json_bytes),
         st.binary(max_size=200),
         st.builds(lambda o, junk: o[:-1] + b',"x":"' + junk + b'"}' if o.endswith(b"}") else o + junk,
-                  good_object, st.sampled_from([b"\xff\xfe", b"\xc3\x28", b"\xed\xa0\x80", b"\x80", b"\xf4\x90\x80\x80"])),
+                  good_object,
+                  st.sampled_from([b"\xff\xfe", b"\xc3\x28", b"\xed\xa0\x80", b"\x80", b"\xf4\x90\x80\x80"])),
         st.builds(_deep, st.integers(1, 60_000), st.sampled_from(["array", "object", "options"])),
-        st.builds(lambda n, k: ('{"model":"llama3.2","%s":1%s}' % (k, "0" * n)).encode(), st.integers(300, 6000),
+        st.builds(lambda n, k: f'{{"model":"llama3.2","{k}":1{"0" * n}}}'.encode(), st.integers(300, 6000),
                   st.sampled_from(["num_ctx", "top_k", "dimensions", "options", "weight"])),
         st.sampled_from([b'{"model":"llama3.2","num_ctx":1e999}', b'{"query":"x","num_ctx":NaN}',
                          b'{"query":"x","top_k":Infinity}', b'{"query":"x","cosine_threshold":-Infinity}',
@@ -346,7 +346,8 @@ def test_any_route_any_method_any_input(gw: Harness, data: st.DataObject) -> Non
 
 
 JSON_ROUTES = [("POST", p) for p in ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show",
-                                     "/api/pull", "/api/push", "/api/create", "/api/copy")] + [("DELETE", "/api/delete")]
+                                     "/api/pull", "/api/push", "/api/create", "/api/copy")]
+JSON_ROUTES += [("DELETE", "/api/delete")]
 OPENAI_ROUTES = [("POST", p) for p in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")]
 
 
@@ -485,8 +486,10 @@ PATHOLOGICAL = {
     "role not a string": b'{"model":"llama3.2","messages":[{"role":["user"],"content":"Berlin?"}]}',
     "parts with junk": b'{"model":"llama3.2","messages":[{"role":"user","content":[1,{"type":"text","text":5}]}]}',
     "options a list": b'{"model":"llama3.2","options":[1],"messages":[{"role":"user","content":"Berlin?"}]}',
-    "num_ctx a string": b'{"model":"llama3.2","options":{"num_ctx":"4096"},"messages":[{"role":"user","content":"Berlin?"}]}',
-    "num_ctx negative": b'{"model":"llama3.2","options":{"num_ctx":-1},"messages":[{"role":"user","content":"Berlin?"}]}',
+    "num_ctx a string": b'{"model":"llama3.2","options":{"num_ctx":"4096"},'
+                        b'"messages":[{"role":"user","content":"Berlin?"}]}',
+    "num_ctx negative": b'{"model":"llama3.2","options":{"num_ctx":-1},'
+                        b'"messages":[{"role":"user","content":"Berlin?"}]}',
     "stream a string": b'{"model":"llama3.2","stream":"no","messages":[{"role":"user","content":"Berlin?"}]}',
     "model with a space": b'{"model":" ","messages":[]}',
 }

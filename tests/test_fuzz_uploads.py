@@ -133,7 +133,8 @@ contents = st.one_of(
     st.binary(max_size=600),
     st.text(max_size=600).map(lambda t: t.encode("utf-8", "surrogatepass")),
     st.sampled_from([b"", b" \n\t", b"%PDF-1.4\n" + b"\x00" * 40, b"PK\x03\x04" + b"\x00" * 30, b"MZ\x90\x00",
-                     b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 32, b"\xef\xbb\xbf", b"\xff\xfe" + "hi".encode("utf-16-le"),
+                     b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 32, b"\xef\xbb\xbf",
+                     b"\xff\xfe" + "hi".encode("utf-16-le"),
                      b"<html><script>alert(1)</script></html>", b"a" * (LIMIT + 1), b"a" * LIMIT]),
     st.builds(lambda n: b"Berlin is a city. " * n, st.integers(1, 300)),
 )

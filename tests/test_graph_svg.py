@@ -33,7 +33,7 @@ def node_groups(root: ET.Element) -> dict[str, ET.Element]:
     groups = [g for g in root.iter(f"{SVG}g") if "node" in g.get("class", "").split()]
     keys = [g.get("data-key") for g in groups]
     assert len(keys) == len(set(keys)), "data-key must be unique"
-    return dict(zip(keys, groups))
+    return dict(zip(keys, groups, strict=True))
 
 
 def view_box(root: ET.Element) -> tuple[float, float]:
@@ -178,7 +178,7 @@ def test_edges_to_unknown_nodes_and_self_loops_are_ignored() -> None:
 def test_stroke_width_grows_with_weight_and_survives_odd_weights() -> None:
     nodes = [Node(k, k, "t", 1) for k in "abcdef"]
     weights = [0.5, 1.0, 10.0, 1e9, float("nan"), -3.0]
-    edges = [Edge("a", k, w) for k, w in zip("bcdef", weights)] + [Edge("b", "c", weights[-1])]
+    edges = [Edge("a", k, w) for k, w in zip("bcdef", weights, strict=False)] + [Edge("b", "c", weights[-1])]
     root = parse(render_svg(nodes, edges, "a", link=link))
     widths = [float(line.get("stroke-width")) for line in root.iter(f"{SVG}line")]
     assert widths[0] < widths[1] < widths[2] <= widths[3] <= 6.0

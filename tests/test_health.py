@@ -46,8 +46,8 @@ async def gateway(settings: Settings, **kwargs) -> AsyncIterator[tuple[httpx.Asy
             yield client, app.state.gateway
 
 
-async def wait_for(condition, timeout: float = 10.0, what: str = "the condition") -> None:
-    deadline = time.monotonic() + timeout
+async def wait_for(condition, seconds: float = 10.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
@@ -291,7 +291,8 @@ async def test_the_watcher_warns_once_about_a_missing_model_and_once_when_it_app
             await wait_for(lambda: len(watcher_records(caplog, logging.INFO)) == 2, what="the model appearing")
             seen = gw.watcher.checks
             await wait_for(lambda: gw.watcher.checks >= seen + 5, what="five more checks")
-            assert watcher_records(caplog, logging.INFO)[1] == "embedding model nomic-embed-text is now available upstream"
+            assert (watcher_records(caplog, logging.INFO)[1]
+                    == "embedding model nomic-embed-text is now available upstream")
             assert len(watcher_records(caplog, logging.INFO)) == 2
             assert len(watcher_records(caplog, logging.WARNING)) == 1
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from proxy.app import Settings, create_app
-from proxy.core.hosts import host_name, parse_allowed_hosts
+from proxy.core.hosts import host_name
 from proxy.core.settings import SettingsError
 from tests.console_auth_helpers import console_client
 from tests.fake_ollama import FakeOllama

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import random
 
-import anyio
 import httpx
 import pytest
 
@@ -55,7 +54,8 @@ async def test_rejected_uploads_change_nothing(rag: httpx.AsyncClient, fake: Fak
 
 
 async def test_path_traversal_names_are_reduced_to_a_file_name(rag: httpx.AsyncClient, settings: Settings) -> None:
-    response = await rag.post("/rag/documents", files={"file": ("../../../etc/cron.d/evil.txt", io.BytesIO(TEAM.encode()))})
+    evil = ("../../../etc/cron.d/evil.txt", io.BytesIO(TEAM.encode()))
+    response = await rag.post("/rag/documents", files={"file": evil})
     assert response.status_code == 202
     document = response.json()["documents"][0]
     assert document["name"] == "evil.txt"

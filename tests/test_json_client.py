@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from proxy.core.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout, UpstreamUnavailable
@@ -254,7 +255,7 @@ async def test_a_reply_longer_than_it_said_is_not_followed_on_the_same_connectio
 
     async with raw_server(handler) as (url, accepted):
         upstream = upstream_at(url)
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}
         await anyio.sleep(0.1)
         assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}  # not {"extra": ...}

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from admin import routes_auth
-from proxy.guards.login_limit import OVERALL, PER_CLIENT, WINDOW, client_key
 from proxy.app import Settings, create_app
+from proxy.guards.login_limit import OVERALL, PER_CLIENT, WINDOW, client_key
 from tests.conftest import running
 from tests.console_auth_helpers import PASSWORD, log_in
 from tests.fake_ollama import FakeOllama
@@ -97,7 +97,7 @@ async def test_many_parallel_clients_get_only_the_overall_cap(settings: Settings
 
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
-                for client, token in zip(clients, tokens):
+                for client, token in zip(clients, tokens, strict=True):
                     tg.start_soon(guess, client, token, 4)
         assert len(statuses) == 600
         assert statuses.count(401) == OVERALL

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import tomllib
 import shutil
-import site
 import subprocess
 import sys
 import time
+import tomllib
 import zipfile
 from collections.abc import Iterable, Iterator
 from importlib import metadata

@@ -8,9 +8,9 @@ import pytest
 
 from proxy.extraction.results import ExtractedEntity, ExtractedRelation, ExtractionResult
 from proxy.merging.recompute import ParsedExtractions
-from proxy.store.store import now
 from proxy.store.duckdb.connection import Database
 from proxy.store.duckdb.graph_rows import DuckDBGraphRows
+from proxy.store.store import now
 
 pytestmark = pytest.mark.anyio
 

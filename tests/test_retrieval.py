@@ -252,7 +252,8 @@ async def test_descriptions_are_the_stored_ones(kb: httpx.AsyncClient) -> None:
         assert entity["description"] and entity["description"] == entities[entity["name"]]
         assert json.dumps(entity["description"], ensure_ascii=False) in result["context"]
     for relation in result["relations"]:
-        assert relation["description"] and relation["description"] == relations[(relation["source"], relation["target"])]
+        expected = relations[(relation["source"], relation["target"])]
+        assert relation["description"] and relation["description"] == expected
         assert json.dumps(relation["description"], ensure_ascii=False) in result["context"]
     berlin = (await kb.get("/rag/entities/berlin")).json()
     assert berlin["description"] == entities["Berlin"]

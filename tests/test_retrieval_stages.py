@@ -13,12 +13,12 @@ import anyio.lowlevel
 import httpx
 import pytest
 
+from proxy.core.modes import MODES, Mode
 from proxy.core.settings import SETTINGS, Settings
 from proxy.retrieval import channels as registry
 from proxy.retrieval.channels import channels_for
 from proxy.retrieval.found import ChunkHit, Found, FoundChunk
 from proxy.retrieval.fusion import fuse_chunks
-from proxy.core.modes import MODES, Mode
 from proxy.retrieval.params import CHOICE_KNOBS, KNOBS, NUMBER_KNOBS, QueryParams
 from proxy.retrieval.select import round_robin
 from proxy.retrieval.stages import Question

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
-from tests.invariants import in_memory
-from proxy.store.store import KnowledgeStore
 from proxy.store.duckdb.schema import SCHEMA_VERSION, current_version
+from proxy.store.store import KnowledgeStore
+from tests.invariants import in_memory
 
 pytestmark = pytest.mark.anyio
 
@@ -46,11 +46,13 @@ async def set_dim(store: KnowledgeStore) -> None:
 
 def assert_in_step(store: KnowledgeStore) -> None:
     for table in ("chunks", "entities", "relations"):
-        db_keys = sorted(r[0] for r in store.tables.db.read_sync(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall()))
+        rows = store.tables.db.read_sync(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall())
+        db_keys = sorted(r[0] for r in rows)
         assert sorted(int(k) for k in store.vector_keys_sync(table)) == db_keys, table
     names = {r[0] for r in store.tables.db.read_sync(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
     assert in_memory(store)[1].names() == names
-    pairs = {(r[0], r[1]) for r in store.tables.db.read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())}
+    rows = store.tables.db.read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())
+    pairs = {(r[0], r[1]) for r in rows}
     assert in_memory(store)[1].edge_pairs() == pairs
     assert set(in_memory(store)[0].entity_keys) == names
     assert {k for k in in_memory(store)[0].entities} == {int(k) for k in store.vector_keys_sync("entities")}
@@ -108,7 +110,8 @@ async def test_apply_updates_all_three_engines(tmp_path: Path) -> None:
     assert stats["graph"] == {"vertices": 3, "edges": 2}
     assert in_memory(store)[1].degree("bob") == 2
     best = store.search_sync("entities", vec(3), 1)
-    alice_key = store.tables.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='alice'").fetchone()[0])
+    alice_key = store.tables.db.read_sync(
+        lambda c: c.execute("SELECT key FROM entities WHERE name_key='alice'").fetchone()[0])
     assert best[0][0] == alice_key and best[0][1] == pytest.approx(1.0, abs=1e-5)
     assert_in_step(store)
     await store.close()

@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from proxy.parsing.files import SUPPORTED_TYPES
 from proxy.core.data_dir import DATABASE_FILE, has_store
-from proxy.core.errors import StoreUnavailable, GraphGateError
+from proxy.core.errors import GraphGateError, StoreUnavailable
 from proxy.core.settings import Settings
+from proxy.parsing.files import SUPPORTED_TYPES
 
 console = Console(stderr=True)
 
@@ -106,7 +107,8 @@ async def _upload(client: httpx.AsyncClient, files: list[Path]) -> list[dict[str
 
     async def one(i: int, path: Path) -> None:
         async with limiter:
-            response = await client.post("/rag/documents", files={"file": (path.name, path.read_bytes())})
+            data = await anyio.to_thread.run_sync(path.read_bytes)
+            response = await client.post("/rag/documents", files={"file": (path.name, data)})
         body = response.json()
         result = (body.get("documents") or [{"name": path.name, "outcome": "rejected", "error": body.get("error")}])[0]
         result["path"] = str(path)
@@ -184,7 +186,8 @@ async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> i
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return 0
     keywords = result["keywords"] or {}
-    print(f"mode {result['mode']}; keywords: low {keywords.get('low_level', [])}, high {keywords.get('high_level', [])}")
+    print(f"mode {result['mode']}; keywords: low {keywords.get('low_level', [])}, "
+          f"high {keywords.get('high_level', [])}")
     print(f"{len(result['entities'])} entities, {len(result['relations'])} relations, {len(result['chunks'])} chunks; "
           f"tokens {result['tokens']}; timings (ms) {result['timings']}")
     print()

@@ -76,7 +76,9 @@ def serve(settings: Settings) -> int:
         print(f"graphgate: {exc.message}", file=sys.stderr)
         return 1
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=settings.shutdown_grace, server_header=False)
+                # uvicorn annotates an int, but hands the value to asyncio.wait_for, which takes seconds as a float
+                timeout_graceful_shutdown=settings.shutdown_grace,  # type: ignore[arg-type]
+                server_header=False)
     return 0
 
 

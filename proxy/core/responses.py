@@ -7,6 +7,7 @@ Ollama clients read ``{"error": "..."}``; OpenAI clients (``/v1/*``) read
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.responses import Response
@@ -18,7 +19,7 @@ def json_bytes(data: Any) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     return Response(json_bytes(data), status_code=status, media_type=JSON_TYPE, headers=headers)
 
 
@@ -37,7 +38,7 @@ def error_body(path: str, status: int, message: str) -> dict[str, Any]:
 
 
 def error_response(path: str, status: int, message: str,
-                   headers: dict[str, str] | None = None) -> Response:
+                   headers: Mapping[str, str] | None = None) -> Response:
     return json_response(error_body(path, status, message), status, headers)
 
 

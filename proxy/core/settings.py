@@ -18,12 +18,6 @@ from typing import Any
 from proxy.core.data_dir import default_data_dir, user_data_dir
 from proxy.core.hosts import parse_allowed_hosts
 from proxy.core.modes import MODES
-
-
-class SettingsError(ValueError):
-    """A setting has a value GraphGate cannot use; the message names the variable."""
-
-
 from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers are part of the settings API
     choice,
     int_between,
@@ -42,6 +36,11 @@ from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers ar
     parse_size,
     parse_url,
 )
+
+
+class SettingsError(ValueError):
+    """A setting has a value GraphGate cannot use; the message names the variable."""
+
 
 DEFAULT_ORIGINS = ",".join(
     f"{scheme}://{host}{port}"

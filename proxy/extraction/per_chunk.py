@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 from proxy.core.errors import GraphGateError
 from proxy.core.limiter import Priority
-from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.core.settings import Settings
-from proxy.parsing.chunking import Chunk
-from proxy.extraction.results import ExtractionFormatError, ExtractionResult, merge_passes, parse_extraction
 from proxy.extraction.prompts import extraction_messages, extraction_schema, gleaning_messages
+from proxy.extraction.results import ExtractionFormatError, ExtractionResult, merge_passes, parse_extraction
+from proxy.parsing.chunking import Chunk
+from proxy.upstream.model_calls import CacheEntry, ModelClient
 
 log = logging.getLogger("graphgate.ingest")
 

@@ -197,7 +197,7 @@ def _weight(raw: Any) -> float:
     try:
         value = float(raw)
     except OverflowError:  # an int too large for a float
-        value = math.inf if raw > 0 else -math.inf
+        value = math.inf if int(raw) > 0 else -math.inf
     except ValueError:
         return WEIGHT_DEFAULT
     if math.isnan(value):

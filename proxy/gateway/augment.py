@@ -20,19 +20,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 from starlette.responses import Response
 
+from proxy.core.errors import GraphGateError, UpstreamError
+from proxy.core.responses import json_bytes
 from proxy.gateway.budget_window import window_for
 from proxy.gateway.chat import ChatTurn
-from proxy.core.errors import GraphGateError, UpstreamError
 from proxy.gateway.forward import forward
-from proxy.upstream.model_calls import cache_key
 from proxy.gateway.prefixes import TurnControl, header_mode, parse_prefix
+from proxy.gateway.synthetic import ollama_reply, openai_reply
+from proxy.knowledge.traces import Trace
 from proxy.retrieval.budget import Budget, conversation_tokens, message_text, plan_budget
 from proxy.retrieval.context import context_summary, inject
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.retriever import Retrieval
-from proxy.core.responses import json_bytes
-from proxy.gateway.synthetic import ollama_reply, openai_reply
-from proxy.knowledge.traces import Trace
+from proxy.upstream.model_calls import cache_key
 
 if TYPE_CHECKING:
     from proxy.core.settings import Settings
@@ -275,7 +275,9 @@ class Augmenter:
             message = "retrieval timed out" if isinstance(exc, TimeoutError) else f"retrieval failed: {exc}"
             log.warning("forwarding a %s turn without context: %s", turn.model, message)
             self._finish(turn, trace, message)
-            return self._context_reply(turn, f"(Retrieval failed: {message}.)", started) if control.context_only else turn
+            if control.context_only:
+                return self._context_reply(turn, f"(Retrieval failed: {message}.)", started)
+            return turn
         except Exception as exc:  # noqa: BLE001 - a retrieval bug must not break the chat
             log.exception("retrieval failed")
             self._finish(turn, trace, f"retrieval failed: {type(exc).__name__}")
@@ -337,7 +339,7 @@ class Augmenter:
         return turn
 
     def _context_reply(self, turn: ChatTurn, text: str, started: float) -> Response:
-        count = self.gateway.knowledge.tokenizer.count if self.gateway.knowledge else len  # type: ignore[union-attr]
+        count = self.gateway.knowledge.tokenizer.count if self.gateway.knowledge else len
         prompt, tokens = conversation_tokens(turn.messages, count), count(text)
         if turn.flavour == "ollama":
             return ollama_reply(turn.model, text, stream=turn.streaming, started=started, prompt_tokens=prompt,

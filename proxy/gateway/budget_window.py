@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.upstream.model_info import ModelInfo
-from proxy.retrieval.budget import MARGIN
 from proxy.core.settings import Settings
+from proxy.retrieval.budget import MARGIN
+from proxy.upstream.model_info import ModelInfo
 
 
 def window_for(options: dict[str, Any] | None, info: ModelInfo, settings: Settings,

@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp
 
-from proxy.gateway.forward import forward
 from proxy.core.payloads import parse_object, read_body, require_model
 from proxy.core.responses import json_bytes
+from proxy.gateway.forward import forward
 
 Flavour = Literal["ollama", "openai"]
 

@@ -24,8 +24,8 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from proxy.core.errors import UpstreamError
-from proxy.gateway.headers import to_client
 from proxy.core.responses import stream_error_line
+from proxy.gateway.headers import to_client
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("graphgate.relay")

@@ -14,8 +14,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from proxy.core.errors import UpstreamError
-from proxy.gateway.forward import forward, forward_small, upstream_headers
 from proxy.core.payloads import parse_object, read_body, require_fields, require_model
+from proxy.gateway.forward import forward, forward_small, upstream_headers
 from proxy.gateway.relay import whole_response
 
 Handler = Callable[[Request], Awaitable[Response | ASGIApp]]

@@ -25,8 +25,9 @@ def _metrics(started: float, prompt_tokens: int, tokens: int) -> dict[str, int]:
 
 
 def ollama_reply(model: str, text: str, *, stream: bool, started: float, prompt_tokens: int, tokens: int) -> Response:
-    final = {"model": model, "created_at": created_at(), "message": {"role": "assistant", "content": ""},
-             "done": True, "done_reason": "stop", **_metrics(started, prompt_tokens, tokens)}
+    final: dict[str, Any] = {"model": model, "created_at": created_at(),
+                             "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop",
+                             **_metrics(started, prompt_tokens, tokens)}
     if not stream:
         final["message"]["content"] = text
         return Response(json_bytes(final), media_type=JSON_TYPE)
@@ -50,7 +51,8 @@ def openai_reply(model: str, text: str, *, stream: bool, prompt_tokens: int, tok
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}], "usage": usage}
         return Response(json_bytes(body), media_type=JSON_TYPE)
     chunk = {**base, "object": "chat.completion.chunk"}
-    events = [{**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
+    first = {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}
+    events = [{**chunk, "choices": [first]},
               {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
     if include_usage:
         events.append({**chunk, "choices": [], "usage": usage})

@@ -26,9 +26,8 @@ from starlette.datastructures import Headers
 from starlette.types import Scope
 
 from proxy.core.hosts import request_host_allowed
-
-from proxy.guards.login_limit import LoginLimiter
 from proxy.core.settings import Settings
+from proxy.guards.login_limit import LoginLimiter
 
 log = logging.getLogger("graphgate.admin")
 

@@ -27,10 +27,9 @@ from starlette.datastructures import Headers
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.guards.auth import is_loopback
-
 from proxy.core.errors import PayloadTooLarge
 from proxy.core.responses import error_response
+from proxy.guards.auth import is_loopback
 
 LOGIN_BYTES = 8 * 1024
 UNTRUSTED_BYTES = LOGIN_BYTES

@@ -15,8 +15,8 @@ import anyio.to_thread
 
 from proxy.core.errors import GraphGateError
 from proxy.core.settings import Settings
-from proxy.parsing.workers import parse_isolated
 from proxy.parsing.files import SUPPORTED_TYPES
+from proxy.parsing.workers import parse_isolated
 
 if TYPE_CHECKING:
     from proxy.ingest.pipeline import Pipeline
@@ -48,7 +48,7 @@ async def ingest_file(path: Path, pipeline: Pipeline, settings: Settings) -> Non
 
 
 async def watch_inbox(folder: Path, pipeline: Pipeline, settings: Settings) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
     taken: dict[Path, tuple[int, float]] = {}
     previous: dict[Path, tuple[int, float]] = {}
     while True:

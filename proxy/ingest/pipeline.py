@@ -24,18 +24,18 @@ import anyio.to_thread
 from anyio.abc import TaskGroup
 
 from proxy.core.errors import Conflict, GraphGateError, NotFound, StorageError, first_error
-from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.core.settings import Settings
+from proxy.core.tokens import Tokenizer
+from proxy.extraction.per_chunk import extract_chunk
+from proxy.merging.batches import Merger
+from proxy.merging.recompute import Integrator
+from proxy.merging.work import Work, describe
+from proxy.parsing.chunking import Chunk, chunk_text
+from proxy.parsing.files import ParsedDocument
 from proxy.store.changes import Changeset
 from proxy.store.protocols.documents import Committed, ExtractionRecord
 from proxy.store.store import KnowledgeStore, now
-from proxy.core.tokens import Tokenizer
-from proxy.parsing.chunking import Chunk, chunk_text
-from proxy.merging.work import Work, describe
-from proxy.extraction.per_chunk import extract_chunk
-from proxy.merging.recompute import Integrator
-from proxy.merging.batches import Merger
-from proxy.parsing.files import ParsedDocument
+from proxy.upstream.model_calls import CacheEntry, ModelClient
 
 log = logging.getLogger("graphgate.ingest")
 HANDOVER_BYTES = 64_000_000  # memory for the text of queued uploads, kept for their workers; the rest is read back
@@ -71,7 +71,8 @@ class Pipeline:
         self.inserting: dict[str, Committed] = {}  # document id or name -> its insert, until committed
         self._handed: dict[str, tuple[str, str]] = {}  # document id -> (name, text) for its worker
         self._handed_bytes = 0
-        self.finished: deque[tuple[float, int]] = deque(maxlen=1000)  # (monotonic time, chunks) of recent extractions, for rates
+        # (monotonic time, chunks) of recent extractions, for rates
+        self.finished: deque[tuple[float, int]] = deque(maxlen=1000)
         self.idle = anyio.Event()
         self._group: TaskGroup | None = None
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.core.errors import BadRequest
-from proxy.retrieval.context import inject
 from proxy.knowledge.traces import Trace
 from proxy.retrieval.budget import Budget, conversation_tokens, plan_budget
+from proxy.retrieval.context import inject
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.retriever import Retrieval
 

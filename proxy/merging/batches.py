@@ -25,8 +25,8 @@ from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.extraction.per_chunk import ExtractionFailed
 from proxy.extraction.results import ExtractionResult
-from proxy.merging.work import MergeReports, Work
 from proxy.merging.recompute import Integrator, Overlay
+from proxy.merging.work import MergeReports, Work
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.model_calls import ModelClient

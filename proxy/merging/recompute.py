@@ -107,6 +107,10 @@ async def read_extractions(tables: GraphRows, chunk_ids: Iterable[str]) -> dict[
     return {chunk_id: ExtractionResult.from_json(result) for chunk_id, result in stored.items()}
 
 
+# a row to build: kind ("entity" or "relation"), key, description, state, text to embed
+Pending = tuple[str, str, str, EntityState | RelationState, str]
+
+
 def as_existing(rows: dict[str, StoredRow]) -> dict[str, ExistingEntity]:
     # the vector is read later, and only if the row's text did not change
     return {key: ExistingEntity(r.name, r.source_ids, r.key, r.embed_hash, None) for key, r in rows.items()}
@@ -164,10 +168,10 @@ class Integrator:
         self.parsed.use(aliases)
         indexes = {chunk_id: self.parsed.index(chunk_id, result, aliases) for chunk_id, result in added.items()}
         for chunk_id, index in indexes.items():
-            entity_keys, pairs = mentions(index)
-            for key in entity_keys:
+            mentioned_entities, mentioned_pairs = mentions(index)
+            for key in mentioned_entities:
                 new_entities.setdefault(key, []).append(chunk_id)
-            for pair in pairs:
+            for pair in mentioned_pairs:
                 new_pairs.setdefault(pair, []).append(chunk_id)
         touched_entities, touched_pairs = await tables.touched_by(sorted(removed))
         entity_keys, pair_keys = sorted(set(new_entities) | touched_entities), sorted(set(new_pairs) | touched_pairs)
@@ -301,7 +305,7 @@ class Integrator:
             f"{names.get(r.source, r.source)} and {names.get(r.target, r.target)}" for r in relations]
         fragments = [state.fragments for state in entities] + [r.fragments for r in relations]
         descriptions = await self._describe_all(subjects, fragments, fixed, out)
-        pending: list[tuple[str, str, str, object, str]] = []  # kind, key, description, state, text
+        pending: list[Pending] = []
         for state, description in zip(entities, descriptions, strict=False):
             pending.append(("entity", state.name_key, description, state, entity_text(state.name, description)))
         for rel, description in zip(relations, descriptions[len(entities):], strict=True):
@@ -316,15 +320,15 @@ class Integrator:
         vectors = await self.models.embed([pending[i][4] for i in stale], priority=Priority.INGEST)
         fresh = dict(zip(stale, vectors, strict=True))
         await self._reused_embeddings(pending, stale, old)
-        for i, (kind, key, description, state, _text) in enumerate(pending):
+        for i, (kind, key, description, subject, _text) in enumerate(pending):
             existing = old.get((kind, key))
-            if kind == "entity":
-                out.entities.append(entity_row(state, description, digests[i], existing, fresh.get(i)))  # type: ignore[arg-type]
+            if isinstance(subject, EntityState):  # kind "entity"
+                out.entities.append(entity_row(subject, description, digests[i], existing, fresh.get(i)))
             else:
-                out.relations.append(relation_row(state, description, digests[i], existing, fresh.get(i)))  # type: ignore[arg-type]
+                out.relations.append(relation_row(subject, description, digests[i], existing, fresh.get(i)))
 
 
-    async def _reused_embeddings(self, pending: list[tuple[str, str, str, object, str]], stale: list[int],
+    async def _reused_embeddings(self, pending: list[Pending], stale: list[int],
                                  old: dict[tuple[str, str], ExistingEntity]) -> None:
         """Read the stored vectors of the rows whose text did not change (most touched rows did:
         reading every touched row's vector up front was wasted work)."""

@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from proxy.store.changes import EntityRow, RelationRow, pair_key
 from proxy.extraction.results import ExtractedEntity, ExtractedRelation, ExtractionResult, name_key
+from proxy.store.changes import EntityRow, RelationRow, pair_key
 
 UNKNOWN_TYPE = "unknown"
 

@@ -140,11 +140,11 @@ class SuggestionFinder:
             if pair_key(a, b) in found or a not in names or b not in names:
                 continue
             if similarity >= threshold:
-                found[pair_key(a, b)] = Suggestion(*sorted((a, b)), round(similarity, 4), "similar meaning")
+                found[pair_key(a, b)] = Suggestion(min(a, b), max(a, b), round(similarity, 4), "similar meaning")
             elif similarity >= threshold - NAME_BONUS:  # only then is the name comparison worth its cost
                 ratio = difflib.SequenceMatcher(None, self._core(names[a]), self._core(names[b])).ratio()
                 if ratio >= NAME_SIMILAR:
-                    found[pair_key(a, b)] = Suggestion(*sorted((a, b)), round(similarity, 4),
+                    found[pair_key(a, b)] = Suggestion(min(a, b), max(a, b), round(similarity, 4),
                                                        "similar name and meaning")
         return sorted(found.values(), key=lambda s: (-s.score, s.a, s.b))
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import docx
 from docx.table import Table
+from docx.text.paragraph import Paragraph
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError
 
 from proxy.core.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
-
 from proxy.parsing.decoding import parse_text
 from proxy.parsing.html_text import parse_html
 
@@ -162,7 +162,7 @@ def _parse_pdf(name: str, data: bytes) -> str:
     for page in pages:
         try:
             texts.append(page.extract_text() or "")
-        except Exception as exc:   # one broken page should not lose the others
+        except Exception as exc:  # noqa: BLE001 - one broken page should not lose the others
             failure = failure or exc
     if failure is not None and not any(text.strip() for text in texts):
         raise BadRequest(f"could not read PDF '{name}': {_reason(failure)}") from failure
@@ -220,7 +220,7 @@ def _docx_blocks(document: docx.document.Document) -> Iterator[str]:
         yield _docx_table(block) if isinstance(block, Table) else _docx_paragraph(block)
 
 
-def _docx_paragraph(paragraph: docx.text.paragraph.Paragraph) -> str:
+def _docx_paragraph(paragraph: Paragraph) -> str:
     text = paragraph.text
     style = paragraph.style.name if paragraph.style is not None else ""
     match = _WORD_HEADING.fullmatch(style or "")

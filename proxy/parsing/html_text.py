@@ -8,7 +8,7 @@ import warnings
 
 from bs4 import BeautifulSoup, MarkupResemblesLocatorWarning, XMLParsedAsHTMLWarning
 from bs4.dammit import EncodingDetector
-from bs4.element import NavigableString, PreformattedString, Tag
+from bs4.element import PageElement, PreformattedString, Tag
 
 from proxy.parsing.decoding import decode
 
@@ -59,7 +59,7 @@ class _HtmlText:
         self.pre = 0
 
     def render(self, root: Tag) -> str:
-        stack: list[tuple[Tag | NavigableString, bool]] = [(root, False)]
+        stack: list[tuple[PageElement, bool]] = [(root, False)]
         while stack:
             node, closing = stack.pop()
             if isinstance(node, Tag):

@@ -88,6 +88,8 @@ class _Worker:
         except (BrokenPipeError, OSError):
             return None
         deadline = time.monotonic() + seconds
+        if self.process.stdout is None:
+            raise RuntimeError("the parse worker was started without a pipe for its replies")
         fd = self.process.stdout.fileno()
         header = _read_exact(fd, _HEADER.size, deadline)
         if header is None:

@@ -10,12 +10,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge
-from proxy.parsing.workers import parse_isolated
-from proxy.parsing.files import ParsedDocument
-from proxy.rag_api.forms import read_form
-from proxy.state import knowledge
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
+from proxy.parsing.files import ParsedDocument
+from proxy.parsing.workers import parse_isolated
+from proxy.rag_api.forms import read_form
+from proxy.state import knowledge
 
 MAX_FILES = 100
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from proxy.core.errors import BadRequest
 from proxy.core.settings import SETTINGS, Knob, Setting, Settings
@@ -34,9 +34,9 @@ class QueryRequest:
 
     @classmethod
     def from_settings(cls, settings: Settings, **changes: Any) -> QueryParams:
-        return cls(**{**{s.name: getattr(settings, s.name) for s in KNOBS}, **changes})
+        return QueryParams(**{**{s.name: getattr(settings, s.name) for s in KNOBS}, **changes})
 
-    def with_overrides(self, body: dict[str, Any]) -> QueryParams:
+    def with_overrides(self, body: dict[str, Any]) -> Self:
         """Apply a request's knobs, refusing bad values with a 400 that names the field."""
         changes: dict[str, Any] = {}
         for setting in NUMBER_KNOBS:
@@ -57,16 +57,46 @@ class QueryRequest:
         return dataclasses.replace(self, **changes)
 
 
-QueryParams = dataclasses.make_dataclass(
-    "QueryParams", [(s.name, knob_of(s).kind, field(default=s.parse(s.default), kw_only=True)) for s in KNOBS],
-    bases=(QueryRequest,), frozen=True)
-QueryParams.__module__ = __name__
-QueryParams.__doc__ = "A retrieval's parameters: one field per knob (``KNOBS``), plus ``QueryRequest``'s."
+class KnobValues:
+    """The knobs as the type checker sees them: QueryParams is generated from the settings table at
+    run time, which mypy cannot follow. Checked against the table at import (``_check_knob_values``)."""
+    mode: str
+    top_k: int
+    chunk_top_k: int
+    max_entity_tokens: int
+    max_relation_tokens: int
+    max_total_tokens: int
+    cosine_threshold: float
+    related_chunks: int
+    chunk_selection: str
+    keywords: str
+
+
+def _check_knob_values() -> None:
+    declared = dict(KnobValues.__annotations__)  # strings: annotations are postponed in this module
+    table = {s.name: knob_of(s).kind.__name__ for s in KNOBS}
+    if declared != table:
+        raise RuntimeError(f"KnobValues must declare exactly the settings table's knobs: {table}, not {declared}")
+
+
+_check_knob_values()
+
+if TYPE_CHECKING:
+    @dataclass(frozen=True, kw_only=True)
+    class QueryParams(QueryRequest, KnobValues):
+        """A retrieval's parameters: one field per knob (``KNOBS``), plus ``QueryRequest``'s."""
+else:
+    QueryParams = dataclasses.make_dataclass(
+        "QueryParams", [(s.name, knob_of(s).kind, field(default=s.parse(s.default), kw_only=True)) for s in KNOBS],
+        bases=(QueryRequest, KnobValues), frozen=True)
+    QueryParams.__module__ = __name__
+    QueryParams.__doc__ = "A retrieval's parameters: one field per knob (``KNOBS``), plus ``QueryRequest``'s."
 
 
 def _number(name: str, value: Any, knob: Knob) -> Any:
     kind, low, high = knob.kind, knob.low, knob.high
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (kind is int and not float(value).is_integer())):
         raise BadRequest(f"{name} must be {'a whole number' if kind is int else 'a number'}")
     if not low <= value <= high:
         raise BadRequest(f"{name} must be between {low:g} and {high:g}")

@@ -24,6 +24,7 @@ import anyio.to_thread
 import numpy as np
 
 from proxy.core.limiter import Priority
+from proxy.core.modes import Mode
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.budget import Budget
@@ -38,7 +39,6 @@ from proxy.retrieval.found import (
 )
 from proxy.retrieval.fusion import fuse_chunks, fuse_graph, read_chunks
 from proxy.retrieval.keywords import Keywords, extract_keywords, fallback
-from proxy.core.modes import Mode
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.sources import graph_sources
@@ -123,7 +123,8 @@ class Retriever:
             with timer.step("keywords"):
                 keywords = await self.keywords(query, history, params)
             if keywords is None:
-                return Retrieval(query, params.mode, None, None, timer.timings, skipped="no keywords in a long question")
+                return Retrieval(query, params.mode, None, None, timer.timings,
+                                 skipped="no keywords in a long question")
         with timer.step("embedding"):
             vectors = await self._embed(query, keywords, params)
         question = Question(query, params, vectors)

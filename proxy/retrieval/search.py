@@ -12,8 +12,8 @@ from proxy.retrieval.found import FoundEntity, FoundRelation
 from proxy.store.changes import pair_key
 
 if TYPE_CHECKING:  # the types the store's reads hand over
+    from proxy.store.protocols.graph import Graph
     from proxy.store.store import (
-        EntityGraph,
         EntityMeta,
         KnowledgeStore,
         MemoryRows,
@@ -47,39 +47,39 @@ def fill_descriptions(store: KnowledgeStore, entities: list[FoundEntity], relati
 
 
 def entities_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundEntity]:
-    def read(rows: MemoryRows, graph: EntityGraph) -> dict[int, FoundEntity]:
+    def read(rows: MemoryRows, graph: Graph) -> dict[int, FoundEntity]:
         return {k: _entity(rows.entities[k]) for k in keys if k in rows.entities}
     return store.read_memory_sync(read)
 
 
 def entities_by_name(store: KnowledgeStore, names: list[str]) -> dict[str, FoundEntity]:
-    def read(rows: MemoryRows, graph: EntityGraph) -> dict[str, FoundEntity]:
+    def read(rows: MemoryRows, graph: Graph) -> dict[str, FoundEntity]:
         found = {n: rows.entity(n) for n in names}
         return {n: _entity(m) for n, m in found.items() if m is not None}
     return store.read_memory_sync(read)
 
 
 def relations_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundRelation]:
-    def read(rows: MemoryRows, graph: EntityGraph) -> dict[int, FoundRelation]:
+    def read(rows: MemoryRows, graph: Graph) -> dict[int, FoundRelation]:
         return {k: _relation(rows, rows.relations[k]) for k in keys if k in rows.relations}
     return store.read_memory_sync(read)
 
 
 def relations_by_pairs(store: KnowledgeStore, pairs: list[str]) -> dict[str, FoundRelation]:
-    def read(rows: MemoryRows, graph: EntityGraph) -> dict[str, FoundRelation]:
+    def read(rows: MemoryRows, graph: Graph) -> dict[str, FoundRelation]:
         found = {p: rows.relation(p) for p in pairs}
         return {p: _relation(rows, m) for p, m in found.items() if m is not None}
     return store.read_memory_sync(read)
 
 
 def chunk_keys(store: KnowledgeStore, ids: list[str]) -> dict[str, int]:
-    def read(rows: MemoryRows, graph: EntityGraph) -> dict[str, int]:
+    def read(rows: MemoryRows, graph: Graph) -> dict[str, int]:
         return {i: rows.chunk_keys[i] for i in ids if i in rows.chunk_keys}
     return store.read_memory_sync(read)
 
 
 def chunk_ids(store: KnowledgeStore, keys: list[int]) -> dict[int, str]:
-    def read(rows: MemoryRows, graph: EntityGraph) -> dict[int, str]:
+    def read(rows: MemoryRows, graph: Graph) -> dict[int, str]:
         return {k: rows.chunk_ids[k] for k in keys if k in rows.chunk_ids}
     return store.read_memory_sync(read)
 
@@ -90,7 +90,7 @@ def chunk_texts(store: KnowledgeStore, keys: list[int]) -> dict[str, tuple[str, 
 
 
 def documents_of(store: KnowledgeStore, ids: list[str]) -> dict[str, list[str]]:
-    def read(rows: MemoryRows, graph: EntityGraph) -> dict[str, list[str]]:
+    def read(rows: MemoryRows, graph: Graph) -> dict[str, list[str]]:
         return {i: list(rows.chunk_documents.get(i, ())) for i in ids}
     return store.read_memory_sync(read)
 
@@ -101,7 +101,7 @@ def degrees(store: KnowledgeStore, keys: list[str]) -> dict[str, int]:
 
 def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:
     """Pair keys of every edge touching ``keys``, in the order of ``keys``."""
-    def read(rows: MemoryRows, graph: EntityGraph) -> list[str]:
+    def read(rows: MemoryRows, graph: Graph) -> list[str]:
         pairs: dict[str, None] = {}
         for key in keys:
             for neighbour in graph.neighbourhood(key, 1):

@@ -43,7 +43,7 @@ class EntityGraph:
 
     def edge_pairs(self) -> set[tuple[str, str]]:
         names = self.g.vs["name"] if self.g.vcount() else []
-        return {tuple(sorted((names[e.source], names[e.target]))) for e in self.g.es}  # type: ignore[misc]
+        return {tuple(sorted((names[e.source], names[e.target]))) for e in self.g.es}
 
     def add_entities(self, keys: Iterable[str]) -> None:
         new = [k for k in dict.fromkeys(keys) if not self.has(k)]

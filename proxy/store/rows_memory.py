@@ -15,9 +15,9 @@ rather than a copy per row.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 # rows as the tables backend yields them (``proxy/store/duckdb/memory_load.py``)
 ChunkKeyRow = tuple[str, int]                                  # id, vector key
@@ -25,6 +25,12 @@ EntityMetaRow = tuple[int, str, str, str, list[str]]           # key, name_key, 
 RelationMetaRow = tuple[int, str, list[str], float, list[str]]  # key, pair key, keywords, weight, source ids
 ChunkDocumentRow = tuple[str, str | None]                      # chunk id, document name
 
+
+
+def _id_of(chunk_ids: dict[int, str]) -> Callable[[int | None, str], str]:
+    """``chunk_ids.get``, taking the None that an unknown chunk's key lookup gives (it finds nothing,
+    so the default comes back): the loops below stay one dict call per source."""
+    return cast("Callable[[int | None, str], str]", chunk_ids.get)
 
 @dataclass(slots=True)  # treated as immutable: replaced whole, never changed in place
 class EntityMeta:
@@ -74,7 +80,7 @@ class MemoryRows:
         chunk_keys, chunk_ids = self.chunk_keys, self.chunk_ids
         for chunk_id, key in chunks:
             chunk_keys[chunk_id], chunk_ids[key] = key, chunk_id
-        key_of, id_of = chunk_keys.get, chunk_ids.get
+        key_of, id_of = chunk_keys.get, _id_of(chunk_ids)
         entities, entity_keys = self.entities, self.entity_keys
         types: dict[str, str] = {}  # a dozen distinct values over millions of rows
         for key, name_key, name, kind, sources in entities_in_key_order:
@@ -99,7 +105,7 @@ class MemoryRows:
         if chunk_ids is not None:
             for chunk_id in chunk_ids:
                 self.chunk_documents.pop(chunk_id, None)
-        key_of, id_of = self.chunk_keys.get, self.chunk_ids.get
+        key_of, id_of = self.chunk_keys.get, _id_of(self.chunk_ids)
         documents = self.chunk_documents
         for chunk_id, name in pairs:
             if name is None:

@@ -60,9 +60,10 @@ class KnowledgeStore:
         """The store, opened, migrated and healed; StoreUnavailable when its tables cannot be opened
         (a read-only or full disk, another process holding them)."""
         store = cls(data_dir, dtype, memory_limit, backend)
+        refusals: tuple[type[BaseException], ...] = (*backend.open_errors, OSError)
         try:
             await anyio.to_thread.run_sync(store._open_sync)
-        except (*backend.open_errors, OSError) as exc:
+        except refusals as exc:
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
         return store
 
@@ -170,7 +171,8 @@ class KnowledgeStore:
         async with self.apply_lock:
             with anyio.CancelScope(shield=True):
                 deltas, generation = await self.tables.commit(changes)
-                return await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
+                applied = await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
+        return applied
 
     def _apply_memory(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> int:
         touched_chunks = [c for d in changes.documents_removed for c in deltas["chunks"].linked_chunks.get(d, [])]

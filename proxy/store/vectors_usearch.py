@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 from usearch.index import Index
-
 
 DTYPES = ("f32", "f16", "i8")
 I8_MAX = 127
@@ -27,7 +27,13 @@ I8_MAX = 127
 FORMATS = {"i8": "i8-scaled"}
 # HNSW settings; USearch does not save the search ones with an index, so a restore passes them too.
 # expansion_search 128: recall@10 0.98-0.99 for i8 and 0.998+ for f16, at ~0.1 ms more a search
-HNSW = {"connectivity": 16, "expansion_add": 40, "expansion_search": 128}
+class HnswSettings(TypedDict):
+    connectivity: int
+    expansion_add: int
+    expansion_search: int
+
+
+HNSW: HnswSettings = {"connectivity": 16, "expansion_add": 40, "expansion_search": 128}
 
 
 def quantise_i8(vectors: np.ndarray) -> np.ndarray:

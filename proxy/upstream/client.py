@@ -27,8 +27,8 @@ from proxy.core.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from proxy.upstream.json_client import ConnectFailed, JsonClient, ProtocolViolation
 from proxy.core.settings import Settings
+from proxy.upstream.json_client import ConnectFailed, JsonClient, ProtocolViolation
 
 Headers = Iterable[tuple[str, str]]
 
@@ -161,7 +161,8 @@ class Upstream:
         except ConnectFailed as exc:
             raise UpstreamUnavailable(f"upstream Ollama at {self.url} is unreachable: {exc.strerror or exc}") from exc
         except (ProtocolViolation, OSError) as exc:
-            raise UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {str(exc) or type(exc).__name__}") from exc
+            reason = str(exc) or type(exc).__name__
+            raise UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {reason}") from exc
 
     async def chat_text(self, model: str, messages: list[dict[str, Any]]) -> AsyncIterator[str]:
         """A streamed /api/chat reply's text, piece by piece (GraphGate's own call, e.g. the

@@ -192,7 +192,7 @@ class JsonClient:
 
     @staticmethod
     async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = _size((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16, "chunk size")
             if size == 0:

@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 import anyio
 import numpy as np
 
-from proxy.core.errors import Conflict, GraphGateError, UpstreamError, UpstreamShapeError, UpstreamStatusError, first_error
+from proxy.core.errors import (
+    Conflict,
+    GraphGateError,
+    UpstreamError,
+    UpstreamShapeError,
+    UpstreamStatusError,
+    first_error,
+)
 from proxy.core.limiter import Priority, PriorityLimiter
 from proxy.core.settings import Settings
 from proxy.store.protocols.cache import CacheEntry

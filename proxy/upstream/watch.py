@@ -29,9 +29,9 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 
 from proxy.core.errors import GraphGateError, UpstreamStatusError, UpstreamTimeout, UpstreamUnavailable
-from proxy.upstream.model_calls import first_chat_model
 from proxy.core.settings import Settings
 from proxy.upstream.client import Upstream
+from proxy.upstream.model_calls import first_chat_model
 
 log = logging.getLogger("graphgate.upstream")
 

@@ -3,10 +3,10 @@ The order is the fusion's: the first channel's items lead each round-robin."""
 
 from __future__ import annotations
 
+from proxy.core.modes import Mode
 from proxy.retrieval.channels.chunks import ChunkChannel
 from proxy.retrieval.channels.entities import EntityChannel
 from proxy.retrieval.channels.relations import RelationChannel
-from proxy.core.modes import Mode
 from proxy.retrieval.stages import Channel
 
 CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (

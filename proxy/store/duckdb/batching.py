@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from proxy.store.duckdb.connection import Con, Database
 
@@ -175,7 +176,7 @@ class BatchedReader(Generic[K, V]):
     async def _lead(self) -> None:
         # shielded: the others of the round wait on this read even if its own caller is cancelled
         with anyio.CancelScope(shield=True):
-            await anyio.sleep(0)  # callers started in the same moment join the round
+            await anyio.lowlevel.checkpoint()  # callers started in the same moment join the round
             batch, self._round = self._round, {}
             try:
                 found = await self.db.read(self.read, list(batch))

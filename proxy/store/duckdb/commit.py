@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 
 from proxy.store.changes import Changeset, IndexDelta
-from proxy.store.duckdb.connection import Con, bump_generation, get_meta, next_keys, set_meta
 from proxy.store.duckdb.cache import write_cache
+from proxy.store.duckdb.connection import Con, bump_generation, get_meta, next_keys, set_meta
 from proxy.store.duckdb.graph_rows import write_curation
 
 INDEXED_TABLES = ("chunks", "entities", "relations")
@@ -28,7 +28,8 @@ def table_keys(con: Con, table: str) -> np.ndarray:
     return np.asarray(con.execute(f"SELECT key FROM {table}").fetchnumpy()["key"], dtype=np.uint64)
 
 
-def embeddings_for(con: Con, table: str, keys: np.ndarray, batch: int = 50_000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def embeddings_for(con: Con, table: str, keys: np.ndarray,
+                   batch: int = 50_000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(keys, vectors) of the wanted rows in batches, through Arrow (never as Python floats)."""
     for start in range(0, len(keys), batch):
         wanted = [int(k) for k in keys[start:start + batch]]
@@ -36,6 +37,8 @@ def embeddings_for(con: Con, table: str, keys: np.ndarray, batch: int = 50_000) 
             warnings.simplefilter("ignore", UserWarning)
             result = con.execute(f"SELECT key, embedding FROM {table} WHERE key IN (SELECT unnest(?::BIGINT[]))",
                                  [wanted]).to_arrow_table()
+        if result is None:  # only a statement without a result set gives none
+            raise RuntimeError(f"reading {table} embeddings gave no result set")
         if result.num_rows == 0:
             continue
         column = result.column("embedding").combine_chunks()
@@ -45,7 +48,13 @@ def embeddings_for(con: Con, table: str, keys: np.ndarray, batch: int = 50_000) 
 
 def table_counts(con: Con) -> dict[str, Any]:
     by_status = dict(con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall())
-    one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+
+    def one(sql: str) -> Any:
+        row = con.execute(sql).fetchone()
+        if row is None:  # an aggregate always gives a row
+            raise RuntimeError(f"no row from {sql}")
+        return row[0]
+
     return {
         "documents": {s: by_status.get(s, 0) for s in ("pending", "processing", "processed", "failed")},
         "chunks": one("SELECT count(*) FROM chunks"),
@@ -91,8 +100,9 @@ def vectors_column(vectors: list[np.ndarray]) -> pa.Array:
 def _remove_documents(con: Con, changes: Changeset, delta: IndexDelta) -> None:
     if changes.documents_removed:
         ids = list(changes.documents_removed)
-        for document_id, chunk_id in con.execute(
-                "SELECT document_id, chunk_id FROM document_chunks WHERE document_id = ANY(?::VARCHAR[])", [ids]).fetchall():
+        linked = con.execute(
+            "SELECT document_id, chunk_id FROM document_chunks WHERE document_id = ANY(?::VARCHAR[])", [ids]).fetchall()
+        for document_id, chunk_id in linked:
             delta.linked_chunks.setdefault(document_id, []).append(chunk_id)
         con.execute("DELETE FROM document_chunks WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
         con.execute("DELETE FROM documents WHERE id IN (SELECT unnest(?::VARCHAR[]))", [ids])
@@ -122,8 +132,9 @@ def _add_chunks(con: Con, changes: Changeset, delta: IndexDelta) -> None:
         con.execute("INSERT INTO chunks SELECT * FROM new_chunks")
         con.unregister("new_chunks")
     if changes.links_added:
-        links = pa.table({"document_id": [l[0] for l in changes.links_added],
-                          "chunk_id": [l[1] for l in changes.links_added], "ord": [l[2] for l in changes.links_added]})
+        links = pa.table({"document_id": [link[0] for link in changes.links_added],
+                          "chunk_id": [link[1] for link in changes.links_added],
+                          "ord": [link[2] for link in changes.links_added]})
         con.register("new_links", links)
         con.execute("INSERT OR REPLACE INTO document_chunks SELECT * FROM new_links")
         con.unregister("new_links")

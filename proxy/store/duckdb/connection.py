@@ -254,7 +254,8 @@ class Database:
         async with self.write_lock:
             # shielded: a cancelled caller must not leave a transaction half-way in its thread
             with anyio.CancelScope(shield=True):
-                return await anyio.to_thread.run_sync(self.write_sync, fn, *args)
+                result = await anyio.to_thread.run_sync(self.write_sync, fn, *args)
+        return result
 
 
 def get_meta(con: Con, key: str, default: str | None = None) -> str | None:

@@ -11,15 +11,15 @@ import duckdb
 import numpy as np
 
 from proxy.store.changes import Changeset, IndexDelta
-from proxy.store.duckdb.commit import embeddings_for, table_counts, table_keys, write_changes
 from proxy.store.duckdb.cache import DuckDBCache
+from proxy.store.duckdb.commit import embeddings_for, table_counts, table_keys, write_changes
 from proxy.store.duckdb.connection import Database, get_meta
 from proxy.store.duckdb.documents import DuckDBDocuments
 from proxy.store.duckdb.graph_rows import DuckDBGraphRows
+from proxy.store.duckdb.memory_load import graph_edges, load_chunk_documents, load_rows
 from proxy.store.duckdb.reembed import DuckDBReembed
 from proxy.store.duckdb.retrieval_rows import DuckDBRetrievalRows
 from proxy.store.duckdb.traces import DuckDBTraces
-from proxy.store.duckdb.memory_load import graph_edges, load_chunk_documents, load_rows
 from proxy.store.protocols.cache import CacheTables
 from proxy.store.protocols.documents import DocumentTables
 from proxy.store.protocols.graph_rows import GraphRows
@@ -59,7 +59,11 @@ class DuckDBTables:
     def each_embedding_sync(self, table: str, keys: np.ndarray,
                             receive: Callable[[np.ndarray, np.ndarray], None]) -> None:
         """``receive(keys, vectors)`` for the stored embeddings of ``keys``, a batch at a time."""
-        self.db.read_sync(lambda con: [receive(k, v) for k, v in embeddings_for(con, table, keys)])
+        def each(con: duckdb.DuckDBPyConnection) -> None:
+            for batch_keys, vectors in embeddings_for(con, table, keys):
+                receive(batch_keys, vectors)
+
+        self.db.read_sync(each)
 
     def load_rows_sync(self, rows: MemoryRows) -> None:
         self.db.read_sync(load_rows, rows)
