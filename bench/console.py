@@ -45,7 +45,12 @@ def probe(data: Path) -> dict[str, Any]:
 
     con = duckdb.connect(str(data / "graphgate.duckdb"), read_only=True)
     try:
-        one = lambda sql, *a: con.execute(sql, list(a)).fetchone()  # noqa: E731
+        def one(sql: str, *parameters: Any) -> tuple[Any, ...]:
+            row = con.execute(sql, list(parameters)).fetchone()
+            if row is None:
+                raise RuntimeError(f"the store has no row for {sql}")
+            return row
+
         degrees = """SELECT k, count(*) AS n FROM (SELECT source AS k FROM relations UNION ALL
                      SELECT target FROM relations) GROUP BY k"""
         hub, hub_degree = one(f"{degrees} ORDER BY n DESC, k LIMIT 1")
@@ -111,7 +116,7 @@ def percentile(sorted_ms: list[float], q: float) -> float:
 def measure(url: str, wanted: list[tuple[str, str, dict[str, str]]], requests: int) -> list[dict[str, Any]]:
     import httpx
 
-    results = []
+    results: list[dict[str, Any]] = []
     with httpx.Client(base_url=url, timeout=120) as client:
         for label, path, headers in wanted:
             times, first, status, size = [], 0.0, 0, 0

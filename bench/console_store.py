@@ -168,6 +168,7 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
     from proxy.store.duckdb.traces import record_traces
     from proxy.store.store import KnowledgeStore, now
     from proxy.upstream.model_calls import CacheEntry
+    from tests.invariants import database
 
     rng = np.random.default_rng(7)
     filler = Sentences(rng)
@@ -227,13 +228,14 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
     n_failed = max(n_docs // 50, 1)
     cuts = np.sort(rng.choice(np.arange(1, n_chunks), n_docs - n_failed - 1, replace=False))
     spans = list(zip([0, *map(int, cuts)], [*map(int, cuts), n_chunks], strict=True))
-    documents, links = [], []
+    documents: list[dict[str, Any]] = []
+    links: list[tuple[str, str, int]] = []
     for d, (start, end) in enumerate(spans):
         text = "\n\n".join(chunk_text[start:end])
         documents.append({"id": "doc-" + hashlib.sha256(text.encode()).hexdigest(), "name": f"doc-{d}.txt",
                           "mime": "text/plain", "size": len(text.encode()), "text": text, "chunks": end - start})
         links += [(documents[-1]["id"], chunk_ids[c], c - start) for c in range(start, end)]
-    failed = []
+    failed: list[dict[str, Any]] = []
     for d in range(len(spans), len(spans) + n_failed):
         text = f"unreadable upload {d} " + sentence(rng)
         failed.append({"id": "doc-" + hashlib.sha256(text.encode()).hexdigest(), "name": f"doc-{d}.txt",
@@ -248,7 +250,7 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
             for doc in failed:
                 docsql.set_status(con, doc["id"], "failed", "the model's extraction for chunk 1 was not valid "
                                                             "JSON after 3 tries: no JSON object in the reply")
-        await store.tables.db.write(insert_documents)
+        await database(store).write(insert_documents)
 
         stamp = now()
         for start in range(0, n_chunks, BATCH):

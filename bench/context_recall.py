@@ -21,6 +21,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -73,7 +74,8 @@ def extractor(names: list[str]):
             return json.dumps({"high_level_keywords": ["director"], "low_level_keywords": pattern.findall(question)})
         if "summary" in props:
             return json.dumps({"summary": user[-600:]})
-        entities, relations = {}, []
+        entities: dict[str, dict[str, str]] = {}
+        relations: list[dict[str, Any]] = []
         for sentence in re.split(r"(?<=[.])\s+", user):
             found = list(dict.fromkeys(pattern.findall(sentence)))
             for name in found:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +56,11 @@ def main() -> None:
         label = "shared direction" if shared else "isotropic"
         for dtype in ("f32", "f16", "i8", "i8 (USearch's cast)"):
             ours = VectorIndex(Path("unused.usearch"), dtype.split()[0])
+            prepare: Callable[[np.ndarray], np.ndarray]
             if dtype == "i8":  # quantised as the gateway does
                 ours.add(np.arange(args.n, dtype=np.uint64), v)
+                if ours.index is None:
+                    raise RuntimeError("adding vectors left the index unmade")
                 index, prepare = ours.index, ours._prepare
             else:  # the rest as USearch casts them, with the gateway's HNSW settings
                 index, prepare = ours._new(DIM), (lambda x: x)

@@ -27,6 +27,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -90,7 +91,7 @@ def make_documents(count: int, names: list[str], rng: random.Random) -> list[tup
     chunk, a typical density for extraction), and the casts overlap across documents."""
     docs = []
     for d in range(count):
-        sentences = []
+        sentences: list[str] = []
         cast = rng.sample(names, 8)
         while len(" ".join(sentences)) < 6400:  # ~1,500 cl100k tokens of this text
             a, b = rng.sample(cast, 2)
@@ -113,7 +114,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency: int) -> dict[str, float]:
+def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency: int) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="gg-bench-"))
     fake_port, gate_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TIKTOKEN_CACHE_DIR": ""}

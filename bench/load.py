@@ -155,7 +155,7 @@ class FakeDelays:
     keyword_delay: float = 0.1
     embed_delay: float = 0.02
 
-    def delays(self) -> dict[str, object]:
+    def delays(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(FakeDelays)}
 
 

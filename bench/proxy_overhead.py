@@ -98,6 +98,8 @@ def first_line_latency(base: str, calls: int) -> list[float]:
             with client.stream("POST", "/api/chat", json=body) as response:
                 for _line in response.iter_lines():  # read to the end: a cut stream leaves work behind
                     first = first or time.perf_counter()
+            if first is None:
+                raise RuntimeError("the chat stream sent no line")
             if i >= 10:
                 timings.append((first - start) * 1000)
     return timings

@@ -51,12 +51,13 @@ def build(data: Path, n_chunks: int) -> None:
     from proxy.core.settings import Settings
     from proxy.store.duckdb.connection import bump_generation, set_meta
     from proxy.store.store import KnowledgeStore, now
+    from tests.invariants import database
 
     rng = np.random.default_rng(7)
     centers = rng.standard_normal((500, DIM)).astype(np.float32)
     settings = Settings.load()  # GRAPHGATE_VECTOR_DTYPE and GRAPHGATE_DB_MEMORY apply, as in the gateway
     store = anyio.run(KnowledgeStore.open, data, settings.vector_dtype, settings.db_memory)
-    con = store.tables.db.con  # the benchmark writes its rows in bulk, straight into the tables
+    con = database(store).con  # the benchmark writes its rows in bulk, straight into the tables
     stamp = now()
     n_entities, n_docs = n_chunks // 2, max(n_chunks // 50, 1)
     filler = " ".join(WORDS * 10)  # ~200 tokens

@@ -13,6 +13,7 @@ from starlette.routing import Mount, Route
 from proxy.app import Settings, create_app
 from tests.conftest import running
 from tests.fake_ollama import FakeOllama
+from tests.matching import must_find
 
 PASSWORD = "correct horse battery staple"
 
@@ -29,7 +30,7 @@ async def console_client(settings: Settings, fake: FakeOllama, *, client_host: s
 
 async def log_in(client: httpx.AsyncClient, password: str = PASSWORD) -> httpx.Response:
     page = await client.get("/admin/login")
-    token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    token = must_find(r'name="csrf" value="([^"]+)"', page.text).group(1)
     return await client.post("/admin/login", data={"csrf": token, "password": password, "next": "/admin/entities"})
 
 
@@ -39,6 +40,8 @@ def console_paths(app) -> list[tuple[str, str]]:
     mount = next(r for r in app.routes if isinstance(r, Mount) and r.path == "/admin")
     for route in mount.routes:
         if isinstance(route, Route):
+            if route.methods is None:
+                raise AssertionError(f"{route.path} names no methods")
             path = "/admin" + re.sub(r"\{[^}]+\}", "x", route.path)
             for method in sorted(route.methods - {"HEAD"}):
                 out.append((method, path))

@@ -28,7 +28,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,11 +43,12 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 try:  # tests/ as a package, or tests/ itself on sys.path
     from .fake_ollama_openai import OpenAIEndpoints
-except ImportError:
-    from fake_ollama_openai import OpenAIEndpoints
+except ImportError:  # mypy reads tests/ as a package, where this fallback is never taken
+    from fake_ollama_openai import OpenAIEndpoints  # type: ignore[import-not-found, no-redef]
 
 DEFAULT_REPLY = ["Hello", " from", " the", " fake", " model."]
 THINKING = ["Let me think", " about this."]
@@ -282,11 +283,15 @@ class _Stream(StreamingResponse):
     """A StreamingResponse that always closes its body generator when it ends, so the
     generator's ``finally`` runs at once (on cancel, client disconnect or error)."""
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    def __init__(self, body: AsyncGenerator[bytes, None], *, headers: dict[str, str]) -> None:
+        super().__init__(body, headers=headers)
+        self._generator = body  # the body_iterator, typed as what it is
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            await self._generator.aclose()
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -371,6 +376,8 @@ class FakeOllama(OpenAIEndpoints):
     # ------------------------------------------------------------------ routing
     def _routes(self) -> list[Route]:
         ps = Route("/api/ps", self._ps, methods=["GET"])
+        if ps.methods is None:
+            raise RuntimeError("a Route given methods has them")
         ps.methods.discard("HEAD")  # Ollama registers GET only
         return [
             Route("/", self._root, methods=["GET", "HEAD"]),
@@ -499,7 +506,7 @@ class FakeOllama(OpenAIEndpoints):
                 "prompt_eval_count": prompt_tokens, "prompt_eval_duration": prompt_d,
                 "eval_count": eval_tokens, "eval_duration": eval_d}
 
-    def _stream(self, path: str, model: str, lines: list[dict | bytes], mode: str | None, *,
+    def _stream(self, path: str, model: str, lines: Sequence[dict | bytes], mode: str | None, *,
                 error_line: bytes, media_type: str = "application/x-ndjson") -> Response:
         """One body write per line, chunk_delay between lines, a StreamEvent per body.
 
@@ -508,7 +515,7 @@ class FakeOllama(OpenAIEndpoints):
         sends ``error_line`` after two lines and ends the body.
         """
 
-        async def body() -> AsyncIterator[bytes]:
+        async def body() -> AsyncGenerator[bytes, None]:
             event = StreamEvent(path, model, time.monotonic())
             self.stream_events.append(event)
             try:
@@ -821,7 +828,7 @@ def _modelfile(record: dict) -> str:
 def _dropped(body: bytes) -> Response:
     """Headers announcing the whole body, half of it, then the connection drops."""
 
-    async def half() -> AsyncIterator[bytes]:
+    async def half() -> AsyncGenerator[bytes, None]:
         yield body[: len(body) // 2]
         raise InjectedDisconnect("fake Ollama dropped the connection")
 

@@ -12,8 +12,9 @@ import json
 import re
 import struct
 import time
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -65,6 +66,27 @@ def _reasoning(req: dict) -> Any:
 class OpenAIEndpoints:
     """Routes under /v1. Relies on the request helpers, reply script and streaming of FakeOllama."""
 
+    if TYPE_CHECKING:  # what FakeOllama, the class this one is mixed into, provides
+        Error: type[Exception]
+        model_error: str
+        models: dict[str, dict]
+        _ids: Iterator[int]
+
+        async def _body(self, request: Request) -> dict: ...
+        def _model_name(self, req: dict, *keys: str) -> str: ...
+        def _stream_flag(self, req: dict, default: bool = True) -> bool: ...
+        def _lookup(self, name: str) -> dict: ...
+        async def _resolve_inference(self, name: str, request: Request) -> tuple[dict, str | None]: ...
+        def _check_chat_caps(self, req: dict, name: str, record: dict, action: str) -> None: ...
+        def _plan(self, req: dict, record: dict, fmt: Any = None, think: bool = False,
+                  tools: list | None = None, messages: list | None = None) -> list[tuple[str, Any]]: ...
+        def _metrics(self, prompt_tokens: int, eval_tokens: int, started: float) -> dict[str, int]: ...
+        def _stream(self, path: str, model: str, lines: Sequence[dict | bytes], mode: str | None, *,
+                    error_line: bytes, media_type: str = "application/x-ndjson") -> Response: ...
+        def _reply(self, payload: dict, mode: str | None) -> Response: ...
+        def _vectors(self, name: str, texts: list[str], dimensions: Any = None) -> list[list[float]]: ...
+        def _texts(self, value: Any) -> list[str]: ...
+
     def _openai_routes(self) -> list[Route]:
         routes = [
             Route("/v1/chat/completions", self._v1_chat, methods=["POST"]),
@@ -74,6 +96,8 @@ class OpenAIEndpoints:
             Route("/v1/embeddings", self._v1_embeddings, methods=["POST"]),
         ]
         for route in routes:
+            if route.methods is None:
+                raise RuntimeError("a Route given methods has them")
             route.methods.discard("HEAD")  # Ollama registers these without HEAD
         return routes
 

@@ -281,7 +281,7 @@ async def exchange(h: Harness, sent: Sent, *, check_unchanged: bool = True) -> h
         else:
             check_error_shape(sent, response)
             relayed = False
-        if check_unchanged:
+        if before is not None:  # check_unchanged
             await quiesce(h)
             after = await snapshot(h)
             h.last_snapshot = after

@@ -6,9 +6,18 @@ from pathlib import Path
 
 import anyio
 
+from proxy.store.duckdb.connection import Database
+from proxy.store.duckdb.tables import DuckDBTables
 from proxy.store.protocols.graph import Graph
 from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
+
+
+def database(store: KnowledgeStore) -> Database:
+    """The embedded backend's DuckDB database behind the store's tables, which tests read directly."""
+    if not isinstance(store.tables, DuckDBTables):
+        raise TypeError(f"the store's tables are {type(store.tables).__name__}, not the embedded DuckDB ones")
+    return store.tables.db
 
 
 def in_memory(store: KnowledgeStore) -> tuple[MemoryRows, Graph]:
@@ -24,7 +33,7 @@ def check_store(data_dir: Path) -> dict[str, int]:
 async def _check(data_dir: Path) -> dict[str, int]:
     store = await KnowledgeStore.open(data_dir)
     try:
-        read = store.tables.db.read_sync
+        read = database(store).read_sync
         for table in ("chunks", "entities", "relations"):
             db_keys = {r[0] for r in read(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall())}
             assert {int(k) for k in store.vector_keys_sync(table)} == db_keys, f"{table}: index and table differ"

@@ -6,13 +6,14 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 import uvicorn
 from starlette.types import ASGIApp
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: ASGIApp, *, lifespan: str = "on") -> Iterator[str]:
+def serve_in_thread(app: ASGIApp, *, lifespan: Literal["auto", "on", "off"] = "on") -> Iterator[str]:
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan,
                             timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import httpx
+
+from tests.matching import must_find
 
 HTMX = {"HX-Request": "true"}
 
 
 async def csrf(client: httpx.AsyncClient) -> str:
     page = (await client.get("/admin/playground")).text
-    return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    return must_find(r'name="csrf" value="([^"]+)"', page).group(1)
 
 
 async def run(client: httpx.AsyncClient, *, htmx: bool = False, token: str | None = None,

@@ -145,6 +145,12 @@ class Gateway:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise RuntimeError("graphgate was not started")
+        return self.process.pid
+
     def kill(self) -> None:
         """SIGKILL: no handler runs, nothing is flushed."""
         if self.alive:

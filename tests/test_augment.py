@@ -55,7 +55,7 @@ async def test_existing_system_message_is_kept_and_extended(gw: httpx.AsyncClien
 async def test_everything_else_reaches_the_upstream_unchanged(gw: httpx.AsyncClient, fake: FakeOllama) -> None:
     tools = [{"type": "function", "function": {"name": "lookup", "description": "d",
                                                "parameters": {"type": "object", "properties": {}}}}]
-    request = {"model": "qwen3:latest", "stream": True, "think": "high", "keep_alive": "5m",
+    request: dict[str, Any] = {"model": "qwen3:latest", "stream": True, "think": "high", "keep_alive": "5m",
                "format": {"type": "object", "properties": {"answer": {"type": "string"}}},
                "options": {"temperature": 0.1, "seed": 3, "num_ctx": 8192}, "tools": tools, "truncate": False,
                "messages": [{"role": "user", "content": "What is in this picture of Berlin?", "images": ["aGVsbG8="]}]}

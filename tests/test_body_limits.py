@@ -117,7 +117,7 @@ def test_a_login_without_a_cookie_is_refused_before_its_body_is_stored(server: t
     gateway, tmp = server
     status, reply, sent, most = stream_body(
         gateway.port, "/admin/login", {"content-type": f"multipart/form-data; boundary={BOUNDARY}"},
-        file_part("big.bin"), 24 * 1024 * 1024, gateway.process.pid, tmp)
+        file_part("big.bin"), 24 * 1024 * 1024, gateway.pid, tmp)
     assert most <= LOGIN_BYTES
     assert status == 413, reply
     assert "exceeds the limit" in reply["html"]
@@ -130,7 +130,7 @@ def test_an_upload_is_bounded_in_all_even_with_the_key(server: tuple[Gateway, Pa
     status, reply, sent, most = stream_body(
         gateway.port, "/rag/documents", {"content-type": f"multipart/form-data; boundary={BOUNDARY}",
                                          "authorization": f"Bearer {KEY}"},
-        file_part("big.txt"), 32 * 1024 * 1024, gateway.process.pid, tmp)
+        file_part("big.txt"), 32 * 1024 * 1024, gateway.pid, tmp)
     assert most <= bound
     assert status == 413, reply
     assert "exceeds the limit of" in reply["error"] and "GRAPHGATE_MAX_UPLOAD_BYTES" in reply["error"]

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
@@ -25,6 +24,7 @@ from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
+from tests.matching import must_find
 from tests.rag_helpers import settle, upload
 
 pytestmark = pytest.mark.anyio
@@ -214,7 +214,7 @@ async def test_a_wrong_shape_line_in_the_playground_answer_is_an_error_event(cli
 
     fake.wrong_shapes["shaped"] = shape
     fragment = (await run(client, htmx=True, query="Who?", mode="bypass", answer="1", model="shaped")).text
-    url = re.search(r'data-answer-stream="(/admin/playground/answer/[^"]+)"', fragment).group(1)
+    url = must_find(r'data-answer-stream="(/admin/playground/answer/[^"]+)"', fragment).group(1)
     stream = await client.get(url)
     assert stream.status_code == 200
     last = stream.text.replace("\r\n", "\n").strip().split("\n\n")[-1]

@@ -106,7 +106,8 @@ def test_reindex_rebuilds_and_reembeds_for_a_new_model(tmp_path: Path, upstream:
     check_store(data)
     import duckdb
     con = duckdb.connect(str(data / "graphgate.duckdb"), read_only=True)
-    assert con.execute("SELECT value FROM meta WHERE key = 'embed_dim'").fetchone()[0] == "128"
+    embed_dim = con.execute("SELECT value FROM meta WHERE key = 'embed_dim'").fetchone()
+    assert embed_dim is not None and embed_dim[0] == "128"
     assert con.execute("SELECT DISTINCT len(embedding) FROM entities").fetchall() == [(128,)]
     con.close()
 

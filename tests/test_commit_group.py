@@ -3,6 +3,7 @@ on a real DuckDB database."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Set
 from pathlib import Path
 
 import anyio
@@ -23,6 +24,12 @@ def db(tmp_path: Path):
     database.close()
 
 
+def insert_into(table: str) -> Callable[[Con, list[int]], None]:
+    def apply(con: Con, items: list[int]) -> None:
+        con.executemany(f"INSERT INTO {table} VALUES (?)", [[i] for i in items])
+    return apply
+
+
 def rows(db: Database, table: str) -> list[int]:
     return [r[0] for r in db.con.execute(f"SELECT v FROM {table} ORDER BY v").fetchall()]
 
@@ -33,7 +40,8 @@ async def test_items_waiting_together_share_one_transaction_in_writer_order(db: 
 
     def insert(table: str):
         def apply(con: Con, items: list[int]) -> None:
-            applied.append((con.execute("SELECT txid_current()").fetchone()[0], f"{table}{items}"))
+            (row,) = con.execute("SELECT txid_current()").fetchall()  # one row
+            applied.append((row[0], f"{table}{items}"))
             con.executemany(f"INSERT INTO {table} VALUES (?)", [[i] for i in items])
         return apply
 
@@ -55,8 +63,12 @@ async def test_items_waiting_together_share_one_transaction_in_writer_order(db: 
 
 async def test_a_failing_writer_fails_alone(db: Database) -> None:
     group = CommitGroup(db)
-    good = group.writer(lambda con, items: con.executemany("INSERT INTO a VALUES (?)", [[i] for i in items]))
-    bad = group.writer(lambda con, items: con.execute("INSERT INTO missing_table VALUES (1)"))
+    good = group.writer(insert_into("a"))
+
+    def insert_into_a_missing_table(con: Con, items: list[int]) -> None:
+        con.execute("INSERT INTO missing_table VALUES (1)")
+
+    bad = group.writer(insert_into_a_missing_table)
     await db.write_lock.acquire()
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(group.run)
@@ -72,7 +84,7 @@ async def test_a_failing_writer_fails_alone(db: Database) -> None:
 
 async def test_shutdown_commits_what_was_handed_over(db: Database) -> None:
     group = CommitGroup(db)
-    writer = group.writer(lambda con, items: con.executemany("INSERT INTO b VALUES (?)", [[i] for i in items]))
+    writer = group.writer(insert_into("b"))
     await db.write_lock.acquire()
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(group.run)
@@ -84,7 +96,7 @@ async def test_shutdown_commits_what_was_handed_over(db: Database) -> None:
     assert rows(db, "b") == [1, 2]
 
 
-def lookup_values(calls: list[list[int]], fail: set[int] = frozenset()):
+def lookup_values(calls: list[list[int]], fail: Set[int] = frozenset()):
     """A read of table a that records each query's keys and fails when asked for one in ``fail``."""
     def read(con: Con, keys: list[int]) -> dict[int, int]:
         calls.append(sorted(keys))

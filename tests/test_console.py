@@ -16,6 +16,7 @@ from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.invariants import in_memory
+from tests.matching import must_find
 
 pytestmark = pytest.mark.anyio
 
@@ -67,7 +68,7 @@ async def test_document_page_shows_chunks_with_what_each_yielded_and_delete_conf
         console: httpx.AsyncClient) -> None:
     await upload_texts(console, ("team.txt", TEAM), ("city.md", CITY))
     await settled(console)
-    doc_id = re.search(r'data-id="(doc-\w+)" data-status="processed">\s*<td><a [^>]*>team.txt',
+    doc_id = must_find(r'data-id="(doc-\w+)" data-status="processed">\s*<td><a [^>]*>team.txt',
                        (await console.get("/admin/documents")).text).group(1)
     page = await console.get(f"/admin/documents/{doc_id}")
     assert "Alice Smith leads the Orion project." in page.text and "Chunk 1" in page.text
@@ -128,7 +129,7 @@ async def test_merge_through_the_preview(console: httpx.AsyncClient) -> None:
     await upload_texts(console, ("team.txt", TEAM), ("city.md", CITY))
     await settled(console)
     keys = [("key", ref("orion")), ("key", ref("acme corp"))]
-    pick = await console.get("/admin/merge", params=keys)
+    pick = await console.get("/admin/merge", params=tuple(keys))
     assert 'value="' + ref("acme corp") + '" checked' in pick.text  # the best connected is kept by default
     form = [*keys, ("target", ref("acme corp")), ("name", ""), ("type", ""), ("description", "")]
     preview = await post(console, "/admin/merge/preview", form, htmx=True)
@@ -189,7 +190,7 @@ async def test_untrusted_names_and_texts_are_escaped_everywhere(settings: Settin
         pages = ["/admin/documents", "/admin/entities", f"/admin/entities/{ref(key)}", "/admin/graph",
                  f"/admin/graph?entity={ref(key)}", f"/admin/merge?key={ref(key)}&key={ref('bob')}",
                  "/admin/entities?q=%3Cscript%3E"]
-        doc = re.search(r'href="/admin/documents/(doc-\w+)"', (await client.get("/admin/documents")).text).group(1)
+        doc = must_find(r'href="/admin/documents/(doc-\w+)"', (await client.get("/admin/documents")).text).group(1)
         pages.append(f"/admin/documents/{doc}")
         for path in pages:
             text = (await client.get(path)).text

@@ -3,14 +3,13 @@ the API key, CSRF, cookie flags, redirects. In-process over the real app."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from proxy.app import Settings, create_app
 from tests.console_auth_helpers import PASSWORD, console_client, console_paths, log_in
 from tests.console_helpers import csrf_of
 from tests.fake_ollama import FakeOllama
+from tests.matching import must_find
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +57,7 @@ async def test_login_redirects_only_within_the_console(settings: Settings, fake:
     async with console_client(settings.replace(admin_password=PASSWORD), fake) as client:
         for evil in ("https://evil.example/", "//evil.example/admin", "/api/tags"):
             page = await client.get("/admin/login")
-            token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+            token = must_find(r'name="csrf" value="([^"]+)"', page.text).group(1)
             response = await client.post("/admin/login", data={"csrf": token, "password": PASSWORD, "next": evil})
             assert response.headers["location"] == "/admin/", evil
 
@@ -66,7 +65,7 @@ async def test_login_redirects_only_within_the_console(settings: Settings, fake:
 async def test_a_tampered_cookie_or_a_changed_password_ends_the_session(settings: Settings, fake: FakeOllama) -> None:
     async with console_client(settings.replace(admin_password=PASSWORD), fake) as client:
         await log_in(client)
-        value = client.cookies.get("graphgate_session")
+        value = client.cookies["graphgate_session"]
         assert (await client.get("/admin/")).status_code == 200
         client.cookies.clear()
         client.cookies.set("graphgate_session", value[:-2] + ("AA" if not value.endswith("AA") else "BB"))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import pytest
 from playwright.sync_api import (
     ConsoleMessage,
+    FilePayload,
     Locator,
     Page,
     Request,
@@ -173,8 +174,8 @@ def _upload_and_watch(page: Page, fake: FakeOllama) -> None:
     _no_reload_marker(page)
 
     page.locator("input[type=file][name=files]").set_input_files([
-        {"name": "team.txt", "mimeType": "text/plain", "buffer": TEAM.encode()},
-        {"name": "city.md", "mimeType": "text/plain", "buffer": CITY.encode()},
+        FilePayload(name="team.txt", mimeType="text/plain", buffer=TEAM.encode()),
+        FilePayload(name="city.md", mimeType="text/plain", buffer=CITY.encode()),
     ])
     page.get_by_role("button", name="Upload", exact=True).click()
 

@@ -19,6 +19,7 @@ from tests.console_helpers import post, ref, settled, upload_texts
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
+from tests.matching import must_find
 
 pytestmark = pytest.mark.anyio
 
@@ -142,7 +143,7 @@ async def test_delete_needs_csrf_and_removes_exactly_that_entry(client: httpx.As
     assert ("summary", "su/1?x=y") in await cache_keys(client)
 
     page = await client.get(f"/admin/cache/summary/{ref('su/1?x=y')}")
-    token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    token = must_find(r'name="csrf" value="([^"]+)"', page.text).group(1)
     done = await client.post(path, data={"csrf": token})
     assert done.status_code == 303 and done.headers["location"] == "/admin/cache/summary"
     assert await cache_keys(client) == {(r[0], r[1]) for r in ROWS} - {("summary", "su/1?x=y")}
@@ -250,6 +251,6 @@ async def test_real_ingestion_and_chat_show_up(settings: Settings, fake: FakeOll
 
         chats = (await client.get("/admin/chats")).text
         assert "Who works at Acme Corp?" in chats and "badge accepted" in chats
-        turn = re.search(r'<tr data-id="(\d+)"', chats).group(1)
+        turn = must_find(r'<tr data-id="(\d+)"', chats).group(1)
         detail = (await client.get(f"/admin/chats/{turn}")).text
         assert "Acme Corp" in detail.split('id="chat-entities"', 1)[1] and 'id="chat-chunks"' in detail

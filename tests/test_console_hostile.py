@@ -126,7 +126,7 @@ async def test_no_payload_reaches_any_page_unescaped(hostile: httpx.AsyncClient)
         if response.headers.get("content-type", "").startswith("text/html"):
             queue.extend(sorted(links(response.text, "http://127.0.0.1:11435" + path) - seen))
     # the crawl reached the pages that show each stored payload, escaped
-    escaped = {}
+    escaped: dict[str, str] = {}
     for path in seen:
         text = (await hostile.get(path)).text
         for field, payload in PAYLOADS.items():

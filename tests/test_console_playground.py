@@ -15,6 +15,7 @@ from proxy.core.settings import Settings
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
+from tests.matching import must_find
 from tests.playground_helpers import run
 from tests.rag_helpers import settle, upload
 
@@ -35,7 +36,7 @@ def field(page: str, name: str) -> str:
 def selected(page: str, name: str) -> str:
     select = re.search(rf'<select name="{name}">(.*?)</select>', page, re.DOTALL)
     assert select, f"no select {name}"
-    return re.search(r'<option value="([^"]*)" selected>', select.group(1)).group(1)
+    return must_find(r'<option value="([^"]*)" selected>', select.group(1)).group(1)
 
 
 @pytest.fixture
@@ -78,11 +79,11 @@ async def test_a_run_shows_every_step_and_is_traced(corpus: httpx.AsyncClient) -
     assert page.startswith("<!doctype html>") and '<textarea name="query"' in page
     # the form keeps what was sent
     assert "Who leads the Orion project?</textarea>" in page and field(page, "top_k") == "10"
-    entities = re.search(r'<table id="result-entities">.*?</table>', page, re.DOTALL).group(0)
+    entities = must_find(r'<table id="result-entities">.*?</table>', page, re.DOTALL).group(0)
     assert "<td>Alice Smith</td>" in entities and "<td>Orion</td>" in entities
-    context = html.unescape(re.search(r'<pre id="context">(.*?)</pre>', page, re.DOTALL).group(1))
+    context = html.unescape(must_find(r'<pre id="context">(.*?)</pre>', page, re.DOTALL).group(1))
     assert "Alice Smith leads the Orion project." in context
-    timings = re.search(r'<table id="timings">.*?</table>', page, re.DOTALL).group(0)
+    timings = must_find(r'<table id="timings">.*?</table>', page, re.DOTALL).group(0)
     assert all(f"<td>{step}</td>" in timings for step in ("keywords", "embedding", "total"))
     assert '<dl class="pairs" id="tokens"><dt>instructions</dt>' in page and "<dt>total</dt>" in page
     assert "<tr><td>Alice Smith</td><td>Orion</td><td>mentioned together</td>" in page  # relations
@@ -148,7 +149,8 @@ async def test_bad_input_is_a_readable_400_and_nothing_runs(client: httpx.AsyncC
                                                             form: dict[str, str], message: str) -> None:
     recorded = capture_traces(client)
     before = len(fake.requests)
-    response = await run(client, **{"query": "Who leads Orion?", **form})
+    fields: dict[str, Any] = {"query": "Who leads Orion?", **form}
+    response = await run(client, **fields)
     assert response.status_code == 400
     assert html.escape(message, quote=True) in response.text and "Traceback" not in response.text
     assert "<h1>Something went wrong</h1>" in response.text
@@ -165,7 +167,7 @@ async def test_the_answer_streams_escaped_and_the_token_is_single_use(corpus: ht
     assert response.status_code == 200, response.text
     fragment = response.text
     assert '<div id="answer-stream" data-answer-stream="/admin/playground/answer/' in fragment
-    url = re.search(r'data-answer-stream="(/admin/playground/answer/[^"]+)"', fragment).group(1)
+    url = must_find(r'data-answer-stream="(/admin/playground/answer/[^"]+)"', fragment).group(1)
     assert len(fake.requests_to("/api/chat")) == calls + 1  # keywords only: the answer waits for its stream
 
     stream = await corpus.get(url)
@@ -199,7 +201,7 @@ async def test_the_answer_streams_escaped_and_the_token_is_single_use(corpus: ht
 async def test_upstream_failures_become_an_error_event(client: httpx.AsyncClient, model: str, message: str,
                                                        partial: str) -> None:
     fragment = (await run(client, htmx=True, query="Who?", mode="bypass", answer="1", model=model)).text
-    url = re.search(r'data-answer-stream="(/admin/playground/answer/[^"]+)"', fragment).group(1)
+    url = must_find(r'data-answer-stream="(/admin/playground/answer/[^"]+)"', fragment).group(1)
     stream = await client.get(url)
     assert stream.status_code == 200
     last = stream.text.replace("\r\n", "\n").strip().split("\n\n")[-1]
@@ -210,7 +212,7 @@ async def test_upstream_failures_become_an_error_event(client: httpx.AsyncClient
 async def test_unknown_or_expired_tokens_are_404(client: httpx.AsyncClient) -> None:
     assert (await client.get("/admin/playground/answer/nope")).status_code == 404
     fragment = (await run(client, htmx=True, query="Who?", mode="bypass", answer="1")).text
-    token = re.search(r'data-answer-stream="/admin/playground/answer/([^"]+)"', fragment).group(1)
+    token = must_find(r'data-answer-stream="/admin/playground/answer/([^"]+)"', fragment).group(1)
     store = client._transport.app.state.playground_answers  # type: ignore[attr-defined]
     store[token].expires = 0
     assert (await client.get(f"/admin/playground/answer/{token}")).status_code == 404

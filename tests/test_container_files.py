@@ -132,7 +132,7 @@ def test_copy_sources_exist_and_land_in_app(instructions):
 
 def test_copies_cover_what_pyproject_needs(instructions):
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    copied = set()
+    copied: set[str] = set()
     for instruction in find(instructions, "COPY"):
         copied.update(s.rstrip("/") for s in copy_sources_and_dest(instruction.args)[0])
     readme = pyproject["project"].get("readme")
@@ -183,7 +183,7 @@ def test_runs_as_non_root_after_install(instructions):
 
 
 def test_data_volume(instructions):
-    volumes = []
+    volumes: list[str] = []
     for instruction in find(instructions, "VOLUME"):
         args = instruction.args
         volumes += json.loads(args) if args.startswith("[") else args.split()

@@ -37,13 +37,13 @@ class HeldCommit:
         write_changes = duckdb_tables.write_changes
         add = vectors_usearch.VectorIndex.add
 
-        def slow_write(con, changes):  # type: ignore[no-untyped-def]
+        def slow_write(con, changes):
             result = write_changes(con, changes)
             if self.armed:
                 self._hold("transaction")
             return result
 
-        def slow_add(index, keys, vectors):  # type: ignore[no-untyped-def]
+        def slow_add(index, keys, vectors):
             add(index, keys, vectors)
             if self.armed and "transaction" in self.phases_seen and "vector inserts" not in self.phases_seen:
                 self._hold("vector inserts")

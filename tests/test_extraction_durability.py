@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from proxy.parsing.chunking import chunk_id
+from tests.matching import must_find
 from tests.reliability_harness import Gateway, ScriptedUpstream, wait_until
 
 FIRST_PASSES = 6  # answered before the model stops answering and the process is killed
@@ -28,7 +29,7 @@ def test_sigkill_after_first_passes_repeats_none_of_them(tmp_path: Path) -> None
         reply = facts(request)
         kind = facts.calls[-1]
         if kind in ("extract", "glean"):
-            passage = re.search(r"<<<\n(.*)\n>>>", request["messages"][-1]["content"], re.S)
+            passage = must_find(r"<<<\n(.*)\n>>>", request["messages"][-1]["content"], re.S)
             answered.append((kind, chunk_id(passage.group(1))))
             if sum(k == "extract" for k, _ in answered) >= stop["after"]:
                 fake.hang_paths.add("/api/chat")  # from now on every call stays in flight

@@ -15,8 +15,8 @@ import pytest
 
 try:
     from tests.fake_ollama import FakeOllama, fake_embedding
-except ImportError:  # tests/ is not a package: it is on sys.path itself
-    from fake_ollama import FakeOllama, fake_embedding
+except ImportError:  # tests/ is not a package: it is on sys.path itself (never so for mypy)
+    from fake_ollama import FakeOllama, fake_embedding  # type: ignore[import-not-found, no-redef]
 
 RFC3339_FRACTION = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z$")
 JSON_CT = "application/json; charset=utf-8"
@@ -328,7 +328,7 @@ def test_real_server_framing_timing_and_ollama_python() -> None:
 def test_real_server_broken_streams() -> None:
     fake = FakeOllama()
     with fake.serve() as url, httpx.Client(base_url=url, timeout=5) as client:
-        lines: list[bytes] = []
+        lines: list[str] = []
         with pytest.raises(httpx.RemoteProtocolError):
             with client.stream("POST", "/api/chat", json={"model": "disconnect", "messages": USER}) as r:
                 assert r.status_code == 200

@@ -29,15 +29,37 @@ def parse(svg: str) -> ET.Element:
     return ET.fromstring(svg)
 
 
+def found(element: ET.Element, path: str) -> ET.Element:
+    """The first match of ``path``; a missing one fails the test, naming it."""
+    match = element.find(path)
+    if match is None:
+        raise AssertionError(f"no {path} in <{element.tag}>")
+    return match
+
+
+def attr(element: ET.Element, name: str) -> str:
+    """An attribute that must be there; a missing one fails the test, naming it."""
+    value = element.get(name)
+    if value is None:
+        raise AssertionError(f"<{element.tag}> has no {name}")
+    return value
+
+
+def text_of(element: ET.Element) -> str:
+    if element.text is None:
+        raise AssertionError(f"<{element.tag}> has no text")
+    return element.text
+
+
 def node_groups(root: ET.Element) -> dict[str, ET.Element]:
     groups = [g for g in root.iter(f"{SVG}g") if "node" in g.get("class", "").split()]
-    keys = [g.get("data-key") for g in groups]
+    keys = [attr(g, "data-key") for g in groups]
     assert len(keys) == len(set(keys)), "data-key must be unique"
     return dict(zip(keys, groups, strict=True))
 
 
 def view_box(root: ET.Element) -> tuple[float, float]:
-    x, y, width, height = map(float, root.get("viewBox").split())
+    x, y, width, height = map(float, attr(root, "viewBox").split())
     assert (x, y) == (0, 0)
     return width, height
 
@@ -59,7 +81,7 @@ def test_one_linked_group_per_node_and_a_line_per_edge() -> None:
     groups = node_groups(root)
     assert set(groups) == {n.key for n in nodes}
     for key, group in groups.items():
-        anchor = group.find(f"{SVG}a")
+        anchor = found(group, f"{SVG}a")
         assert anchor.get("href") == link(key)
         assert anchor.find(f"{SVG}circle") is not None
         assert anchor.find(f"{SVG}text") is not None
@@ -72,9 +94,9 @@ def test_one_linked_group_per_node_and_a_line_per_edge() -> None:
 def test_centre_is_highlighted_and_only_the_centre() -> None:
     nodes, edges = star(5)
     groups = node_groups(parse(render_svg(nodes, edges, "n3", link=link)))
-    centres = [k for k, g in groups.items() if "centre" in g.get("class").split()]
+    centres = [k for k, g in groups.items() if "centre" in attr(g, "class").split()]
     assert centres == ["n3"]
-    widths = {k: float(g.find(f".//{SVG}circle").get("stroke-width")) for k, g in groups.items()}
+    widths = {k: float(attr(found(g, f".//{SVG}circle"), "stroke-width")) for k, g in groups.items()}
     assert widths["n3"] > max(w for k, w in widths.items() if k != "n3")
 
 
@@ -89,14 +111,14 @@ def test_hostile_text_is_escaped_everywhere() -> None:
         assert not [a for a in element.attrib if a.lower().startswith("on")]
     groups = node_groups(root)
     assert set(groups) == {n.key.replace("\x00", "").replace("\x1b", "") for n in nodes}
-    labels = [g.find(f".//{SVG}text").text for g in groups.values()]
+    labels = [found(g, f".//{SVG}text").text for g in groups.values()]
     assert labels == [
         "<script>alert(1)</scrip…", '"onmouseover="x', "a & b", "Zoë ☃ 東京", "xy"
     ]
-    tooltip = groups[nodes[0].key].find(f".//{SVG}title").text
+    tooltip = found(groups[nodes[0].key], f".//{SVG}title").text
     assert tooltip == "<script>alert(1)</script>\n<script>alert(1)</script> · degree 2"
     assert [t.text for line in root.iter(f"{SVG}line") for t in line] == HOSTILE[:-1]
-    hrefs = [g.find(f"{SVG}a").get("href") for g in groups.values()]
+    hrefs = [found(g, f"{SVG}a").get("href") for g in groups.values()]
     assert '/e?k=k1"onmouseover="x' in hrefs
 
 
@@ -104,9 +126,9 @@ def test_long_names_are_truncated_but_the_tooltip_keeps_them() -> None:
     name = "A very long entity name that goes on and on"
     root = parse(render_svg([Node("k", name, "thing", 7)], [], "k", link=link))
     group = node_groups(root)["k"]
-    label = group.find(f".//{SVG}text").text
+    label = text_of(found(group, f".//{SVG}text"))
     assert len(label) == 24 and label.endswith("…") and name.startswith(label[:-1])
-    assert group.find(f".//{SVG}title").text == f"{name}\nthing · degree 7"
+    assert found(group, f".//{SVG}title").text == f"{name}\nthing · degree 7"
 
 
 def test_same_input_gives_identical_output() -> None:
@@ -152,7 +174,7 @@ def test_colours_are_stable_per_type_and_spread_over_the_palette() -> None:
     assert set(custom) <= set(PALETTE) and len(set(custom)) >= 8
     nodes = [Node("a", "A", "Person", 1), Node("b", "B", "person", 1), Node("c", "C", "event", 1)]
     groups = node_groups(parse(render_svg(nodes, [], "a", link=link)))
-    fills = {k: g.find(f".//{SVG}circle").get("fill") for k, g in groups.items()}
+    fills = {k: found(g, f".//{SVG}circle").get("fill") for k, g in groups.items()}
     assert fills["a"] == fills["b"] == type_colour("person")
     assert fills["c"] == type_colour("event")
 
@@ -180,7 +202,7 @@ def test_stroke_width_grows_with_weight_and_survives_odd_weights() -> None:
     weights = [0.5, 1.0, 10.0, 1e9, float("nan"), -3.0]
     edges = [Edge("a", k, w) for k, w in zip("bcdef", weights, strict=False)] + [Edge("b", "c", weights[-1])]
     root = parse(render_svg(nodes, edges, "a", link=link))
-    widths = [float(line.get("stroke-width")) for line in root.iter(f"{SVG}line")]
+    widths = [float(attr(line, "stroke-width")) for line in root.iter(f"{SVG}line")]
     assert widths[0] < widths[1] < widths[2] <= widths[3] <= 6.0
     assert widths[4] == widths[5] == 1.0
 
@@ -201,9 +223,9 @@ def test_no_nodes_says_no_neighbours() -> None:
 
 def test_single_node_sits_in_the_middle() -> None:
     root = parse(render_svg([Node("a", "A", "t", 0)], [], "a", link=link, width=300, height=200))
-    circle = node_groups(root)["a"].find(f".//{SVG}circle")
-    assert (float(circle.get("cx")), float(circle.get("cy"))) == (150.0, 100.0)
-    assert "centre" in node_groups(root)["a"].get("class")
+    circle = found(node_groups(root)["a"], f".//{SVG}circle")
+    assert (float(attr(circle, "cx")), float(attr(circle, "cy"))) == (150.0, 100.0)
+    assert "centre" in attr(node_groups(root)["a"], "class")
 
 
 def test_all_coordinates_are_inside_the_view_box() -> None:
@@ -213,13 +235,13 @@ def test_all_coordinates_are_inside_the_view_box() -> None:
         root = parse(render_svg(nodes, edges, "hub", link=link, width=width, height=height))
         assert view_box(root) == (width, height)
         for circle in root.iter(f"{SVG}circle"):
-            x, y, r = (float(circle.get(a)) for a in ("cx", "cy", "r"))
+            x, y, r = (float(attr(circle, a)) for a in ("cx", "cy", "r"))
             assert 0 <= x - r and x + r <= width and 0 <= y - r and y + r <= height
         for line in root.iter(f"{SVG}line"):
-            assert all(0 <= float(line.get(a)) <= width for a in ("x1", "x2"))
-            assert all(0 <= float(line.get(a)) <= height for a in ("y1", "y2"))
+            assert all(0 <= float(attr(line, a)) <= width for a in ("x1", "x2"))
+            assert all(0 <= float(attr(line, a)) <= height for a in ("y1", "y2"))
         for text in root.iter(f"{SVG}text"):
-            assert 0 <= float(text.get("x")) <= width and 0 <= float(text.get("y")) <= height
+            assert 0 <= float(attr(text, "x")) <= width and 0 <= float(attr(text, "y")) <= height
 
 
 def test_two_hundred_nodes_render_completely() -> None:

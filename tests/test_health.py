@@ -19,6 +19,9 @@ import httpx
 import pytest
 
 from proxy.app import Settings, create_app
+from proxy.knowledge.service import Knowledge
+from proxy.state import Gateway
+from proxy.upstream.watch import UpstreamWatcher
 from tests.conftest import running
 from tests.fake_ollama import FakeOllama
 
@@ -36,7 +39,7 @@ def closed_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def gateway(settings: Settings, **kwargs) -> AsyncIterator[tuple[httpx.AsyncClient, object]]:
+async def gateway(settings: Settings, **kwargs) -> AsyncIterator[tuple[httpx.AsyncClient, Gateway]]:
     """GraphGate in-process, its lifespan run; its upstream is whatever ``settings`` names (real
     network) unless ``upstream_transport`` is given."""
     app = create_app(settings, **kwargs)
@@ -44,6 +47,18 @@ async def gateway(settings: Settings, **kwargs) -> AsyncIterator[tuple[httpx.Asy
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:11435") as client:
             yield client, app.state.gateway
+
+
+def watcher_of(gw: Gateway) -> UpstreamWatcher:
+    if gw.watcher is None:
+        raise AssertionError("the gateway has no upstream watcher: its lifespan did not run")
+    return gw.watcher
+
+
+def knowledge_of(gw: Gateway) -> Knowledge:
+    if gw.knowledge is None:
+        raise AssertionError(f"the knowledge store is unavailable: {gw.knowledge_error}")
+    return gw.knowledge
 
 
 async def wait_for(condition, seconds: float = 10.0, what: str = "the condition") -> None:
@@ -105,11 +120,12 @@ async def test_the_extraction_model_reported_is_the_one_ingestion_chose(
     async with gateway(settings, upstream_transport=fake.transport()) as (client, gw):
         response = await client.post("/rag/documents", json={"name": "a.txt", "text": "Alice met Bob in Paris."})
         assert response.status_code == 202
-        await wait_for(lambda: gw.knowledge.models.chosen_chat_model is not None, what="a chosen model")
-        in_use = gw.knowledge.models.chosen_chat_model
+        await wait_for(lambda: knowledge_of(gw).models.chosen_chat_model is not None, what="a chosen model")
+        in_use = knowledge_of(gw).models.chosen_chat_model
+        assert in_use is not None
         newer = dict(fake.models[in_use], name="newer-chat:latest", model="newer-chat:latest", digest="f" * 64)
         fake.models = {"newer-chat:latest": newer, **fake.models}
-        await gw.watcher.latest(0)  # a check now, as the watcher's next round would make
+        await watcher_of(gw).latest(0)  # a check now, as the watcher's next round would make
         report = (await client.get("/rag/health")).json()
     assert report["models"]["extraction"] == {"name": in_use, "present": True, "setting": "GRAPHGATE_LLM_MODEL",
                                               "chosen": "first model with completion capability"}
@@ -258,7 +274,7 @@ async def test_the_watcher_warns_once_while_the_upstream_is_dead_and_once_when_i
     caplog.set_level(logging.INFO, logger="graphgate.upstream")
     port = closed_port()
     async with gateway(settings.replace(upstream=f"http://127.0.0.1:{port}"), watch_seconds=0.05) as (client, gw):
-        await wait_for(lambda: gw.watcher.checks >= 5, what="five checks of the dead upstream")
+        await wait_for(lambda: watcher_of(gw).checks >= 5, what="five checks of the dead upstream")
         warnings = watcher_records(caplog, logging.WARNING)
         assert warnings == [f"upstream Ollama at http://127.0.0.1:{port} is unreachable (connection refused): "
                             "start Ollama or set GRAPHGATE_UPSTREAM"]
@@ -266,8 +282,8 @@ async def test_the_watcher_warns_once_while_the_upstream_is_dead_and_once_when_i
         fake = FakeOllama()
         with fake.serve(port=port):
             await wait_for(lambda: watcher_records(caplog, logging.INFO), what="the upstream coming back")
-            back = gw.watcher.checks
-            await wait_for(lambda: gw.watcher.checks >= back + 5, what="five more checks")
+            back = watcher_of(gw).checks
+            await wait_for(lambda: watcher_of(gw).checks >= back + 5, what="five more checks")
             assert watcher_records(caplog, logging.INFO) == [
                 f"upstream Ollama at http://127.0.0.1:{port} is reachable again (version 0.12.3)"]
             assert len(watcher_records(caplog, logging.WARNING)) == 1
@@ -281,7 +297,7 @@ async def test_the_watcher_warns_once_about_a_missing_model_and_once_when_it_app
     embedder = fake.models.pop("nomic-embed-text:latest")
     with fake.serve() as url:
         async with gateway(settings.replace(upstream=url), watch_seconds=0.05) as (_, gw):
-            await wait_for(lambda: gw.watcher.checks >= 5, what="five checks")
+            await wait_for(lambda: watcher_of(gw).checks >= 5, what="five checks")
             assert watcher_records(caplog, logging.WARNING) == [
                 "embedding model nomic-embed-text is missing upstream: run `ollama pull nomic-embed-text` or set "
                 "GRAPHGATE_EMBED_MODEL to a model `ollama list` shows"]
@@ -289,8 +305,8 @@ async def test_the_watcher_warns_once_about_a_missing_model_and_once_when_it_app
                 f"upstream Ollama at {url} is reachable (version 0.12.3); extraction model llama3.2:latest"]
             fake.models["nomic-embed-text:latest"] = embedder  # `ollama pull nomic-embed-text`
             await wait_for(lambda: len(watcher_records(caplog, logging.INFO)) == 2, what="the model appearing")
-            seen = gw.watcher.checks
-            await wait_for(lambda: gw.watcher.checks >= seen + 5, what="five more checks")
+            seen = watcher_of(gw).checks
+            await wait_for(lambda: watcher_of(gw).checks >= seen + 5, what="five more checks")
             assert (watcher_records(caplog, logging.INFO)[1]
                     == "embedding model nomic-embed-text is now available upstream")
             assert len(watcher_records(caplog, logging.INFO)) == 2

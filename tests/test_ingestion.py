@@ -191,7 +191,12 @@ async def test_uploads_in_flight_together_share_a_transaction_and_see_each_other
     pipeline = rag._transport.app.state.gateway.knowledge.pipeline  # type: ignore[attr-defined]
     batches: list[int] = []
     insert = pipeline.upload_writer.apply
-    pipeline.upload_writer.apply = lambda con, items: (batches.append(len(items)), insert(con, items))[1]
+
+    def counted(con, items):
+        batches.append(len(items))
+        return insert(con, items)
+
+    pipeline.upload_writer.apply = counted
     texts = [(f"part-{i}.txt", f"{CITY} Part {i} of the city notes.") for i in range(5)]
     texts += [("team.txt", TEAM), ("team-copy.txt", TEAM)]
     results: dict[str, dict[str, Any]] = {}

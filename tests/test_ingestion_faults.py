@@ -218,7 +218,7 @@ async def test_an_unexpected_merge_error_fails_the_batch_and_merging_goes_on(
     read_documents = documents.get_many
     refuse = {"once": True}
 
-    async def get_many(ids):  # type: ignore[no-untyped-def]  # the merge stage's read of its batch
+    async def get_many(ids):  # the merge stage's read of its batch
         if refuse.pop("once", False):
             raise StorageError("the knowledge store could not read: injected")
         return await read_documents(ids)

@@ -14,6 +14,7 @@ import pytest
 from proxy.core.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout, UpstreamUnavailable
 from proxy.core.settings import Settings
 from proxy.upstream.client import Upstream
+from proxy.upstream.json_client import JsonClient
 from tests.fake_ollama import FakeOllama, fake_embedding
 
 pytestmark = pytest.mark.anyio
@@ -23,6 +24,13 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 def upstream_at(url: str, **environ: str) -> Upstream:
     return Upstream(Settings.load(environ={"GRAPHGATE_UPSTREAM": url, **environ}))
+
+
+def pool(upstream: Upstream) -> JsonClient:
+    """The upstream's own JSON connections (an Upstream without an injected transport has them)."""
+    if upstream._json is None:
+        raise AssertionError("the Upstream was given a transport: it has no JSON client")
+    return upstream._json
 
 
 @asynccontextmanager
@@ -71,7 +79,7 @@ async def test_calls_the_fake_ollama_and_keeps_one_connection_alive() -> None:
             assert reply_["embeddings"] == [fake_embedding("alpha", 64), fake_embedding("beta gamma", 64)]
             tags = await upstream.call_json("GET", "/api/tags", deadline=5)
             assert any(m["name"] == "llama3.2:latest" for m in tags["models"])
-            assert len(upstream._json._idle) == 1  # both calls went over the same connection
+            assert len(pool(upstream)._idle) == 1  # both calls went over the same connection
         finally:
             await upstream.aclose()
     assert [r.path for r in fake.requests] == ["/api/embed", "/api/tags"]
@@ -106,7 +114,7 @@ async def test_a_reply_framed_by_the_end_of_the_connection_is_read_to_the_end() 
     async with raw_server(handler) as (url, _):
         upstream = upstream_at(url)
         assert await upstream.call_json("POST", "/api/embed", {}) == {"whole": True}
-        assert upstream._json._idle == []  # nothing to keep
+        assert pool(upstream)._idle == []  # nothing to keep
         await upstream.aclose()
 
 
@@ -141,7 +149,10 @@ async def test_an_error_status_carries_the_upstreams_message() -> None:
 
 
 async def test_nobody_listening_is_unreachable() -> None:
-    async with raw_server(read_request) as (url, _):
+    async def read_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+
+    async with raw_server(read_only) as (url, _):
         pass  # closed: the port is free again
     upstream = upstream_at(url)
     with pytest.raises(UpstreamUnavailable, match="is unreachable"):
@@ -160,7 +171,7 @@ async def test_a_server_that_never_answers_times_out() -> None:
             await upstream.call_json("POST", "/api/chat", {})
         with anyio.fail_after(10), pytest.raises(UpstreamTimeout, match="within 0.2 s"):
             await upstream.call_json("GET", "/api/tags", deadline=0.2)
-        assert upstream._json._idle == []
+        assert pool(upstream)._idle == []
         await upstream.aclose()
 
 
@@ -185,7 +196,7 @@ async def test_a_garbled_reply_is_a_protocol_error(answer: bytes, problem: str, 
         upstream = upstream_at(url)
         with pytest.raises(UpstreamProtocolError, match=problem):
             await upstream.call_json("POST", "/api/chat", {})
-        assert len(upstream._json._idle) == kept  # a connection that broke mid-reply is never reused
+        assert len(pool(upstream)._idle) == kept  # a connection that broke mid-reply is never reused
         await upstream.aclose()
 
 
@@ -205,17 +216,17 @@ async def test_a_cancelled_call_does_not_leave_its_connection_in_the_pool() -> N
     async with raw_server(handler) as (url, accepted):
         upstream = upstream_at(url)
         opened = []
-        checkout = upstream._json._checkout
+        checkout = pool(upstream)._checkout
 
-        async def recorded_checkout():  # type: ignore[no-untyped-def]
+        async def recorded_checkout():
             connection, reused = await checkout()
             opened.append(connection)
             return connection, reused
 
-        upstream._json._checkout = recorded_checkout  # type: ignore[method-assign]
+        pool(upstream)._checkout = recorded_checkout  # type: ignore[method-assign]
         with anyio.move_on_after(0.2):
             await upstream.call_json("POST", "/api/chat", {"slow": 1})
-        assert upstream._json._idle == []  # its reply could still arrive: never reused
+        assert pool(upstream)._idle == []  # its reply could still arrive: never reused
         assert opened[0].writer.is_closing()  # and its socket is closed at once, not left to the collector
         with anyio.fail_after(5):
             await closed.wait()
@@ -308,4 +319,4 @@ async def test_connections_in_use_when_the_client_closes_are_closed_when_their_c
             await anyio.sleep(0.2)
             await upstream.aclose()
             release.set()
-        assert results == [{"late": True}] and upstream._json._idle == []
+        assert results == [{"late": True}] and pool(upstream)._idle == []

@@ -18,6 +18,7 @@ from proxy.guards.login_limit import OVERALL, PER_CLIENT, WINDOW, client_key
 from tests.conftest import running
 from tests.console_auth_helpers import PASSWORD, log_in
 from tests.fake_ollama import FakeOllama
+from tests.matching import must_find
 
 
 class Clock:
@@ -87,7 +88,7 @@ async def test_many_parallel_clients_get_only_the_overall_cap(settings: Settings
         tokens = []
         for client in clients:
             page = await client.get("/admin/login")
-            tokens.append(re.search(r'name="csrf" value="([^"]+)"', page.text).group(1))
+            tokens.append(must_find(r'name="csrf" value="([^"]+)"', page.text).group(1))
         statuses: list[int] = []
 
         async def guess(client: httpx.AsyncClient, token: str, n: int) -> None:

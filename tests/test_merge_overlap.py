@@ -38,7 +38,7 @@ async def build(settings: Settings, batch: int, together: bool, monkeypatch: pyt
         pipeline = client._transport.app.state.gateway.knowledge.pipeline  # type: ignore[attr-defined]
         original = pipeline.integrator.changes
 
-        async def changes(added, removed, overlay=None):  # type: ignore[no-untyped-def]
+        async def changes(added, removed, overlay=None):
             nonlocal overlapped
             overlapped += overlay is not None
             return await original(added, removed, overlay)

@@ -89,7 +89,7 @@ def link_distributions(distributions: list[metadata.Distribution], folder: Path)
         for top in {file.parts[0] for file in distribution.files if file.parts[0] != ".."}:
             target = folder / top
             if not target.exists() and not top.endswith(".pth"):
-                target.symlink_to(Path(distribution.locate_file(top)))
+                target.symlink_to(Path(str(distribution.locate_file(top))))
 
 
 def fresh_venv(path: Path) -> Path:
@@ -236,8 +236,8 @@ def test_the_wheel_installed_in_a_fresh_venv_serves_from_any_directory(
     assert not (elsewhere / "graphgate-data").exists()
 
     # an installation that lost a file of the console stops at start with one sentence
-    installed = Path(imported_from(python, elsewhere)[1]).parent
-    (installed / "static" / "console.css").unlink()
+    package_dir = Path(imported_from(python, elsewhere)[1]).parent
+    (package_dir / "static" / "console.css").unlink()
     broken = subprocess.run([*graphgate, "serve"], capture_output=True, text=True, env=env, cwd=elsewhere, timeout=60)
     assert broken.returncode == 1 and "Traceback" not in broken.stderr
     assert "this GraphGate installation is incomplete: console.css is missing" in broken.stderr

@@ -11,7 +11,7 @@ import docx
 import pytest
 from pypdf import PdfReader
 
-from proxy.core.errors import BadRequest, PayloadTooLarge, UnsupportedMedia
+from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge, UnsupportedMedia
 from proxy.parsing import files as parsing
 from proxy.parsing.files import SUPPORTED_TYPES, ParsedDocument, normalise_text, parse_document, safe_name
 from tests.pdf_helpers import encrypt_pdf, make_pdf
@@ -26,7 +26,7 @@ def parse(name: str, data: bytes, max_bytes: int = MAX) -> ParsedDocument:
     return parse_document(name, data, max_bytes=max_bytes)
 
 
-def refused(name: str, data: bytes, kind: type[Exception] = BadRequest, max_bytes: int = MAX) -> str:
+def refused(name: str, data: bytes, kind: type[GraphGateError] = BadRequest, max_bytes: int = MAX) -> str:
     with pytest.raises(kind) as info:
         parse_document(name, data, max_bytes=max_bytes)
     assert type(info.value) is kind
@@ -537,6 +537,6 @@ def test_docx_unpacking_limit(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_refusal_carries_its_status() -> None:
     cases = [("x.exe", b"x", 415), ("x.txt", b"", 400), ("x.txt", b"xx" * 10, 413), ("x.pdf", b"junk", 400)]
     for name, data, status in cases:
-        with pytest.raises(Exception) as info:
+        with pytest.raises(GraphGateError) as info:
             parse_document(name, data, max_bytes=10)
         assert info.value.status == status, name

@@ -158,7 +158,7 @@ def test_completed_ollama_python_streams_are_not_a_client_going_away(
     assert wait_for(lambda: records(caplog, WENT_AWAY))
     event = fake.stream_events[-1]
     assert wait_for(lambda: event.ended is not None)
-    assert event.completed is False and event.ended - left < 2.0
+    assert event.completed is False and event.ended is not None and event.ended - left < 2.0
     time.sleep(0.2)  # anything the earlier streams would log is long out
     assert [r.getMessage() for r in records(caplog, WENT_AWAY)] == [
         "client went away during /api/chat; closing the upstream request"]
@@ -206,6 +206,6 @@ def test_a_client_that_hangs_up_after_the_done_line_did_not_go_away(
                     break
         left = time.monotonic()
         assert wait_for(lambda: upstream.ended is not None)
-        assert upstream.ended - left < 2.0
+        assert upstream.ended is not None and upstream.ended - left < 2.0
         time.sleep(0.2)
     assert records(caplog, WENT_AWAY) == []

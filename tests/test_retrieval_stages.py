@@ -19,7 +19,7 @@ from proxy.retrieval import channels as registry
 from proxy.retrieval.channels import channels_for
 from proxy.retrieval.found import ChunkHit, Found, FoundChunk
 from proxy.retrieval.fusion import fuse_chunks
-from proxy.retrieval.params import CHOICE_KNOBS, KNOBS, NUMBER_KNOBS, QueryParams
+from proxy.retrieval.params import CHOICE_KNOBS, KNOBS, NUMBER_KNOBS, QueryParams, knob_of
 from proxy.retrieval.select import round_robin
 from proxy.retrieval.stages import Question
 from proxy.store.store import KnowledgeStore
@@ -144,7 +144,7 @@ def test_the_knobs_are_the_settings_rows_with_a_knob() -> None:
     params = QueryParams.from_settings(settings, chunk_top_k=3)
     assert (params.top_k, params.mode, params.cosine_threshold, params.chunk_top_k) == (7, "naive", 0.5, 3)
     assert QueryParams() == QueryParams.from_settings(Settings())
-    assert next(s.knob.choices for s in CHOICE_KNOBS if s.name == "mode") == MODES == tuple(Mode)
+    assert next(knob_of(s).choices for s in CHOICE_KNOBS if s.name == "mode") == MODES == tuple(Mode)
     assert {s.name for s in NUMBER_KNOBS} | {s.name for s in CHOICE_KNOBS} == {s.name for s in KNOBS}
 
 

@@ -20,6 +20,7 @@ from proxy.core.settings import SETTINGS
 from tests.console_auth_helpers import PASSWORD, console_client, console_paths, log_in
 from tests.console_helpers import csrf_of
 from tests.fake_ollama import FakeOllama
+from tests.matching import must_find
 from tests.rag_helpers import store_snapshot_of
 from tests.reliability_harness import Gateway, ScriptedUpstream, document, wait_until
 
@@ -33,6 +34,8 @@ def rag_writes(app) -> list[tuple[str, str]]:
     out = []
     for route in app.routes:
         if isinstance(route, Route) and route.path.startswith("/rag/") and route.path != "/rag/query":
+            if route.methods is None:
+                raise AssertionError(f"{route.path} names no methods")
             path = re.sub(r"\{[^}]+\}", "x", route.path)
             out += [(m, path) for m in sorted(route.methods - READS)]
     return out
@@ -131,7 +134,7 @@ def test_secrets_are_never_logged_or_shown_and_files_stay_in_the_data_directory(
                 client.get("/admin/settings", headers=key), client.get("/admin/", headers=key),
             ]
             login_page = client.get("/admin/login")
-            token = re.search(r'name="csrf" value="([^"]+)"', login_page.text).group(1)
+            token = must_find(r'name="csrf" value="([^"]+)"', login_page.text).group(1)
             calls.append(client.post("/admin/login", data={"csrf": token, "password": ADMIN + "x"}))
             calls.append(client.post("/admin/login", data={"csrf": token, "password": ADMIN}))
             calls.append(client.get("/admin/settings"))

@@ -10,7 +10,7 @@ import pytest
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
 from proxy.store.duckdb.schema import SCHEMA_VERSION, current_version
 from proxy.store.store import KnowledgeStore
-from tests.invariants import in_memory
+from tests.invariants import database, in_memory
 
 pytestmark = pytest.mark.anyio
 
@@ -41,31 +41,31 @@ def sample_changes() -> Changeset:
 
 async def set_dim(store: KnowledgeStore) -> None:
     from proxy.store.duckdb.connection import set_meta
-    await store.tables.db.write(set_meta, "embed_dim", DIM)
+    await database(store).write(set_meta, "embed_dim", DIM)
 
 
 def assert_in_step(store: KnowledgeStore) -> None:
     for table in ("chunks", "entities", "relations"):
-        rows = store.tables.db.read_sync(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall())
+        rows = database(store).read_sync(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall())
         db_keys = sorted(r[0] for r in rows)
         assert sorted(int(k) for k in store.vector_keys_sync(table)) == db_keys, table
-    names = {r[0] for r in store.tables.db.read_sync(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
+    names = {r[0] for r in database(store).read_sync(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
     assert in_memory(store)[1].names() == names
-    rows = store.tables.db.read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())
+    rows = database(store).read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())
     pairs = {(r[0], r[1]) for r in rows}
     assert in_memory(store)[1].edge_pairs() == pairs
     assert set(in_memory(store)[0].entity_keys) == names
     assert {k for k in in_memory(store)[0].entities} == {int(k) for k in store.vector_keys_sync("entities")}
-    chunk_ids = {r[0] for r in store.tables.db.read_sync(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
+    chunk_ids = {r[0] for r in database(store).read_sync(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
     assert set(in_memory(store)[0].chunk_keys) == chunk_ids
 
 
 async def test_schema_is_versioned(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
-    assert store.tables.db.read_sync(current_version) == SCHEMA_VERSION
+    assert database(store).read_sync(current_version) == SCHEMA_VERSION
     await store.close()
     again = await KnowledgeStore.open(tmp_path)  # migrating twice is a no-op
-    assert again.tables.db.read_sync(current_version) == SCHEMA_VERSION
+    assert database(again).read_sync(current_version) == SCHEMA_VERSION
     await again.close()
 
 
@@ -85,18 +85,18 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
                 "VALUES ('summary', 'k1', 'm', '{}', 'kept', now())")
     con.close()
     store = await KnowledgeStore.open(tmp_path)
-    assert store.tables.db.read_sync(current_version) == SCHEMA_VERSION == 4
-    indexes = store.tables.db.read_sync(lambda c: [r[0] for r in c.execute(
+    assert database(store).read_sync(current_version) == SCHEMA_VERSION == 4
+    indexes = database(store).read_sync(lambda c: [r[0] for r in c.execute(
         "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'llm_cache'").fetchall()])
     assert "llm_cache_key" in indexes
-    assert store.tables.db.read_sync(cached_responses, [("summary", "k1")]) == {("summary", "k1"): "kept"}
+    assert database(store).read_sync(cached_responses, [("summary", "k1")]) == {("summary", "k1"): "kept"}
     await store.close()
 
 
 async def test_duckdb_runs_single_threaded_once_the_store_is_loaded(tmp_path: Path) -> None:
     """Small statements would otherwise wake DuckDB's worker threads every time (bench/ingest.py)."""
     store = await KnowledgeStore.open(tmp_path)
-    assert store.tables.db.read_sync(lambda c: c.execute("SELECT current_setting('threads')").fetchone()[0]) == 1
+    assert database(store).read_sync(lambda c: c.execute("SELECT current_setting('threads')").fetchone()[0]) == 1
     await store.close()
 
 
@@ -110,7 +110,7 @@ async def test_apply_updates_all_three_engines(tmp_path: Path) -> None:
     assert stats["graph"] == {"vertices": 3, "edges": 2}
     assert in_memory(store)[1].degree("bob") == 2
     best = store.search_sync("entities", vec(3), 1)
-    alice_key = store.tables.db.read_sync(
+    alice_key = database(store).read_sync(
         lambda c: c.execute("SELECT key FROM entities WHERE name_key='alice'").fetchone()[0])
     assert best[0][0] == alice_key and best[0][1] == pytest.approx(1.0, abs=1e-5)
     assert_in_step(store)
@@ -121,9 +121,9 @@ async def test_reembedding_gives_a_new_key_and_drops_the_old(tmp_path: Path) -> 
     store = await KnowledgeStore.open(tmp_path)
     await set_dim(store)
     await store.apply(sample_changes())
-    old = store.tables.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
+    old = database(store).read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
     await store.apply(Changeset(entities_upserted=[entity("Bob", 40, ["c1", "c2"])]))
-    new = store.tables.db.read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
+    new = database(store).read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
     assert new != old
     keys = {int(k) for k in store.vector_keys_sync("entities")}
     assert new in keys and old not in keys
@@ -152,7 +152,7 @@ async def test_crash_between_commit_and_index_save_heals(tmp_path: Path) -> None
     # a later commit reaches DuckDB but the process dies before the indexes are saved
     await store.apply(Changeset(chunks_added=[ChunkRow("c3", "Dave.", 2, vec(9))],
                                 entities_upserted=[entity("Dave", 10, ["c3"])]))
-    store.tables.db.close()  # no save
+    database(store).close()  # no save
     reopened = await KnowledgeStore.open(tmp_path)
     assert reopened.vector_count("chunks") == 3 and reopened.vector_count("entities") == 4
     assert_in_step(reopened)
@@ -183,12 +183,12 @@ async def test_document_update_and_generation(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
     from proxy.store.store import now
 
-    await store.tables.db.write(lambda c: c.execute(
+    await database(store).write(lambda c: c.execute(
         "INSERT INTO documents (id, name, mime, size, status, text, created_at, updated_at) "
         "VALUES ('d1', 'a.txt', 'text/plain', 3, 'pending', 'abc', ?, ?)", [now(), now()]))
     before = store.generation
     await store.apply(Changeset(documents=[DocumentUpdate("d1", "failed", error="boom")]))
-    row = store.tables.db.read_sync(lambda c: c.execute("SELECT status, error FROM documents").fetchone())
+    row = database(store).read_sync(lambda c: c.execute("SELECT status, error FROM documents").fetchone())
     assert row == ("failed", "boom")
     assert store.generation == before + 1
     await store.close()

@@ -57,7 +57,7 @@ def test_usearch_own_i8_would_lose_recall() -> None:
     v = clustered(rng, 3000)
     own = Index(ndim=DIM, metric="cos", dtype="i8")
     own.add(np.arange(3000, dtype=np.uint64), v)
-    assert int(np.abs(own.get(np.uint64(0))).max()) < 60  # a handful of levels per component
+    assert int(np.abs(np.asarray(own.get(np.uint64(0)))).max()) < 60  # a handful of levels per component
     ours = Index(ndim=DIM, metric="cos", dtype="i8")
     ours.add(np.arange(3000, dtype=np.uint64), quantise_i8(v))
     q = v[:50]
