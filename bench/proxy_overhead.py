@@ -22,6 +22,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,7 +62,9 @@ def start_servers(lines: int) -> tuple[list[subprocess.Popen], str, str]:
     fake = subprocess.Popen([sys.executable, "-c", FAKE_SERVER, str(fake_port), str(lines)], env=env, cwd=ROOT)
     direct = f"http://127.0.0.1:{fake_port}"
     gate_env = {**env, "GRAPHGATE_UPSTREAM": direct, "GRAPHGATE_PORT": str(gate_port),
-                "GRAPHGATE_LOG_LEVEL": "warning", "GRAPHGATE_DATA_DIR": str(ROOT / "bench" / ".data")}
+                "GRAPHGATE_LOG_LEVEL": "warning",
+                # an empty store of its own: the chats are not grounded, only relayed
+                "GRAPHGATE_DATA_DIR": tempfile.mkdtemp(prefix="graphgate-bench-overhead-")}
     gate = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=gate_env, cwd=ROOT)
     gateway = f"http://127.0.0.1:{gate_port}"
     wait_ready(direct)
