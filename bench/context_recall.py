@@ -100,7 +100,7 @@ async def run(doc_count: int) -> None:
     app = create_app(settings, upstream_transport=fake.transport())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gg", timeout=None) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=None) as client:
             for name, text in docs:
                 await client.post("/rag/documents", json={"name": name, "text": text})
             await app.state.gateway.knowledge.documents.wait_idle()
