@@ -154,6 +154,12 @@ def _word_hash(word: str) -> int:
     return _stable_int(word, 64)
 
 
+def overlap_score(query: str, document: str) -> float:
+    """The fake re-ranker's relevance: the share of the query's distinct words the document holds."""
+    words = set(re.findall(r"\w+", query.lower()))
+    return len(words & set(re.findall(r"\w+", document.lower()))) / len(words) if words else 0.0
+
+
 def _word_count(value: Any) -> int:
     return len(re.findall(r"\w+", value if isinstance(value, str) else json.dumps(value)))
 
@@ -395,6 +401,7 @@ class FakeOllama(OpenAIEndpoints):
             Route("/api/copy", self._copy, methods=["POST"]),
             Route("/api/delete", self._delete, methods=["DELETE"]),
             Route("/api/blobs/{digest}", self._blob, methods=["HEAD", "POST"]),
+            Route("/v1/rerank", self._rerank, methods=["POST"]),  # a re-ranking server's (not Ollama's)
             *self._openai_routes(),
         ]
 
@@ -691,6 +698,22 @@ class FakeOllama(OpenAIEndpoints):
         if not isinstance(prompt, str) or not prompt:
             return _JSON({"embedding": []})
         return self._reply({"embedding": self._vectors(name, [prompt])[0]}, mode)
+
+    async def _rerank(self, request: Request) -> Response:
+        """``/v1/rerank`` as llama.cpp's server, vLLM, TEI and Infinity answer it, scored by
+        ``overlap_score``; down, slow or garbage through ``fail_paths``, ``hang_paths`` and
+        ``wrong_shapes`` like any path."""
+        req = await self._body(request)
+        query, documents, top_n = req.get("query"), req.get("documents"), req.get("top_n")
+        if not isinstance(query, str) or not isinstance(documents, list) or not all(
+                isinstance(d, str) for d in documents):
+            raise _HTTPError(400, "query must be a string and documents a list of strings")
+        scores = [overlap_score(query, document) for document in documents]
+        order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))
+        if isinstance(top_n, int) and not isinstance(top_n, bool) and top_n > 0:
+            order = order[:top_n]
+        return _JSON({"model": req.get("model") or "fake-reranker", "object": "list",
+                      "results": [{"index": i, "relevance_score": scores[i]} for i in order]})
 
     # -------------------------------------------------------- model management
     def _progress(self, request: Request, name: str, statuses: list[dict], stream: bool) -> Response:

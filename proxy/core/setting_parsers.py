@@ -22,6 +22,11 @@ def parse_url(raw: str) -> str:
     return raw.strip().rstrip("/")
 
 
+def parse_optional_url(raw: str) -> str | None:
+    """An http(s) URL, or None when unset (a feature left off)."""
+    return parse_url(raw) if raw.strip() else None
+
+
 def parse_port(raw: str) -> int:
     port = int(raw)
     if not 0 <= port <= 65535:

@@ -28,6 +28,7 @@ from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers ar
     parse_names,
     parse_optional_path,
     parse_optional_str,
+    parse_optional_url,
     parse_origins,
     parse_path,
     parse_port,
@@ -199,6 +200,9 @@ SETTINGS: tuple[Setting, ...] = (
             "How an entity's source chunks are picked: by similarity to the query, or by weighted polling."),
     Setting("keywords", "GRAPHGATE_KEYWORDS", "llm", Knob(str, choices=("llm", "off")),
             "`llm`: one model call per turn extracts keywords; `off`: search with the question's embedding alone."),
+    Setting("fusion", "GRAPHGATE_FUSION", "roundrobin", Knob(str, choices=("roundrobin", "rrf")),
+            "How the channels' lists are merged: `roundrobin` (each list's first, then each list's second...) or "
+            "`rrf` (reciprocal rank fusion, k = 60: items found by several channels rise)."),
     Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),
     Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
@@ -210,6 +214,16 @@ SETTINGS: tuple[Setting, ...] = (
             "Previous conversation turns the keyword extraction sees, so follow-up questions resolve."),
     Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,
             "Seconds retrieval may take before the turn is forwarded without context."),
+    Setting("rerank_url", "GRAPHGATE_RERANK_URL", "", parse_optional_url,
+            "A re-ranking server speaking `/v1/rerank` (llama.cpp's server, vLLM, TEI, Infinity): its base URL "
+            "(`/v1/rerank` is added), or the endpoint's own URL ending in `rerank`. Unset: no re-ranking."),
+    Setting("rerank_model", "GRAPHGATE_RERANK_MODEL", "", parse_optional_str,
+            "The model the re-ranking server is asked for; unset: none named (the server's own)."),
+    Setting("rerank_timeout", "GRAPHGATE_RERANK_TIMEOUT", "2", parse_positive_float,
+            "Seconds a re-ranking may take; past it (or when the server fails or answers garbage) the fused "
+            "order is kept and the trace says why."),
+    Setting("rerank_top_n", "GRAPHGATE_RERANK_TOP_N", "0", int_between(0, 1000),
+            "Chunks kept after re-ranking, best first; 0: all of them."),
     Setting("augment_generate", "GRAPHGATE_AUGMENT_GENERATE", "false", parse_bool,
             "Also augment /api/generate (off by default, like LightRAG)."),
     Setting("answer_cache", "GRAPHGATE_ANSWER_CACHE", "false", parse_bool,
@@ -293,10 +307,15 @@ class Settings:
     related_chunks: int = 5
     chunk_selection: str = "vector"
     keywords: str = "llm"
+    fusion: str = "roundrobin"
     keyword_model: str | None = None
     keyword_wait: float = 1.0
     history_turns: int = 3
     retrieval_timeout: float = 10.0
+    rerank_url: str | None = None
+    rerank_model: str | None = None
+    rerank_timeout: float = 2.0
+    rerank_top_n: int = 0
     augment_generate: bool = False
     answer_cache: bool = False
     default_num_ctx: int = 4096

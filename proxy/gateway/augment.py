@@ -314,6 +314,8 @@ class Augmenter:
     def _describe(self, trace: Trace, retrieval: Retrieval) -> None:
         trace.detail["keywords"] = retrieval.keywords.as_dict() if retrieval.keywords else None
         trace.detail["timings"] = retrieval.timings
+        if retrieval.rerank is not None:  # what the reranker did, or why the fused order was kept
+            trace.detail["rerank"] = retrieval.rerank
         if retrieval.context is not None:
             trace.detail.update(context_summary(retrieval.context))
 

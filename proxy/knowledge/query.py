@@ -12,6 +12,7 @@ from proxy.core.errors import BadRequest
 from proxy.knowledge.traces import Trace
 from proxy.retrieval.budget import Budget, conversation_tokens, plan_budget
 from proxy.retrieval.context import inject
+from proxy.retrieval.found import FoundChunk
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.retriever import Retrieval
 
@@ -31,6 +32,7 @@ class Knowledge(Protocol):
     def record(self, trace: Trace) -> None: ...
 
 ROLES = ("user", "assistant", "system")
+TRACED = ("keywords", "tokens", "timings", "budget", "rerank")  # what a query's trace keeps of its result
 
 
 @dataclass
@@ -72,7 +74,7 @@ def plan(knowledge: Knowledge, body: Mapping[str, Any], messages: list[dict[str,
 
 def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
     context = retrieval.context
-    return {
+    result = {
         "query": retrieval.query, "mode": retrieval.mode, "skipped": retrieval.skipped,
         "keywords": retrieval.keywords.as_dict() if retrieval.keywords else None,
         "entities": [{"name": e.name, "type": e.type, "description": e.description, "score": round(e.score, 4),
@@ -81,12 +83,19 @@ def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
                        "description": r.description, "weight": r.weight, "score": round(r.score, 4),
                        "degree": r.degree} for r in (context.relations if context else [])],
         "chunks": [{"id": c.id, "content": c.content, "score": round(c.score, 4), "origin": c.origin,
-                    "documents": c.documents} for c in (context.chunks if context else [])],
+                    "documents": c.documents, **_rerank_score(c)} for c in (context.chunks if context else [])],
         "references": [{"id": n, "document": name} for n, name in (context.references if context else [])],
         "context": context.text if context else "",
         "tokens": context.tokens if context else {},
         "timings": retrieval.timings, "budget": budget.as_dict(),
     }
+    if retrieval.rerank is not None:  # there is a reranker: what it did, or why its order was not used
+        result["rerank"] = retrieval.rerank
+    return result
+
+
+def _rerank_score(chunk: FoundChunk) -> dict[str, float]:
+    return {} if chunk.rerank_score is None else {"rerank_score": round(chunk.rerank_score, 4)}
 
 
 async def run_query(knowledge: Knowledge, body: Mapping[str, Any], *, api: str = "query") -> QueryOutcome:
@@ -106,7 +115,7 @@ async def run_query(knowledge: Knowledge, body: Mapping[str, Any], *, api: str =
         if body.get("answer"):
             result["answer"] = await answer(knowledge, body.get("model"), messages, result["context"])
     knowledge.record(Trace(api, str(body.get("model") or ""), params.mode, text, bool(result["context"]),
-                           result["skipped"], {k: result[k] for k in ("keywords", "tokens", "timings", "budget")}))
+                           result["skipped"], {k: result[k] for k in TRACED if k in result}))
     return QueryOutcome(result, messages, budget.reason)
 
 

@@ -28,6 +28,7 @@ from proxy.knowledge.query import QueryOutcome, run_query
 from proxy.knowledge.traces import Trace, TraceService
 from proxy.retrieval.budget import Budget
 from proxy.retrieval.params import QueryParams
+from proxy.retrieval.rerank_http import HttpReranker
 from proxy.retrieval.retriever import Retrieval, Retriever
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.client import Upstream
@@ -114,6 +115,7 @@ async def _save_periodically(store: KnowledgeStore, seconds: float) -> None:
 @asynccontextmanager
 async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator[Knowledge]:
     store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
+    reranker = HttpReranker.from_settings(settings, upstream)  # None unless GRAPHGATE_RERANK_URL is set
     try:
         limiter = PriorityLimiter(settings.llm_concurrency)
 
@@ -125,7 +127,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
         await check_embedding_model(store, models, settings)
         tokenizer = await anyio.to_thread.run_sync(get_tokenizer)
         pipeline = Pipeline(store, models, settings, tokenizer)
-        retriever = Retriever(store, models, settings, tokenizer)
+        retriever = Retriever(store, models, settings, tokenizer, reranker)
         model_info = ModelInfoCache(upstream, settings.discovery_timeout)
         async with anyio.create_task_group() as group:
             await pipeline.start(group)
@@ -149,4 +151,6 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
                 group.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            if reranker is not None:
+                await reranker.aclose()
             await store.close()

@@ -49,6 +49,7 @@ class FoundChunk:
     score: float = 0.0
     origin: str = "vector"           # vector | entity | relation
     documents: list[str] = field(default_factory=list)
+    rerank_score: float | None = None  # the re-ranking server's score, when one re-ranked the chunks
 
 
 @dataclass

@@ -1,9 +1,16 @@
-"""Fusion: the channels' lists merged round-robin without duplicates, the first channel's item
-leading each round; then the chunk lists' hits read into chunks (blocking reads)."""
+"""Fusion: the channels' lists merged into one without duplicates, by the ``fusion`` knob:
+
+    roundrobin  each list's first item, then each list's second... (the first channel's leads a round)
+    rrf         reciprocal rank fusion (seed 004, k = 60): an item scores sum(1 / (k + rank)) over the
+                lists holding it, so an item several channels found rises above one only one found
+
+then the chunk lists' hits read into chunks (blocking reads).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from proxy.retrieval import search
 from proxy.retrieval.found import (
@@ -18,15 +25,51 @@ from proxy.retrieval.select import round_robin
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
 
+T = TypeVar("T")
 
-def fuse_graph(finds: list[Found]) -> tuple[list[FoundEntity], list[FoundRelation]]:
-    return (round_robin([f.entities for f in finds], key=lambda e: e.key),
-            round_robin([f.relations for f in finds], key=lambda r: r.pair))
+RRF_K = 60  # Cormack et al.'s constant, as seed 004 and most hybrid search engines use it
 
 
-def fuse_chunks(lists: list[list[ChunkHit]], count: int) -> list[ChunkHit]:
+def reciprocal_rank(lists: Sequence[Sequence[T]], key: Callable[[T], Hashable], k: int = RRF_K) -> list[T]:
+    """The lists fused by reciprocal rank, best first. Each item is the one met first (at its best
+    rank, earlier list first); a duplicate inside one list counts once. Equal scores keep
+    round-robin's order, so lists that share nothing fuse exactly as round-robin does."""
+    scores: dict[Hashable, float] = {}
+    first: dict[Hashable, tuple[int, int, T]] = {}  # (rank, list, item) where round-robin meets it
+    for number, items in enumerate(lists):
+        counted: set[Hashable] = set()
+        for rank, item in enumerate(items):
+            name = key(item)
+            if name in counted:
+                continue
+            counted.add(name)
+            scores[name] = scores.get(name, 0.0) + 1.0 / (k + rank + 1)
+            if name not in first or (rank, number) < first[name][:2]:
+                first[name] = (rank, number, item)
+    order = sorted(scores, key=lambda name: (-scores[name], first[name][0], first[name][1]))
+    return [first[name][2] for name in order]
+
+
+FUSIONS = ("roundrobin", "rrf")  # the ``fusion`` knob's choices
+
+
+def fuse(lists: Sequence[Sequence[T]], key: Callable[[T], Hashable], method: str) -> list[T]:
+    """The lists as one by ``method``, one of ``FUSIONS``."""
+    if method == "rrf":
+        return reciprocal_rank(lists, key)
+    if method == "roundrobin":
+        return round_robin(lists, key)
+    raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, not {method!r}")
+
+
+def fuse_graph(finds: list[Found], method: str = "roundrobin") -> tuple[list[FoundEntity], list[FoundRelation]]:
+    return (fuse([f.entities for f in finds], lambda e: e.key, method),
+            fuse([f.relations for f in finds], lambda r: r.pair, method))
+
+
+def fuse_chunks(lists: list[list[ChunkHit]], count: int, method: str = "roundrobin") -> list[ChunkHit]:
     """Any number of chunk lists as one, at most ``count`` long."""
-    return round_robin(lists, key=lambda hit: hit.id)[:count]
+    return fuse(lists, lambda hit: hit.id, method)[:count]
 
 
 def read_chunks(store: KnowledgeStore, hits: list[ChunkHit]) -> list[FoundChunk]:

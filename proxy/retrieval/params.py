@@ -70,6 +70,7 @@ class KnobValues:
     related_chunks: int
     chunk_selection: str
     keywords: str
+    fusion: str
 
 
 def _check_knob_values() -> None:

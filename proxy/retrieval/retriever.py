@@ -4,10 +4,11 @@
     keywords   one model call, unless the mode's channels search with the question alone
     embedding  the question and the keyword lists
     graph      the mode's channels (entity, relation and chunk indexes), their entities and
-               relations fused round-robin, the chosen ones' descriptions read
+               relations fused (the ``fusion`` knob: round-robin or reciprocal rank), the chosen
+               ones' descriptions read
     chunks     the chosen graph items' source chunks (by similarity to the question, or by
-               weighted polling), every chunk list fused round-robin, their texts read
-    rerank     an optional async reranker's new order of the chunks
+               weighted polling), every chunk list fused likewise, their texts read
+    rerank     an optional async reranker's new order of the chunks (the fused one when it fails)
     context    the token-budgeted text
 
 Each blocking stage runs in its own worker-thread call, so async stages sit between them.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 import anyio.to_thread
 import numpy as np
 
+from proxy.core.errors import UpstreamError
 from proxy.core.limiter import Priority
 from proxy.core.modes import Mode
 from proxy.core.settings import Settings
@@ -55,6 +57,7 @@ class Retrieval:
     context: Context | None
     timings: dict[str, float] = field(default_factory=dict)
     skipped: str | None = None          # why nothing is injected, when nothing is
+    rerank: str | None = None           # what the reranker did, or why its order was not used (when there is one)
 
     @property
     def empty(self) -> bool:
@@ -132,13 +135,25 @@ class Retriever:
             finds = await anyio.to_thread.run_sync(self._search_graph, question, channels)
         with timer.step("chunks"):
             chunks = await anyio.to_thread.run_sync(self._collect_chunks, question, finds)
+        rerank = None
         if self.reranker is not None:
             with timer.step("rerank"):
-                chunks = await self.reranker.rerank(question, chunks)
+                chunks, rerank = await self._rerank(self.reranker, question, chunks)
         with timer.step("context"):
             context = await anyio.to_thread.run_sync(self._build_context, finds, chunks, params, budget)
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
-        return Retrieval(query, params.mode, keywords, context, timer.timings)
+        return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank)
+
+    @staticmethod
+    async def _rerank(reranker: Reranker, question: Question,
+                      chunks: list[FoundChunk]) -> tuple[list[FoundChunk], str]:
+        """The reranker's order, or the fused one when it fails (down, slow, garbage), saying why:
+        a re-ranking server is an extra, never a reason to fail the turn."""
+        try:
+            ranked = await reranker.rerank(question, chunks)
+        except UpstreamError as exc:
+            return chunks, f"skipped: {exc.message}"
+        return ranked, f"{len(chunks)} chunks re-ranked, {len(ranked)} kept"
 
     async def _embed(self, query: str, keywords: Keywords | None, params: QueryParams) -> dict[str, np.ndarray]:
         texts: dict[str, str] = {"query": query}
@@ -159,13 +174,13 @@ class Retriever:
         """The channels whose vector the question has (no low-level keywords: no entity search)."""
         finds: list[Found] = [channel.search(self.store, question) for channel in channels
                               if channel.vector in question.vectors]
-        entities, relations = fuse_graph(finds)
+        entities, relations = fuse_graph(finds, question.params.fusion)
         fill_descriptions(self.store, entities, relations)
         return GraphFinds(entities, relations, [f.chunks for f in finds if f.chunks])
 
     def _collect_chunks(self, question: Question, finds: GraphFinds) -> list[FoundChunk]:
         lists = [*finds.chunk_lists, *graph_sources(self.store, question, finds.entities, finds.relations)]
-        return read_chunks(self.store, fuse_chunks(lists, question.params.chunk_top_k))
+        return read_chunks(self.store, fuse_chunks(lists, question.params.chunk_top_k, question.params.fusion))
 
     def _build_context(self, finds: GraphFinds, chunks: list[FoundChunk], params: QueryParams,
                        budget: Budget) -> Context:

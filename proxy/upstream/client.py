@@ -5,7 +5,8 @@ here and nowhere else.
 so the caller decides whether to relay it as a stream or read it whole. ``Upstream.call_json`` is
 for GraphGate's own calls (extraction, embeddings, model info): over the lean ``JsonClient`` (see
 there why), or over the injected httpx transport when there is one (the in-process tests), and it
-raises on any error status with the upstream's own message.
+raises on any error status with the upstream's own message. ``Upstream.sibling`` is the same
+boundary for another server GraphGate calls itself (the optional re-ranking server).
 """
 
 from __future__ import annotations
@@ -34,8 +35,13 @@ Headers = Iterable[tuple[str, str]]
 
 
 class Upstream:
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.url = settings.upstream
+    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None, *,
+                 url: str | None = None, name: str = "upstream Ollama", closes_transport: bool = True) -> None:
+        self.url = url or settings.upstream
+        self.name = name  # how errors name the server: "upstream Ollama at <url> timed out: ..."
+        self._settings = settings
+        self._injected = transport
+        self._closes_transport = closes_transport
         self._timeout = httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
                                       write=settings.read_timeout, pool=None).as_dict()
         # The transport, not an AsyncClient: a client would keep one cookie jar for all users and
@@ -51,21 +57,29 @@ class Upstream:
         self._json = None if transport is not None else JsonClient(
             self.url, connect_timeout=settings.connect_timeout, read_timeout=settings.read_timeout)
 
+    def sibling(self, url: str, name: str) -> Upstream:
+        """Another server GraphGate sends its own JSON calls to (a re-ranking server, say), through
+        this same boundary and its error translation: over connections of its own, or over this
+        one's injected transport (the in-process tests), which it then leaves open."""
+        return Upstream(self._settings, self._injected, url=url, name=name,
+                        closes_transport=self._injected is None)
+
     async def aclose(self) -> None:
         if self._json is not None:
             await self._json.aclose()
-        await self._transport.aclose()
+        if self._closes_transport:
+            await self._transport.aclose()
 
     def translate(self, exc: Exception) -> UpstreamError:
         """Turn an httpx exception into GraphGate's error with a message a user can act on."""
         detail = str(exc) or type(exc).__name__
         if isinstance(exc, httpx.TimeoutException):
-            return UpstreamTimeout(f"upstream Ollama at {self.url} timed out: {detail}")
+            return UpstreamTimeout(f"{self.name} at {self.url} timed out: {detail}")
         if isinstance(exc, (httpx.ConnectError, httpx.UnsupportedProtocol)):
-            return UpstreamUnavailable(f"upstream Ollama at {self.url} is unreachable: {detail}")
+            return UpstreamUnavailable(f"{self.name} at {self.url} is unreachable: {detail}")
         if isinstance(exc, httpx.HTTPError):
-            return UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {detail}")
-        return UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {detail}")
+            return UpstreamProtocolError(f"{self.name} at {self.url} failed: {detail}")
+        return UpstreamProtocolError(f"{self.name} at {self.url} failed: {detail}")
 
     async def open(self, method: str, path: str, *, headers: Headers = (), content: Any = None,
                    params: Any = None) -> httpx.Response:
@@ -91,7 +105,7 @@ class Upstream:
                 response = await self.open(method, path, headers=headers, content=content, params=params)
                 return response, await self.read(response)
         except TimeoutError:
-            raise UpstreamTimeout(f"upstream Ollama at {self.url} timed out: no answer to {path} "
+            raise UpstreamTimeout(f"{self.name} at {self.url} timed out: no answer to {path} "
                                   f"within {deadline:g} s") from None
 
     async def iter_raw(self, response: httpx.Response) -> AsyncIterator[bytes]:
@@ -129,14 +143,14 @@ class Upstream:
         try:
             data = orjson.loads(raw)  # embeddings: thousands of floats a reply, ~10x faster than json
         except ValueError as exc:
-            raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent invalid JSON for {path}: {exc}") from exc
+            raise UpstreamProtocolError(f"{self.name} at {self.url} sent invalid JSON for {path}: {exc}") from exc
         if not isinstance(data, dict):  # every Ollama endpoint GraphGate calls answers an object
             raise self.wrong_shape(path, f"expected an object, got {json_kind(data)}")
         return data
 
     def wrong_shape(self, path: str, detail: str) -> UpstreamShapeError:
         """The error for a reply to GraphGate's own call whose JSON is not what Ollama sends."""
-        return UpstreamShapeError(f"upstream Ollama at {self.url} answered {path} with JSON of the wrong shape: "
+        return UpstreamShapeError(f"{self.name} at {self.url} answered {path} with JSON of the wrong shape: "
                                   f"{detail}")
 
     def chat_content(self, reply: dict[str, Any], path: str = "/api/chat") -> str:
@@ -157,12 +171,12 @@ class Upstream:
         except TimeoutError as exc:
             limit = deadline if deadline is not None else self._json.read_timeout
             detail = str(exc) or f"no answer to {path} within {limit:g} s"
-            raise UpstreamTimeout(f"upstream Ollama at {self.url} timed out: {detail}") from None
+            raise UpstreamTimeout(f"{self.name} at {self.url} timed out: {detail}") from None
         except ConnectFailed as exc:
-            raise UpstreamUnavailable(f"upstream Ollama at {self.url} is unreachable: {exc.strerror or exc}") from exc
+            raise UpstreamUnavailable(f"{self.name} at {self.url} is unreachable: {exc.strerror or exc}") from exc
         except (ProtocolViolation, OSError) as exc:
             reason = str(exc) or type(exc).__name__
-            raise UpstreamProtocolError(f"upstream Ollama at {self.url} failed: {reason}") from exc
+            raise UpstreamProtocolError(f"{self.name} at {self.url} failed: {reason}") from exc
 
     async def chat_text(self, model: str, messages: list[dict[str, Any]]) -> AsyncIterator[str]:
         """A streamed /api/chat reply's text, piece by piece (GraphGate's own call, e.g. the
@@ -183,7 +197,7 @@ class Upstream:
                     try:
                         data = json.loads(line)
                     except ValueError:
-                        raise UpstreamProtocolError(f"upstream Ollama at {self.url} sent a line that is not "
+                        raise UpstreamProtocolError(f"{self.name} at {self.url} sent a line that is not "
                                                     f"JSON: {line[:80]!r}") from None
                     if not isinstance(data, dict):
                         raise self.wrong_shape("/api/chat", f"a line is {json_kind(data)}, not an object")
@@ -194,7 +208,7 @@ class Upstream:
                         yield content
                     if data.get("done"):
                         return
-            raise UpstreamProtocolError(f"upstream Ollama at {self.url} ended the answer before it was done")
+            raise UpstreamProtocolError(f"{self.name} at {self.url} ended the answer before it was done")
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
