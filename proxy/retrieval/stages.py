@@ -1,9 +1,11 @@
 """The stages of a retrieval and what passes between them.
 
     channels  each searches one index for the question (blocking: a worker thread per stage)
-    fusion    the channels' entities and relations merged round-robin, then every chunk list
-              (the channels' and the chosen graph items' sources) merged round-robin
-    rerank    optional, async: reorders the fused chunks (``Retriever.reranker``)
+    fusion    the channels' entities and relations merged (round-robin, or by reciprocal rank:
+              the ``fusion`` knob), then every chunk list (the channels' and the chosen graph
+              items' sources) merged likewise
+    rerank    optional, async: reorders the fused chunks (``Retriever.reranker``); one that
+              fails with an UpstreamError leaves the fused order
     context   the token-budgeted text given to the model
 
 A channel is one file in proxy/retrieval/channels/ and one line in its registry there.
@@ -12,7 +14,7 @@ A channel is one file in proxy/retrieval/channels/ and one line in its registry 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +33,7 @@ class Question:
     text: str
     params: QueryParams
     vectors: dict[str, np.ndarray]   # "query", and "low" / "high" when there are keywords
+    turns: tuple[str, ...] = ()       # the recent user turns before it, oldest first
 
 
 class Channel(Protocol):
@@ -42,7 +45,14 @@ class Channel(Protocol):
         ...
 
 
+@runtime_checkable
+class Switched(Protocol):
+    """A channel that runs only when the query's parameters turn it on (a knob, off by default)."""
+    def enabled(self, params: QueryParams) -> bool: ...
+
+
 class Reranker(Protocol):
     async def rerank(self, question: Question, chunks: list[FoundChunk]) -> list[FoundChunk]:
-        """``chunks`` (fused, with their texts) in a new order; it may drop some, never add any."""
+        """``chunks`` (fused, with their texts) in a new order; it may drop some, never add any.
+        An UpstreamError says it could not (the retriever keeps the fused order, saying why)."""
         ...
