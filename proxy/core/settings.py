@@ -203,6 +203,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fusion", "GRAPHGATE_FUSION", "roundrobin", Knob(str, choices=("roundrobin", "rrf")),
             "How the channels' lists are merged: `roundrobin` (each list's first, then each list's second...) or "
             "`rrf` (reciprocal rank fusion, k = 60: items found by several channels rise)."),
+    Setting("linking", "GRAPHGATE_LINKING", "off", Knob(str, choices=("on", "off")),
+            "`on`: the entities a question (or a recent user turn) names, by their names or merge aliases, "
+            "seed local, hybrid and mix retrieval without the model (case, punctuation, legal suffixes and "
+            "one typo in a long name do not matter)."),
     Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),
     Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
@@ -308,6 +312,7 @@ class Settings:
     chunk_selection: str = "vector"
     keywords: str = "llm"
     fusion: str = "roundrobin"
+    linking: str = "off"
     keyword_model: str | None = None
     keyword_wait: float = 1.0
     history_turns: int = 3

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import difflib
 import functools
-import re
 import threading
-import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
 
+from proxy.core.names import normalised
 from proxy.store.changes import pair_key
 from proxy.store.protocols.graph import Graph
 from proxy.store.rows_memory import MemoryRows
@@ -32,18 +31,6 @@ NEIGHBOURS = 5
 # a similar-looking name lowers the embedding similarity needed
 NAME_SIMILAR = 0.85
 NAME_BONUS = 0.1
-
-_DROP_WORDS = {"the", "a", "an", "inc", "incorporated", "corp", "corporation", "co", "company", "ltd", "limited",
-               "llc", "plc", "gmbh", "ag", "sa"}
-
-
-def normalised(name: str) -> str:
-    """The comparable core of a name: no accents, punctuation, articles or legal suffixes."""
-    text = unicodedata.normalize("NFKD", name.casefold())
-    text = "".join(c for c in text if not unicodedata.combining(c))
-    words = [w for w in re.split(r"[\W_]+", text) if w and w not in _DROP_WORDS]
-    return " ".join(words)
-
 
 @dataclass(frozen=True)
 class Suggestion:

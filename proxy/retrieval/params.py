@@ -71,6 +71,7 @@ class KnobValues:
     chunk_selection: str
     keywords: str
     fusion: str
+    linking: str
 
 
 def _check_knob_values() -> None:

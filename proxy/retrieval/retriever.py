@@ -113,6 +113,11 @@ class Retriever:
                 self.remember(found.entry)
         return fallback(found, query)
 
+    def user_turns(self, history: list[tuple[str, str]]) -> tuple[str, ...]:
+        """The last ``history_turns`` user turns, oldest first (what entity linking also reads)."""
+        turns = [text for role, text in history if role == "user"]
+        return tuple(turns[-self.settings.history_turns:]) if self.settings.history_turns else ()
+
     async def retrieve(self, query: str, history: list[tuple[str, str]], params: QueryParams,
                        budget: Budget) -> Retrieval:
         timer = Timer()
@@ -120,7 +125,7 @@ class Retriever:
         mode = Mode(params.mode)
         if mode is Mode.BYPASS:
             return Retrieval(query, params.mode, None, None, skipped="bypass mode")
-        channels = channels_for(mode)
+        channels = channels_for(mode, params)
         keywords = None
         if any(channel.vector in KEYWORD_VECTORS for channel in channels):
             with timer.step("keywords"):
@@ -130,7 +135,7 @@ class Retriever:
                                  skipped="no keywords in a long question")
         with timer.step("embedding"):
             vectors = await self._embed(query, keywords, params)
-        question = Question(query, params, vectors)
+        question = Question(query, params, vectors, self.user_turns(history))
         with timer.step("graph"):
             finds = await anyio.to_thread.run_sync(self._search_graph, question, channels)
         with timer.step("chunks"):

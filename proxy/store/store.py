@@ -22,9 +22,11 @@ import anyio.to_thread
 import numpy as np
 
 from proxy.core.errors import StoreUnavailable
+from proxy.core.names import name_words
 from proxy.store.backends import EMBEDDED, Backend
 from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.duckdb.commit import INDEXED_TABLES, now
+from proxy.store.name_index import NameIndex
 from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.tables import Tables
 from proxy.store.protocols.vectors import Vectors
@@ -46,6 +48,7 @@ class KnowledgeStore:
         self._indexes = {name: backend.new_vectors(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
         self._graph = backend.new_graph()
         self._rows = MemoryRows()
+        self._names = NameIndex()               # entity names and aliases, for linking (beside the rows)
         self._memory_lock = threading.RLock()   # rows and graph
         self._vectors_lock = threading.RLock()  # the vector indexes
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
@@ -135,9 +138,10 @@ class KnowledgeStore:
         try:
             self.tables.load_rows_sync(rows)
             self._graph.load(list(rows.entity_keys), *self.tables.graph_edges_sync())
+            names = NameIndex.build(rows.entity_keys, self.tables.graph_rows.aliases_sync())
         finally:
             gc.enable()
-        self._rows = rows
+        self._rows, self._names = rows, names
 
     def _save_sync(self) -> None:
         with self._vectors_lock:
@@ -179,6 +183,7 @@ class KnowledgeStore:
         touched_chunks += [chunk for _, chunk, _ in changes.links_added]
         with self._memory_lock:
             self._apply_rows(changes)
+            self._apply_names(changes)
             self.tables.load_chunk_documents_sync(self._rows, list(dict.fromkeys(touched_chunks)))
             self._apply_graph(changes)
         with self._vectors_lock:
@@ -207,6 +212,19 @@ class KnowledgeStore:
         for r in changes.relations_upserted:
             rows.put_relation(RelationMeta(r.key, r.pair_key, tuple(r.keywords), r.weight, rows.sources(r.source_ids)))
 
+    def _apply_names(self, changes: Changeset) -> None:
+        """The name index follows the entities and the aliases, in the order the tables took them."""
+        names, curation = self._names, changes.curation
+        for name_key in changes.entities_removed:
+            names.drop_entity(name_key)
+        for e in changes.entities_upserted:
+            names.put_entity(e.name_key)
+        for alias in curation.aliases_dropped:
+            names.drop_alias(alias)
+        for alias, target in curation.aliases.items():
+            names.put_alias(alias, target)
+        names.drop_aliases_into(curation.aliases_into_dropped)
+
     def _apply_graph(self, changes: Changeset) -> None:
         self._graph.add_entities(row.name_key for row in changes.entities_upserted)
         self._graph.set_edges((row.source, row.target, row.weight) for row in changes.relations_upserted)
@@ -223,6 +241,14 @@ class KnowledgeStore:
 
     async def read_memory(self, read: Callable[[MemoryRows, Graph], T]) -> T:
         return await anyio.to_thread.run_sync(self.read_memory_sync, read)
+
+    def link_sync(self, text: str) -> list[tuple[str, float]]:
+        """(entity key, confidence) of the entities ``text`` names (their names or merge aliases,
+        any case, punctuation or legal suffix, one typo in a long name), best first. Blocking."""
+        words = name_words(text)
+        with self._memory_lock:
+            entity_keys = self._rows.entity_keys
+            return [(key, score) for key, score in self._names.link(words) if key in entity_keys]
 
     def search_sync(self, table: str, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """(vector key, similarity) of the ``count`` nearest rows of ``table``. Blocking."""

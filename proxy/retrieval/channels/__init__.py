@@ -1,20 +1,27 @@
 """The channels and the modes each runs in: a new channel is a file here and a line below.
-The order is the fusion's: the first channel's items lead each round-robin."""
+The order is the fusion's: the first channel's items lead each round-robin. A channel with an
+``enabled(params)`` method (``Switched``) runs only when the query's knobs turn it on."""
 
 from __future__ import annotations
 
 from proxy.core.modes import Mode
 from proxy.retrieval.channels.chunks import ChunkChannel
 from proxy.retrieval.channels.entities import EntityChannel
+from proxy.retrieval.channels.linked import LinkedChannel
 from proxy.retrieval.channels.relations import RelationChannel
-from proxy.retrieval.stages import Channel
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.stages import Channel, Switched
 
 CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (
+    (LinkedChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `linking` knob: off by default
     (EntityChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),
     (RelationChannel(), frozenset({Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
     (ChunkChannel(), frozenset({Mode.MIX, Mode.NAIVE})),
 )
 
 
-def channels_for(mode: Mode) -> list[Channel]:
-    return [channel for channel, modes in CHANNELS if mode in modes]
+def channels_for(mode: Mode, params: QueryParams | None = None) -> list[Channel]:
+    """The channels ``mode`` runs that ``params`` (the knobs' defaults if None) leave on."""
+    params = params if params is not None else QueryParams()
+    return [channel for channel, modes in CHANNELS
+            if mode in modes and (not isinstance(channel, Switched) or channel.enabled(params))]

@@ -215,6 +215,9 @@ class DuckDBGraphRows:
     async def aliases(self) -> dict[str, str]:
         return await self.db.read(load_aliases)
 
+    def aliases_sync(self) -> dict[str, str]:
+        return self.db.read_sync(load_aliases)
+
     async def touched_by(self, chunk_ids: list[str]) -> tuple[set[str], set[str]]:
         return await self.db.read(touched_by, chunk_ids)
 

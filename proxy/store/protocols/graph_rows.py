@@ -59,6 +59,10 @@ class GraphRows(Protocol):
         """Every merged-away name key and the key it resolves to."""
         ...
 
+    def aliases_sync(self) -> dict[str, str]:
+        """``aliases``, blocking: the store's name index is built from them at start-up."""
+        ...
+
     async def touched_by(self, chunk_ids: list[str]) -> tuple[set[str], set[str]]:
         """Entity keys and pair keys citing any of ``chunk_ids``."""
         ...

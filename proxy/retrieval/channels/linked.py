@@ -1,0 +1,58 @@
+"""The linked-entities channel: the entities the question names, found by name in the store's name
+index (no model call, no vector), then their edges, most central first. It runs when the
+``linking`` knob is on; it needs no keywords, so it grounds a turn with ``keywords=off`` too.
+
+The recent user turns are linked as well, after the question's own names and at a discount: a
+follow-up ("and where is it based?") keeps the entity the conversation is about.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from proxy.retrieval import search
+from proxy.retrieval.found import Found
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.select import rank_relations
+from proxy.retrieval.stages import Question
+
+if TYPE_CHECKING:
+    from proxy.store.store import KnowledgeStore
+
+TURN_DISCOUNT = 0.5   # a name from an earlier turn counts half as much as one in the question
+
+
+def linked_keys(store: KnowledgeStore, question: Question) -> dict[str, float]:
+    """Entity key -> confidence: the question's names, then the earlier turns' (newest first)."""
+    linked = dict(store.link_sync(question.text))
+    weight = 1.0
+    for turn in reversed(question.turns):
+        weight *= TURN_DISCOUNT
+        for key, score in store.link_sync(turn):
+            linked.setdefault(key, score * weight)
+    return linked
+
+
+class LinkedChannel:
+    name = "linked"
+    vector = "query"   # it searches no index; the question's own vector is always there
+
+    def enabled(self, params: QueryParams) -> bool:
+        return params.linking == "on"
+
+    def search(self, store: KnowledgeStore, question: Question) -> Found:
+        params = question.params
+        linked = linked_keys(store, question)
+        keys = sorted(linked, key=lambda k: -linked[k])[:params.top_k]   # stable: the text's order within ties
+        found = search.entities_by_name(store, keys)
+        degree = search.degrees(store, list(found))
+        entities = []
+        for key in keys:
+            if key in found:
+                entity = found[key]
+                entity.score, entity.degree = linked[key], degree[key]
+                entities.append(entity)
+        pairs = search.incident_pairs(store, [e.key for e in entities])
+        related = list(search.relations_by_pairs(store, pairs).values())
+        search.set_relation_degrees(store, related)
+        return Found(entities, rank_relations(related, lambda r: r.degree, lambda r: r.weight)[:params.top_k])
