@@ -215,7 +215,8 @@ SETTINGS: tuple[Setting, ...] = (
             "as many such calls already queue as there are slots: a saturated upstream never holds a "
             "chat back for long."),
     Setting("history_turns", "GRAPHGATE_HISTORY_TURNS", "3", int_between(0, 50),
-            "Previous conversation turns the keyword extraction sees, so follow-up questions resolve."),
+            "Previous conversation turns the keyword extraction (and entity linking) sees, so follow-up "
+            "questions resolve."),
     Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,
             "Seconds retrieval may take before the turn is forwarded without context."),
     Setting("rerank_url", "GRAPHGATE_RERANK_URL", "", parse_optional_url,
