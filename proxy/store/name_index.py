@@ -12,7 +12,8 @@ other one), so each name is filed under two keys, its length with its first half
 with its second half; a span looks up those keys for the three lengths it can come from and
 checks the few candidates with a bounded edit distance. Only a swap across the middle spoils
 both halves, and that one is tried directly. Two keys a name (a SymSpell deletion neighbourhood
-files ~15) keep the index near 150 bytes a name.
+files ~15) keep the index near 180 bytes a name; at a million names it builds in about 5 s and
+links a question in well under 0.1 ms (bench/linking.py).
 
 Derived in-memory data like the rows: built at start-up from them and the aliases, changed with
 every commit under the store's memory lock.
@@ -112,7 +113,7 @@ class NameIndex:
     def put_entity(self, key: str) -> None:
         core = normalised(key)
         if core:
-            self._file(self._names, core, key)
+            self._file(self._names, key if core == key else core, key)  # most keys are their own core: one string
 
     def drop_entity(self, key: str) -> None:
         core = normalised(key)
