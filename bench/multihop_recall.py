@@ -16,6 +16,10 @@ questions also in global mode. A question is recalled when every one of its gold
 2-hop: the bridge and the answer) is in the injected context.
 
     python bench/multihop_recall.py [--docs 500] [--embedders hash minilm] [--keywords oracle off]
+                                    [--set linking=on fusion=rrf ...] [--json cells.json]
+
+``--set`` adds per-query knobs (any of /rag/query's) to every question, to compare a stage with the
+defaults on the same world.
 """
 
 from __future__ import annotations
@@ -117,9 +121,11 @@ class Table:
         return "\n".join(lines)
 
 
-def query_body(question: Question, mode: str, budget: int, keywords: str) -> dict[str, Any]:
+def query_body(question: Question, mode: str, budget: int, keywords: str,
+               knobs: dict[str, Any] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"query": question.text, "mode": mode, "max_total_tokens": budget,
-                            "max_entity_tokens": 6000 * budget // 30000, "max_relation_tokens": 8000 * budget // 30000}
+                            "max_entity_tokens": 6000 * budget // 30000, "max_relation_tokens": 8000 * budget // 30000,
+                            **(knobs or {})}
     if keywords == "oracle":
         body |= {"hl_keywords": list(question.high), "ll_keywords": list(question.low)}
     else:
@@ -127,13 +133,13 @@ def query_body(question: Question, mode: str, budget: int, keywords: str) -> dic
     return body
 
 
-async def ask(client: httpx.AsyncClient, world: World, table: Table) -> None:
+async def ask(client: httpx.AsyncClient, world: World, table: Table, knobs: dict[str, Any]) -> None:
     started = time.perf_counter()
     for budget in BUDGETS:
         for question in world.questions:
             asks = [("mix", question.kind)] + ([("global", "list global")] if question.kind == "list" else [])
             for mode, column in asks:
-                reply = await client.post("/rag/query", json=query_body(question, mode, budget, table.keywords))
+                reply = await client.post("/rag/query", json=query_body(question, mode, budget, table.keywords, knobs))
                 reply.raise_for_status()
                 result = reply.json()
                 table.cell(budget, column).add(question, result["context"])
@@ -143,7 +149,7 @@ async def ask(client: httpx.AsyncClient, world: World, table: Table) -> None:
     table.seconds = time.perf_counter() - started
 
 
-async def run_embedder(world: World, embedder: str, keyword_modes: list[str]) -> list[Table]:
+async def run_embedder(world: World, embedder: str, keyword_modes: list[str], knobs: dict[str, Any]) -> list[Table]:
     fake = upstream(embedder)
     fake.structured = OracleExtractor(world)
     fake.requests = Forgetful()
@@ -164,7 +170,7 @@ async def run_embedder(world: World, embedder: str, keyword_modes: list[str]) ->
                   f"{stats.get('relations')} relations", flush=True)
             for keywords in keyword_modes:
                 table = Table(embedder, keywords)
-                await ask(client, world, table)
+                await ask(client, world, table, knobs)
                 print(f"\n### {embedder}, keywords {keywords} ({table.seconds:.0f} s of queries)\n", flush=True)
                 print(table.markdown(), flush=True)
                 tables.append(table)
@@ -176,12 +182,24 @@ async def run(args: argparse.Namespace) -> None:
     counts = {kind: sum(q.kind == kind for q in world.questions) for kind in KINDS}
     print(f"world: {len(world.documents)} documents, {len(world.types)} entities, {len(world.facts)} facts, "
           f"{len(world.hubs)} hubs; questions: {counts}")
-    tables = [t for embedder in args.embedders for t in await run_embedder(world, embedder, args.keywords)]
+    knobs = dict(parse_knob(item) for item in args.set)
+    if knobs:
+        print(f"knobs on every query: {knobs}")
+    tables = [t for embedder in args.embedders for t in await run_embedder(world, embedder, args.keywords, knobs)]
     if args.json:
         rows = [{"embedder": t.embedder, "keywords": t.keywords, "budget": b, "column": c, "recall": cell.recall,
                  "asked": cell.asked, "names": cell.names, "names_found": cell.names_found}
                 for t in tables for (b, c), cell in sorted(t.cells.items())]
-        args.json.write_text(json.dumps({"docs": len(world.documents), "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"docs": len(world.documents), "knobs": knobs, "rows": rows}, indent=1))
+
+
+def parse_knob(item: str) -> tuple[str, Any]:
+    """``name=value``: a number or JSON value as such, anything else as a string."""
+    name, _, raw = item.partition("=")
+    try:
+        return name, json.loads(raw)
+    except ValueError:
+        return name, raw
 
 
 def main() -> None:
@@ -189,6 +207,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=500, help="documents in the world (questions scale with it)")
     parser.add_argument("--embedders", nargs="+", choices=("hash", "minilm"), default=["hash", "minilm"])
     parser.add_argument("--keywords", nargs="+", choices=("oracle", "off"), default=["oracle", "off"])
+    parser.add_argument("--set", nargs="*", default=[], metavar="KNOB=VALUE", help="per-query knobs for every question")
     parser.add_argument("--json", type=Path, help="also write every cell to this file")
     anyio.run(run, parser.parse_args())
 
