@@ -85,13 +85,16 @@ class Cell:
     recalled: int = 0
     names: int = 0          # gold names asked, and found: a list's partial recall
     names_found: int = 0
+    missed: list[tuple[str, list[str]]] = field(default_factory=list)  # (question, the gold names not there)
 
     def add(self, question: Question, context: str) -> None:
-        found = sum(holds(context, name) for name in question.gold)
+        missing = [name for name in question.gold if not holds(context, name)]
         self.asked += 1
-        self.recalled += found == len(question.gold)
+        self.recalled += not missing
         self.names += len(question.gold)
-        self.names_found += found
+        self.names_found += len(question.gold) - len(missing)
+        if missing:
+            self.missed.append((question.text, missing))
 
     @property
     def recall(self) -> float:
@@ -149,7 +152,15 @@ async def ask(client: httpx.AsyncClient, world: World, table: Table, knobs: dict
     table.seconds = time.perf_counter() - started
 
 
-async def run_embedder(world: World, embedder: str, keyword_modes: list[str], knobs: dict[str, Any]) -> list[Table]:
+def print_misses(table: Table, count: int) -> None:
+    """A few questions the context missed at 4k tokens (the issue's target row), with what it lacked."""
+    for column in COLUMNS[1:] if count else ():
+        for question, missing in table.cell(4000, column).missed[:count]:
+            print(f"- missed at 4,000 ({column}): {question} lacks {', '.join(missing)}")
+
+
+async def run_embedder(world: World, embedder: str, keyword_modes: list[str], knobs: dict[str, Any],
+                       misses: int) -> list[Table]:
     fake = upstream(embedder)
     fake.structured = OracleExtractor(world)
     fake.requests = Forgetful()
@@ -173,6 +184,7 @@ async def run_embedder(world: World, embedder: str, keyword_modes: list[str], kn
                 await ask(client, world, table, knobs)
                 print(f"\n### {embedder}, keywords {keywords} ({table.seconds:.0f} s of queries)\n", flush=True)
                 print(table.markdown(), flush=True)
+                print_misses(table, misses)
                 tables.append(table)
     return tables
 
@@ -185,10 +197,11 @@ async def run(args: argparse.Namespace) -> None:
     knobs = dict(parse_knob(item) for item in args.set)
     if knobs:
         print(f"knobs on every query: {knobs}")
-    tables = [t for embedder in args.embedders for t in await run_embedder(world, embedder, args.keywords, knobs)]
+    tables = [t for embedder in args.embedders for t in await run_embedder(world, embedder, args.keywords, knobs,
+                                                                           args.misses)]
     if args.json:
         rows = [{"embedder": t.embedder, "keywords": t.keywords, "budget": b, "column": c, "recall": cell.recall,
-                 "asked": cell.asked, "names": cell.names, "names_found": cell.names_found}
+                 "asked": cell.asked, "names": cell.names, "names_found": cell.names_found, "missed": cell.missed}
                 for t in tables for (b, c), cell in sorted(t.cells.items())]
         args.json.write_text(json.dumps({"docs": len(world.documents), "knobs": knobs, "rows": rows}, indent=1))
 
@@ -208,6 +221,7 @@ def main() -> None:
     parser.add_argument("--embedders", nargs="+", choices=("hash", "minilm"), default=["hash", "minilm"])
     parser.add_argument("--keywords", nargs="+", choices=("oracle", "off"), default=["oracle", "off"])
     parser.add_argument("--set", nargs="*", default=[], metavar="KNOB=VALUE", help="per-query knobs for every question")
+    parser.add_argument("--misses", type=int, default=0, help="print this many missed questions per column at 4k")
     parser.add_argument("--json", type=Path, help="also write every cell to this file")
     anyio.run(run, parser.parse_args())
 
