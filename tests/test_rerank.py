@@ -182,6 +182,8 @@ async def test_the_reranked_order_follows_the_servers_scores(settings: Settings,
 async def test_top_n_keeps_the_best_chunks(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with knowledge_base(settings.replace(rerank_url=RERANK_URL, rerank_top_n=2), fake) as kb:
         result = await query(kb, **QUESTION)
+        nothing = await query(kb, **{**QUESTION, "mode": "naive", "cosine_threshold": 1})
+    assert nothing["chunks"] == [] and nothing["rerank"] == "nothing to re-rank"
     [call] = fake.requests_to("/v1/rerank")
     assert call.json["top_n"] == 2 and "model" not in call.json and len(call.json["documents"]) == 4
     scores = [overlap_score(QUESTION["query"], document) for document in call.json["documents"]]
@@ -204,8 +206,8 @@ GARBAGE = [
 ]
 
 
-async def test_a_reranker_that_fails_leaves_the_fused_order_and_says_why(settings: Settings, fake: FakeOllama,
-                                                                          facts: KnownFacts) -> None:
+async def test_a_reranker_that_fails_leaves_the_fused_order_and_says_why(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts, caplog: pytest.LogCaptureFixture) -> None:
     async with knowledge_base(settings, fake) as kb:
         fused = await query(kb, **QUESTION)
     async with gateway_client(settings.replace(rerank_url=RERANK_URL), fake) as kb:
@@ -215,6 +217,8 @@ async def test_a_reranker_that_fails_leaves_the_fused_order_and_says_why(setting
         assert result["rerank"] == ("skipped: re-ranking server at http://rerank.test answered HTTP 503: "
                                     "injected failure")
         assert "rerank" in result["timings"] and all("rerank_score" not in c for c in result["chunks"])
+        assert (await query(kb, **QUESTION))["rerank"] == result["rerank"]
+        assert len(failures(caplog)) == 1  # logged once, not on every turn
         del fake.fail_paths["/v1/rerank"]
         for reply, reason in GARBAGE:
             fake.wrong_shapes["/v1/rerank"] = reply
@@ -222,7 +226,7 @@ async def test_a_reranker_that_fails_leaves_the_fused_order_and_says_why(setting
             assert chunk_ids(result) == chunk_ids(fused), reply
             assert result["rerank"].startswith("skipped: re-ranking server at http://rerank.test "), result["rerank"]
             assert reason in result["rerank"], (reason, result["rerank"])
-        assert len(fake.requests_to("/v1/rerank")) == 1 + len(GARBAGE)
+        assert len(fake.requests_to("/v1/rerank")) == 2 + len(GARBAGE)
         # a chat turn goes on with the fused order too, and its trace says why
         response = await kb.post("/api/chat", json={"model": MODEL, "stream": False, "messages": [
             {"role": "user", "content": QUESTION["query"]}]})
@@ -230,6 +234,10 @@ async def test_a_reranker_that_fails_leaves_the_fused_order_and_says_why(setting
         chat = next(t for t in await traces(kb) if t["api"] != "query")
         assert chat["augmented"] and chat["detail"]["rerank"].startswith("skipped: re-ranking server at ")
         assert next(t for t in await traces(kb) if t["api"] == "query")["detail"]["rerank"].startswith("skipped: ")
+
+
+def failures(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("re-ranking failed")]
 
 
 @contextlib.asynccontextmanager

@@ -16,6 +16,7 @@ Each blocking stage runs in its own worker-thread call, so async stages sit betw
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,6 +48,8 @@ from proxy.retrieval.sources import graph_sources
 from proxy.retrieval.stages import KEYWORD_VECTORS, Channel, Question, Reranker
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.model_calls import CacheEntry, ModelClient
+
+log = logging.getLogger("graphgate")
 
 
 @dataclass
@@ -92,6 +95,7 @@ class Retriever:
         self.settings = settings
         self.tokenizer = tokenizer
         self.reranker = reranker  # none by default: the fused order is the final one
+        self.rerank_failure: str | None = None  # the reranker's last failure, logged once
         self.remember: Callable[[CacheEntry], None] = lambda entry: None  # offers new entries to the LLM cache
 
     def has_chunks(self) -> bool:
@@ -143,21 +147,27 @@ class Retriever:
         rerank = None
         if self.reranker is not None:
             with timer.step("rerank"):
-                chunks, rerank = await self._rerank(self.reranker, question, chunks)
+                chunks, rerank = await self._rerank(question, chunks)
         with timer.step("context"):
             context = await anyio.to_thread.run_sync(self._build_context, finds, chunks, params, budget)
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
         return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank)
 
-    @staticmethod
-    async def _rerank(reranker: Reranker, question: Question,
-                      chunks: list[FoundChunk]) -> tuple[list[FoundChunk], str]:
+    async def _rerank(self, question: Question, chunks: list[FoundChunk]) -> tuple[list[FoundChunk], str]:
         """The reranker's order, or the fused one when it fails (down, slow, garbage), saying why:
-        a re-ranking server is an extra, never a reason to fail the turn."""
+        a re-ranking server is an extra, never a reason to fail the turn. A new failure is logged
+        once, not on every turn."""
+        assert self.reranker is not None
+        if not chunks:
+            return chunks, "nothing to re-rank"
         try:
-            ranked = await reranker.rerank(question, chunks)
+            ranked = await self.reranker.rerank(question, chunks)
         except UpstreamError as exc:
+            if exc.message != self.rerank_failure:
+                log.warning("re-ranking failed, the fused order is kept: %s", exc.message)
+            self.rerank_failure = exc.message
             return chunks, f"skipped: {exc.message}"
+        self.rerank_failure = None
         return ranked, f"{len(chunks)} chunks re-ranked, {len(ranked)} kept"
 
     async def _embed(self, query: str, keywords: Keywords | None, params: QueryParams) -> dict[str, np.ndarray]:
