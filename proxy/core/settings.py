@@ -228,7 +228,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a re-ranking may take; past it (or when the server fails or answers garbage) the fused "
             "order is kept and the trace says why."),
     Setting("rerank_top_n", "GRAPHGATE_RERANK_TOP_N", "0", int_between(0, 1000),
-            "Chunks kept after re-ranking, best first; 0: all of them."),
+            "Chunks kept after re-ranking, best first; 0: all of them. Below GRAPHGATE_CHUNK_TOP_K, the "
+            "re-ranking server chooses these among that many fused candidates."),
     Setting("augment_generate", "GRAPHGATE_AUGMENT_GENERATE", "false", parse_bool,
             "Also augment /api/generate (off by default, like LightRAG)."),
     Setting("answer_cache", "GRAPHGATE_ANSWER_CACHE", "false", parse_bool,
