@@ -92,7 +92,8 @@ def test_the_fusions_are_the_knobs_choices() -> None:
 
 def test_a_rerank_url_names_the_server_or_the_endpoint() -> None:
     assert rerank_endpoint("http://127.0.0.1:8080") == ("http://127.0.0.1:8080", "/v1/rerank")
-    assert rerank_endpoint("http://gpu:8000/v1") == ("http://gpu:8000/v1", "/v1/rerank")
+    assert rerank_endpoint("http://gpu:8000/v1") == ("http://gpu:8000", "/v1/rerank")
+    assert rerank_endpoint("http://gateway/models/reranker/") == ("http://gateway", "/models/reranker/v1/rerank")
     assert rerank_endpoint("http://infinity:7997/rerank") == ("http://infinity:7997", "/rerank")
     assert rerank_endpoint("https://tei.example/v1/rerank/") == ("https://tei.example", "/v1/rerank")
 

@@ -221,7 +221,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds retrieval may take before the turn is forwarded without context."),
     Setting("rerank_url", "GRAPHGATE_RERANK_URL", "", parse_optional_url,
             "A re-ranking server speaking `/v1/rerank` (llama.cpp's server, vLLM, TEI, Infinity): its base URL "
-            "(`/v1/rerank` is added), or the endpoint's own URL ending in `rerank`. Unset: no re-ranking."),
+            "(`/v1/rerank` is added; `/rerank` to one ending in `/v1`), or the endpoint's own URL ending in "
+            "`rerank`. Unset: no re-ranking."),
     Setting("rerank_model", "GRAPHGATE_RERANK_MODEL", "", parse_optional_str,
             "The model the re-ranking server is asked for; unset: none named (the server's own)."),
     Setting("rerank_timeout", "GRAPHGATE_RERANK_TIMEOUT", "2", parse_positive_float,

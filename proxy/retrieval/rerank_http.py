@@ -27,13 +27,14 @@ DEFAULT_PATH = "/v1/rerank"
 
 
 def rerank_endpoint(url: str) -> tuple[str, str]:
-    """(base URL, path) of GRAPHGATE_RERANK_URL: a URL whose path ends in ``rerank`` names the
-    endpoint itself (Infinity's and TEI's ``/rerank``); any other is the server's base URL."""
+    """(server, path) of GRAPHGATE_RERANK_URL: a URL whose path ends in ``rerank`` names the endpoint
+    itself (Infinity's and TEI's ``/rerank``); an OpenAI-style base ending in ``/v1`` gets ``/rerank``;
+    any other base URL gets ``/v1/rerank``."""
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
-    if path.endswith("rerank"):
-        return f"{parts.scheme}://{parts.netloc}", path
-    return f"{parts.scheme}://{parts.netloc}{path}", DEFAULT_PATH
+    if not path.endswith("rerank"):
+        path += "/rerank" if path.endswith("/v1") else DEFAULT_PATH
+    return f"{parts.scheme}://{parts.netloc}", path
 
 
 class HttpReranker:
