@@ -48,7 +48,9 @@ class KnowledgeStore:
         self._indexes = {name: backend.new_vectors(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
         self._graph = backend.new_graph()
         self._rows = MemoryRows()
-        self._names = NameIndex()               # entity names and aliases, for linking (beside the rows)
+        # entity names and aliases, for linking: built on first use (seconds at 1M entities, and
+        # linking is off by default), then kept in step with every commit
+        self._names: NameIndex | None = None
         self._memory_lock = threading.RLock()   # rows and graph
         self._vectors_lock = threading.RLock()  # the vector indexes
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
@@ -138,10 +140,9 @@ class KnowledgeStore:
         try:
             self.tables.load_rows_sync(rows)
             self._graph.load(list(rows.entity_keys), *self.tables.graph_edges_sync())
-            names = NameIndex.build(rows.entity_keys, self.tables.graph_rows.aliases_sync())
         finally:
             gc.enable()
-        self._rows, self._names = rows, names
+        self._rows, self._names = rows, None
 
     def _save_sync(self) -> None:
         with self._vectors_lock:
@@ -215,6 +216,8 @@ class KnowledgeStore:
     def _apply_names(self, changes: Changeset) -> None:
         """The name index follows the entities and the aliases, in the order the tables took them."""
         names, curation = self._names, changes.curation
+        if names is None:  # not built yet: it is built from the rows and tables when first used
+            return
         for name_key in changes.entities_removed:
             names.drop_entity(name_key)
         for e in changes.entities_upserted:
@@ -247,6 +250,8 @@ class KnowledgeStore:
         any case, punctuation or legal suffix, one typo in a long name), best first. Blocking."""
         words = name_words(text)
         with self._memory_lock:
+            if self._names is None:
+                self._names = NameIndex.build(self._rows.entity_keys, self.tables.graph_rows.aliases_sync())
             entity_keys = self._rows.entity_keys
             return [(key, score) for key, score in self._names.link(words) if key in entity_keys]
 
