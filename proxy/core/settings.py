@@ -207,6 +207,14 @@ SETTINGS: tuple[Setting, ...] = (
             "`on`: the entities a question (or a recent user turn) names, by their names or merge aliases, "
             "seed local, hybrid and mix retrieval without the model (case, punctuation, legal suffixes and "
             "one typo in a long name do not matter)."),
+    Setting("expansion", "GRAPHGATE_EXPANSION", "off", Knob(str, choices=("off", "ppr")),
+            "`ppr`: local, hybrid and mix also rank the entities up to two hops from the question's linked and "
+            "retrieved entities by personalised PageRank (edges weighted by their relevance to the question) and "
+            "add the best with the relations joining them, so a bridge entity's own facts come along."),
+    Setting("relation_ranking", "GRAPHGATE_RELATION_RANKING", "degree", Knob(str, choices=("degree", "question")),
+            "How a linked or expanded entity's relations are chosen: `degree` (most central first) or "
+            "`question` (those whose keywords and description match the question first, so a hub's "
+            "asked-for kind of relation leads)."),
     Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),
     Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
@@ -316,6 +324,8 @@ class Settings:
     keywords: str = "llm"
     fusion: str = "roundrobin"
     linking: str = "off"
+    expansion: str = "off"
+    relation_ranking: str = "degree"
     keyword_model: str | None = None
     keyword_wait: float = 1.0
     history_turns: int = 3

@@ -72,6 +72,8 @@ class KnobValues:
     keywords: str
     fusion: str
     linking: str
+    expansion: str
+    relation_ranking: str
 
 
 def _check_knob_values() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
@@ -36,6 +37,36 @@ def scored(matches: list[tuple[int, float]], rows: dict[int, Any]) -> list[Any]:
 def rank_relations(items: list[T], degree: Callable[[T], int], weight: Callable[[T], float]) -> list[T]:
     """Most central first (endpoint degrees summed), then heaviest; stable otherwise."""
     return sorted(items, key=lambda r: (-degree(r), -weight(r)))
+
+
+STEM = 5  # word prefixes compared: "headquartered" ~ "headquarters", "develop" ~ "develops"
+FUNCTION_WORDS = frozenset({"which", "where", "what", "when", "does", "that", "this", "with", "from", "have",
+                            "there", "their", "they", "them", "were", "about", "into", "also", "been"})
+
+
+def word_stems(text: str) -> set[str]:
+    """The prefixes of ``text``'s words of four letters or more (shorter ones are mostly function
+    words), without the common function words."""
+    return {word[:STEM] for word in re.findall(r"[a-z]{4,}", text.lower()) if word not in FUNCTION_WORDS}
+
+
+def keyword_match(stems: set[str], keywords: Sequence[str]) -> float:
+    """The share of a relation's keywords one of whose words the question has (``word_stems``)."""
+    if not keywords:
+        return 0.0
+    return sum(1 for keyword in keywords if word_stems(keyword) & stems) / len(keywords)
+
+
+def relation_match(stems: set[str], keywords: Sequence[str], description: str, names: Sequence[str]) -> float:
+    """How well a relation answers the question's relation words: ``stems`` less the words of the
+    relation's own entity names. The share of its keywords they match, plus the share of them
+    its description holds (0 to 2)."""
+    named = set().union(*(word_stems(name) for name in names))
+    asked = stems - named
+    if not asked:
+        return 0.0
+    described = word_stems(description) - named
+    return keyword_match(asked, keywords) + len(asked & described) / len(asked)
 
 
 def weighted_quota(sources: Sequence[Sequence[str]], per_item: int) -> list[str]:

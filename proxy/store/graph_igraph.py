@@ -143,6 +143,47 @@ class EntityGraph:
         edges = [(names[e.source], names[e.target], float(e["weight"] or 1.0)) for e in sub.es]
         return vertices, edges
 
+    # --- multi-hop expansion (retrieval's personalised PageRank) ---
+
+    def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int) -> list[tuple[str, str]]:
+        """The edges among the seeds and their neighbours up to ``hops`` away, at most ``cap``
+        vertices: ring by ring, the best connected of each ring first (a hub's second ring can hold
+        half the graph), so the cost is bounded by ``cap``, not by the graph's size."""
+        graph = self.g
+        starts = [graph.vs.find(name=key).index for key in dict.fromkeys(seeds) if self.has(key)]
+        chosen = dict.fromkeys(starts)
+        frontier = starts
+        for _ in range(hops):
+            if len(chosen) >= cap or not frontier:
+                break
+            ring = list(dict.fromkeys(n for v in frontier for n in graph.neighbors(v) if n not in chosen))
+            if not ring:
+                break
+            members = np.asarray(ring, dtype=np.int64)
+            degree = np.asarray(graph.degree(ring))
+            frontier = [int(v) for v in members[np.lexsort((members, -degree))][:cap - len(chosen)]]
+            chosen.update(dict.fromkeys(frontier))
+        sub = graph.induced_subgraph(list(chosen))
+        names = sub.vs["name"]
+        return [(names[e.source], names[e.target]) for e in sub.es]
+
+    def personalized_pagerank(self, seeds: dict[str, float], edges: list[tuple[str, str]], weights: list[float],
+                              damping: float) -> dict[str, float]:
+        """PageRank over ``edges`` (weighted, undirected) restarting at ``seeds`` in proportion to
+        their weights: every vertex of the edges (and each seed) with its score. It reads only its
+        arguments, not the store's graph, so it runs outside the store's lock."""
+        names = list(dict.fromkeys([*seeds, *(key for pair in edges for key in pair)]))
+        if not names:
+            return {}
+        index = {key: i for i, key in enumerate(names)}
+        graph = igraph.Graph(n=len(names), edges=[(index[s], index[t]) for s, t in edges], directed=False)
+        reset = [max(seeds.get(key, 0.0), 0.0) for key in names]
+        if not any(reset):
+            return {}
+        scores = graph.personalized_pagerank(damping=damping, reset=reset, weights=weights or None,
+                                             directed=False)
+        return dict(zip(names, scores, strict=True))
+
 
 def force_layout(count: int, pairs: list[tuple[int, int]]) -> list[tuple[float, float]]:
     """Positions for ``count`` points joined by ``pairs``: Kamada-Kawai from a circle. A fixed start

@@ -7,6 +7,7 @@ from __future__ import annotations
 from proxy.core.modes import Mode
 from proxy.retrieval.channels.chunks import ChunkChannel
 from proxy.retrieval.channels.entities import EntityChannel
+from proxy.retrieval.channels.expansion import ExpansionChannel
 from proxy.retrieval.channels.linked import LinkedChannel
 from proxy.retrieval.channels.relations import RelationChannel
 from proxy.retrieval.params import QueryParams
@@ -14,6 +15,7 @@ from proxy.retrieval.stages import Channel, Switched
 
 CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (
     (LinkedChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `linking` knob: off by default
+    (ExpansionChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `expansion` knob: off by default
     (EntityChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),
     (RelationChannel(), frozenset({Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
     (ChunkChannel(), frozenset({Mode.MIX, Mode.NAIVE})),

@@ -1,5 +1,6 @@
 """The linked-entities channel: the entities the question names, found by name in the store's name
-index (no model call, no vector), then their edges, most central first. It runs when the
+index (no model call, no vector), then their edges, most central first (or, with the
+``relation_ranking`` knob at ``question``, most relevant to the question first). It runs when the
 ``linking`` knob is on; it needs no keywords, so it grounds a turn with ``keywords=off`` too.
 
 The recent user turns are linked as well, after the question's own names and at a discount: a
@@ -11,8 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
-from proxy.retrieval.found import Found
+from proxy.retrieval.found import Found, FoundRelation
 from proxy.retrieval.params import QueryParams
+from proxy.retrieval.relevance import rank_by_question
 from proxy.retrieval.select import rank_relations
 from proxy.retrieval.stages import Question
 
@@ -55,4 +57,12 @@ class LinkedChannel:
         pairs = search.incident_pairs(store, [e.key for e in entities])
         related = list(search.relations_by_pairs(store, pairs).values())
         search.set_relation_degrees(store, related)
-        return Found(entities, rank_relations(related, lambda r: r.degree, lambda r: r.weight)[:params.top_k])
+        return Found(entities, rank_edges(store, question, related)[:params.top_k])
+
+
+def rank_edges(store: KnowledgeStore, question: Question, related: list[FoundRelation]) -> list[FoundRelation]:
+    """A linked entity's relations by the ``relation_ranking`` knob: the most central first, or
+    those about what the question asks first (a hub's hundreds of relations hide the asked kind)."""
+    if question.params.relation_ranking == "question":
+        return rank_by_question(store, question, related)
+    return rank_relations(related, lambda r: r.degree, lambda r: r.weight)

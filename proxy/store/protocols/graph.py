@@ -52,3 +52,14 @@ class Graph(Protocol):
     def around(self, key: str, depth: int, cap: int) -> tuple[list[tuple[str, int]], list[tuple[str, str, float]]]:
         """At most ``cap`` vertices up to ``depth`` hops from ``key``, ring by ring, best connected
         first: (name, degree) in vertex order, and the (source, target, weight) edges among them."""
+
+    # multi-hop expansion (proxy/retrieval/channels/expansion.py, through store.expand_sync)
+
+    def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int) -> list[tuple[str, str]]:
+        """The edges among the seeds and their neighbours up to ``hops`` away, at most ``cap``
+        vertices (ring by ring, best connected first)."""
+
+    def personalized_pagerank(self, seeds: dict[str, float], edges: list[tuple[str, str]], weights: list[float],
+                              damping: float) -> dict[str, float]:
+        """PageRank over the given weighted edges, restarting at the seeds: vertex -> score. Reads
+        only its arguments (safe outside the store's lock)."""

@@ -1,0 +1,91 @@
+"""The expansion channel (issue 18, item 3; HippoRAG 2's recipe): a personalised PageRank from
+the question's seed entities (the ones it names, found by the name index, and the ones nearest its
+vector) over their neighbourhood up to two hops, every edge weighted by its relevance to the
+question. The best-ranked entities are added with the relations joining them, so the entity a
+2-hop question goes through (the bridge) comes with its own facts. It runs when the ``expansion``
+knob is ``ppr``; it needs no keywords.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from proxy.retrieval import search
+from proxy.retrieval.channels.linked import linked_keys
+from proxy.retrieval.found import Found, FoundEntity, FoundRelation
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.relevance import relation_relevance
+from proxy.retrieval.stages import Question
+from proxy.store.changes import pair_key
+
+if TYPE_CHECKING:
+    from proxy.store.store import KnowledgeStore
+
+HOPS = 2             # the bridge is one hop from a seed, its facts one further
+CAP = 2000           # entities the PageRank runs over at most: its time does not grow with the graph
+DAMPING = 0.5        # HippoRAG 2's: half the walk restarts at the seeds, so scores stay near them
+VECTOR_SEEDS = 5     # entities nearest the question's vector that seed the walk besides the named ones
+VECTOR_SEED_WEIGHT = 0.5  # a vector neighbour of the question counts half as much as an entity it names
+EDGE_FLOOR = 0.05    # an edge unrelated to the question still carries a little of the walk
+
+
+def seeds_of(store: KnowledgeStore, question: Question) -> dict[str, float]:
+    """Entity key -> restart weight: the entities the question names, then those nearest its vector."""
+    seeds = linked_keys(store, question)
+    vector = question.vectors.get("low", question.vectors["query"])
+    matches = search.vector_search(store, "entities", vector, VECTOR_SEEDS, question.params.cosine_threshold)
+    found = search.entities_by_keys(store, [key for key, _ in matches])
+    for key, score in matches:
+        if key in found:
+            seeds.setdefault(found[key].key, score * VECTOR_SEED_WEIGHT)
+    return seeds
+
+
+def edge_weights(store: KnowledgeStore, question: Question, pairs: list[tuple[str, str]]) -> list[float]:
+    """Each edge's relevance to the question (``relation_relevance``), never below ``EDGE_FLOOR``."""
+    keys = [pair_key(source, target) for source, target in pairs]
+    relations = search.relations_by_pairs(store, list(dict.fromkeys(keys)))
+    known = list(relations.values())
+    relevance = dict(zip((r.pair for r in known), relation_relevance(store, question, known), strict=True))
+    return [EDGE_FLOOR + relevance.get(key, 0.0) for key in keys]
+
+
+class ExpansionChannel:
+    name = "expansion"
+    vector = "query"   # seeds come from names and the question's own vector: keywords are not needed
+
+    def enabled(self, params: QueryParams) -> bool:
+        return params.expansion == "ppr"
+
+    def search(self, store: KnowledgeStore, question: Question) -> Found:
+        params = question.params
+        seeds = seeds_of(store, question)
+        if not seeds:
+            return Found()
+        ranked = dict(store.expand_sync(seeds, lambda pairs: edge_weights(store, question, pairs),
+                                        hops=HOPS, cap=CAP, damping=DAMPING, limit=params.top_k))
+        entities = self.entities(store, ranked)
+        return Found(entities, self.joining(store, question, ranked)[:params.top_k])
+
+    def entities(self, store: KnowledgeStore, ranked: dict[str, float]) -> list[FoundEntity]:
+        found = search.entities_by_name(store, list(ranked))
+        degree = search.degrees(store, list(found))
+        entities = []
+        for key, score in ranked.items():
+            if key in found:
+                entity = found[key]
+                entity.score, entity.degree = score, degree[key]
+                entities.append(entity)
+        return entities
+
+    def joining(self, store: KnowledgeStore, question: Question, ranked: dict[str, float]) -> list[FoundRelation]:
+        """The relations between two of the ranked entities, by their endpoints' PageRank times their
+        relevance to the question: the seed's edge to the bridge, then the bridge's asked-for fact."""
+        pairs = search.incident_pairs(store, list(ranked))
+        relations = [r for r in search.relations_by_pairs(store, pairs).values()
+                     if r.source in ranked and r.target in ranked]
+        search.set_relation_degrees(store, relations)
+        relevance = relation_relevance(store, question, relations)
+        for relation, weight in zip(relations, relevance, strict=True):
+            relation.score = (ranked[relation.source] + ranked[relation.target]) * (EDGE_FLOOR + weight)
+        return sorted(relations, key=lambda r: (-r.score, -r.degree, -r.weight))

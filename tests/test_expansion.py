@@ -1,0 +1,169 @@
+"""Multi-hop expansion by personalised PageRank (issue 18, item 3: the ``expansion`` knob) and a
+hub's relations ranked by the question (item 4: the ``relation_ranking`` knob), both off by
+default. The graph engine's two reads on their own, then the channels through /rag/query over a
+small corpus the scripted model of tests/extractor.py extracts. Real engines throughout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from proxy.core.modes import Mode
+from proxy.core.settings import Settings
+from proxy.retrieval.channels import channels_for
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.select import keyword_match, word_stems
+from proxy.store.graph_igraph import EntityGraph
+from tests.conftest import gateway_client
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.rag_helpers import settle, upload
+
+pytestmark = pytest.mark.anyio
+
+
+# --- the graph engine's reads ---
+
+def graph_of(edges: list[tuple[str, str]]) -> EntityGraph:
+    names = list(dict.fromkeys(key for pair in edges for key in pair))
+    index = {key: i for i, key in enumerate(names)}
+    graph = EntityGraph()
+    graph.load(names, np.asarray([(index[a], index[b]) for a, b in edges], dtype=np.int64), [1.0] * len(edges))
+    return graph
+
+
+def test_the_neighbourhood_stops_at_its_hops_and_its_cap() -> None:
+    path = graph_of([("a", "b"), ("b", "c"), ("c", "d")])
+    assert sorted(path.neighbourhood_edges(["a"], 2, 100)) == [("a", "b"), ("b", "c")]
+    assert path.neighbourhood_edges(["a"], 1, 100) == [("a", "b")]
+    assert path.neighbourhood_edges(["nobody"], 2, 100) == []
+    star = graph_of([("hub", f"leaf{i}") for i in range(50)] + [("leaf7", "far")])
+    edges = star.neighbourhood_edges(["hub"], 2, 10)
+    assert len({key for pair in edges for key in pair}) == 10     # the hub and nine leaves, no more
+    assert all("hub" in pair for pair in edges)
+
+
+def test_the_walk_follows_the_edges_weighted_by_the_question() -> None:
+    # seed -> bridge -> answer, beside a decoy the bridge also reaches
+    graph = graph_of([("seed", "bridge"), ("bridge", "answer"), ("bridge", "decoy")])
+    edges = graph.neighbourhood_edges(["seed"], 2, 100)
+    weight = {("seed", "bridge"): 1.0, ("bridge", "answer"): 1.0, ("bridge", "decoy"): 0.05}
+    scores = graph.personalized_pagerank({"seed": 1.0}, edges, [weight[pair] for pair in edges], 0.5)
+    assert sorted(scores, key=lambda key: -scores[key]) == ["seed", "bridge", "answer", "decoy"]
+    even = graph.personalized_pagerank({"seed": 1.0}, edges, [1.0] * len(edges), 0.5)
+    assert even["answer"] == pytest.approx(even["decoy"])       # unweighted, nothing tells them apart
+    assert graph.personalized_pagerank({}, edges, [1.0] * len(edges), 0.5) == {}
+
+
+def test_question_words_match_relation_keywords_by_their_stem() -> None:
+    stems = word_stems("Where is the company that acquired Nova Works headquartered?")
+    assert keyword_match(stems, ["headquarters", "location"]) == 0.5
+    assert keyword_match(stems, ["acquisition", "acquired"]) == 1.0
+    assert keyword_match(stems, ["supplier", "supply chain"]) == 0.0
+    assert keyword_match(stems, []) == 0.0
+
+
+def test_the_expansion_channel_runs_only_when_the_knob_says_ppr() -> None:
+    on = QueryParams.from_settings(Settings(), expansion="ppr")
+    assert [c.name for c in channels_for(Mode.LOCAL, on)] == ["expansion", "entities"]
+    assert [c.name for c in channels_for(Mode.MIX, on)] == ["expansion", "entities", "relations", "chunks"]
+    assert [c.name for c in channels_for(Mode.GLOBAL, on)] == ["relations"]
+    assert all("expansion" not in [c.name for c in channels_for(mode)] for mode in Mode)
+
+
+# --- through /rag/query ---
+
+PRODUCTS = ("Quillon", "Emberly", "Harrow", "Lumen", "Tessel", "Vantor")
+SUPPLIERS = ("Sable Metals", "Corvid Parts", "Brisk Alloys", "Ferro Tools", "Gantry Steel", "Holm Cables")
+NOVA = ("Nova Works makes sensors. Zeta Labs acquired Nova Works in 2019. "
+        + " ".join(f"{s} supplies components to Nova Works." for s in SUPPLIERS))
+ZETA = (" ".join(f"Zeta Labs develops {p}." for p in PRODUCTS)
+        + " " + " ".join(f"{s} supplies components to Zeta Labs." for s in SUPPLIERS)
+        + " Zeta Labs is headquartered in Lisbon.")
+KINDS = {"develops": ["product", "develops"], "supplies": ["supplier", "supply chain"],
+         "acquired": ["acquisition", "acquired"], "headquartered": ["headquarters", "location"]}
+
+
+class KindedFacts(KnownFacts):
+    """The scripted model, giving each relation its kind's keywords (as a real extractor does)."""
+    def extract(self, passage: str, *, gleaning: bool) -> dict[str, list[dict[str, Any]]]:
+        found = super().extract(passage, gleaning=gleaning)
+        for relation in found["relations"]:
+            kind = next((k for k in KINDS if k in relation["description"]), None)
+            if kind is not None:
+                relation["keywords"] = KINDS[kind]
+        return found
+
+
+@pytest.fixture
+def kinded(fake: FakeOllama) -> KindedFacts:
+    entities = {"Nova Works": "Organization", "Zeta Labs": "Organization", "Lisbon": "Location",
+                **dict.fromkeys(PRODUCTS, "Artifact"), **dict.fromkeys(SUPPLIERS, "Organization")}
+    fake.structured = KindedFacts(entities)
+    return fake.structured
+
+
+async def ingest(client: httpx.AsyncClient) -> None:
+    for name, text in (("nova.txt", NOVA), ("zeta.txt", ZETA)):
+        assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+
+
+async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    response = await client.post("/rag/query", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    result.pop("timings")
+    return result
+
+
+def other_ends(result: dict[str, Any], entity: str) -> set[str]:
+    """The entities ``result``'s relations join ``entity`` to (a pair is stored in name order)."""
+    return {r["source"] if r["target"] == entity else r["target"] for r in result["relations"]}
+
+
+async def test_expansion_brings_the_bridge_and_its_fact_to_a_two_hop_question(
+        settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest(client)
+        # only the named entity seeds (no vector match counts), a few entities: the walk must choose
+        body = {"query": "Where is the company that acquired Nova Works headquartered?", "mode": "local",
+                "keywords": "off", "cosine_threshold": 1.0, "linking": "on", "top_k": 3}
+        without = await query(client, **body)
+        assert "Zeta Labs" in without["context"] and "Lisbon" not in without["context"]
+        expanded = await query(client, **body, expansion="ppr")
+        assert [e["name"] for e in expanded["entities"]][:3] == ["Nova Works", "Zeta Labs", "Lisbon"]
+        assert {"Lisbon", "Zeta Labs"} in [{r["source"], r["target"]} for r in expanded["relations"]]
+        assert "Zeta Labs is headquartered in Lisbon." in expanded["context"]
+        # with keywords=off and linking off, the expansion still seeds from the names the question holds
+        alone = await query(client, **{**body, "linking": "off"}, expansion="ppr")
+        assert "Lisbon" in alone["context"]
+
+
+async def test_a_hubs_relations_of_the_asked_kind_come_first(
+        settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest(client)
+        body = {"query": "Which products does Zeta Labs develop?", "mode": "local", "keywords": "off",
+                "cosine_threshold": 1.0, "linking": "on", "top_k": len(PRODUCTS)}
+        central = await query(client, **body)
+        assert other_ends(central, "Zeta Labs") != set(PRODUCTS)   # the suppliers are better connected
+        ranked = await query(client, **body, relation_ranking="question")
+        assert other_ends(ranked, "Zeta Labs") == set(PRODUCTS)
+        assert all(f"Zeta Labs develops {p}." in ranked["context"] for p in PRODUCTS)
+
+
+async def test_both_knobs_off_by_default_change_nothing(
+        settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest(client)
+        for mode in ("local", "global", "hybrid", "mix"):
+            for linking in ("off", "on"):
+                body = {"query": "Where is the company that acquired Nova Works headquartered?", "mode": mode,
+                        "keywords": "off", "linking": linking}
+                default = await query(client, **body)
+                assert default == await query(client, **body, expansion="off", relation_ranking="degree")
+        assert (await client.post("/rag/query", json={"query": "x", "expansion": "walk"})).status_code == 400
+        assert (await client.post("/rag/query", json={"query": "x", "relation_ranking": "x"})).status_code == 400
