@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINES = ("duckdb", "usearch", "igraph", "pyarrow")
+ENGINES = ("duckdb", "usearch", "igraph", "pyarrow", "bm25s")
 SURFACES = ("proxy.rag_api", "proxy.gateway", "proxy.cli", "admin")
 # what sits behind the knowledge service: a surface importing one of these goes around it
 BEHIND_THE_SERVICE = ("proxy.store.store", "proxy.store.duckdb", "proxy.store.backends", "proxy.store.graph_igraph",

@@ -215,6 +215,10 @@ SETTINGS: tuple[Setting, ...] = (
             "How a linked or expanded entity's relations are chosen: `degree` (most central first) or "
             "`question` (those whose keywords and description match the question first, so a hub's "
             "asked-for kind of relation leads)."),
+    Setting("keyword_search", "GRAPHGATE_KEYWORD_SEARCH", "off", Knob(str, choices=("on", "off")),
+            "`on`: mix and naive also search the chunks' words (BM25), and local, global and hybrid the "
+            "entities' and relations' names and descriptions, so names, codes and identifiers that "
+            "embeddings miss are found (the index is built on first use, then kept in step)."),
     Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),
     Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
@@ -326,6 +330,7 @@ class Settings:
     linking: str = "off"
     expansion: str = "off"
     relation_ranking: str = "degree"
+    keyword_search: str = "off"
     keyword_model: str | None = None
     keyword_wait: float = 1.0
     history_turns: int = 3

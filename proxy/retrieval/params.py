@@ -74,6 +74,7 @@ class KnobValues:
     linking: str
     expansion: str
     relation_ranking: str
+    keyword_search: str
 
 
 def _check_knob_values() -> None:

@@ -28,6 +28,7 @@ from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.duckdb.commit import INDEXED_TABLES, now
 from proxy.store.name_index import NameIndex
 from proxy.store.protocols.graph import Graph
+from proxy.store.protocols.keywords import Keywords
 from proxy.store.protocols.tables import Tables
 from proxy.store.protocols.vectors import Vectors
 from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
@@ -51,6 +52,13 @@ class KnowledgeStore:
         # entity names and aliases, for linking: built on first use (seconds at 1M entities, and
         # linking is off by default), then kept in step with every commit
         self._names: NameIndex | None = None
+        # keyword (BM25) indexes: loaded and healed at start-up when saved, else built on first use
+        # (12 s at 100k chunks, and keyword search is off by default), then kept in step with every commit
+        self._keywords: dict[str, Keywords] = {
+            name: backend.new_keywords(data_dir / f"{name}.bm25") for name in INDEXED_TABLES}
+        self._keywords_ready = False
+        self._keywords_generation = 0
+        self._keywords_lock = threading.RLock()
         self._memory_lock = threading.RLock()   # rows and graph
         self._vectors_lock = threading.RLock()  # the vector indexes
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
@@ -83,6 +91,7 @@ class KnowledgeStore:
             if healed:
                 log.info("vector index %s was out of step with the tables and has been repaired", name)
         self._load_memory()
+        self._open_keywords()
         self.tables.serve_small_statements(on_reopen=self._reopened)
         self.saved_generation = self.generation
         if any(index.generation != self.generation for index in self._indexes.values()):
@@ -106,6 +115,8 @@ class KnowledgeStore:
                 self._heal_index(name, index, trust=False)
             self._load_memory()
             self.generation = generation
+        if self._keywords_ready:
+            self._build_keywords(heal=True)
 
     def embedding_dim(self) -> int | None:
         raw = self.tables.meta_sync("embed_dim")
@@ -150,6 +161,7 @@ class KnowledgeStore:
             for index in self._indexes.values():
                 if index.generation != generation:
                     index.save(generation)
+            self._save_keywords()
             self.saved_generation = generation
 
     async def save(self) -> None:
@@ -195,6 +207,7 @@ class KnowledgeStore:
                     index.add(np.asarray(delta.added_keys, dtype=np.uint64), np.vstack(delta.added_vectors))
                 index.generation = -1
             self.generation = generation
+        self._apply_keywords(changes, deltas, generation)
         return generation
 
     def _apply_rows(self, changes: Changeset) -> None:
@@ -307,6 +320,8 @@ class KnowledgeStore:
                 self._heal_index(table, index, trust=False)
             self._load_memory()
             self.generation = int(self.tables.meta_sync("generation", "0") or 0)
+        if self._keywords_ready:
+            self._build_keywords(heal=False)
         self.saved_generation = -1
         self._save_sync()
         return {table: len(index) for table, index in self._indexes.items()}
@@ -326,3 +341,123 @@ class KnowledgeStore:
 
     async def stats(self) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(self.stats_sync)
+
+    # --- keyword search (BM25 over chunk texts and entity / relation names and descriptions) ---
+
+    def keyword_search_sync(self, table: str, query: str, count: int) -> list[tuple[int, float]]:
+        """(vector key, BM25 score) of the ``count`` rows of ``table`` whose text best matches
+        ``query``'s words, best first (only rows sharing a word). The indexes are built on first
+        use. Blocking."""
+        with self._keywords_lock:
+            if not self._keywords_ready:
+                self._build_keywords(heal=False)
+                self._save_keywords_quietly()
+            return self._keywords[table].search(query, count)
+
+    def keyword_count(self, table: str) -> int:
+        """How many rows ``table``'s keyword index holds (0 until it is first used)."""
+        with self._keywords_lock:
+            return len(self._keywords[table]) if self._keywords_ready else 0
+
+    def _open_keywords(self) -> None:
+        """Saved keyword indexes (keyword search was used on this store) are loaded and healed."""
+        loaded = [index.load() for index in self._keywords.values()]
+        if any(loaded):
+            self._build_keywords(heal=True)
+
+    def _build_keywords(self, *, heal: bool) -> None:
+        """Every keyword index made to hold exactly the tables' keys: healed by comparing key sets
+        (a saved copy: the texts added since its last rebuild are read back), or built anew."""
+        with self._keywords_lock:
+            for table, index in self._keywords.items():
+                db_keys = self.tables.keys_sync(table)
+                if not heal:
+                    index.rebuild(*self._keyword_texts(table, db_keys.tolist()))
+                    continue
+                ix_keys = index.keys()
+                missing = np.setdiff1d(db_keys, ix_keys).tolist()
+                extra = np.setdiff1d(ix_keys, db_keys).tolist()
+                index.remove(extra)
+                index.add(*self._keyword_texts(table, missing))
+                if index.needs_rebuild():
+                    index.rebuild(*self._keyword_texts(table, db_keys.tolist()))
+                if index.generation != self.generation or extra:
+                    log.info("keyword index %s was out of step with the tables and has been repaired", table)
+                index.generation = -1
+            self._keywords_ready, self._keywords_generation = True, self.generation
+
+    def _keyword_texts(self, table: str, keys: list[int]) -> tuple[list[int], list[str]]:
+        """The texts of ``keys`` as committed (``_apply_keywords`` indexes the same), a batch of
+        reads at a time; keys the rows do not hold yet are left to the commit that adds them."""
+        found_keys: list[int] = []
+        texts: list[str] = []
+        for start in range(0, len(keys), KEYWORD_BATCH):
+            batch = keys[start:start + KEYWORD_BATCH]
+            for key, text in self._keyword_batch(table, batch):
+                found_keys.append(key)
+                texts.append(text)
+        return found_keys, texts
+
+    def _keyword_batch(self, table: str, keys: list[int]) -> list[tuple[int, str]]:
+        reads = self.tables.retrieval_rows
+        if table == "chunks":
+            with self._memory_lock:
+                ids = {key: self._rows.chunk_ids[key] for key in keys if key in self._rows.chunk_ids}
+            contents = reads.chunk_texts_sync(list(ids))
+            return [(key, contents[cid][0]) for key, cid in ids.items() if cid in contents]
+        if table == "entities":
+            with self._memory_lock:
+                names = {k: (e.name_key, e.name) for k in keys if (e := self._rows.entities.get(k)) is not None}
+            described = reads.descriptions_sync(table, [(k, name_key) for k, (name_key, _) in names.items()])
+            return [(k, entity_keyword_text(name, described.get(k, ""))) for k, (_, name) in names.items()]
+        with self._memory_lock:
+            metas = {k: r for k in keys if (r := self._rows.relations.get(k)) is not None}
+        described = reads.descriptions_sync(table, [(k, r.pair) for k, r in metas.items()])
+        return [(k, relation_keyword_text(r.keywords, *split_pair(r.pair), described.get(k, "")))
+                for k, r in metas.items()]
+
+    def _apply_keywords(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> None:
+        """A commit's added and removed rows in the keyword indexes (when they are in use)."""
+        with self._keywords_lock:
+            if not self._keywords_ready:
+                return
+            texts = {
+                "chunks": [(c.key, c.content) for c in changes.chunks_added],
+                "entities": [(e.key, entity_keyword_text(e.name, e.description)) for e in changes.entities_upserted],
+                "relations": [(r.key, relation_keyword_text(r.keywords, r.source, r.target, r.description))
+                              for r in changes.relations_upserted],
+            }
+            for table, delta in deltas.items():
+                index = self._keywords[table]
+                index.remove(delta.removed_keys)
+                added = set(delta.added_keys)
+                new = [(key, text) for key, text in texts[table] if key in added]
+                index.add([key for key, _ in new], [text for _, text in new])
+                if index.needs_rebuild():
+                    index.rebuild(*self._keyword_texts(table, self.tables.keys_sync(table).tolist()))
+                index.generation = -1
+            self._keywords_generation = generation
+
+    def _save_keywords(self) -> None:
+        with self._keywords_lock:
+            if self._keywords_ready:
+                for index in self._keywords.values():
+                    if index.generation != self._keywords_generation:
+                        index.save(self._keywords_generation)
+
+    def _save_keywords_quietly(self) -> None:
+        try:
+            self._save_keywords()
+        except OSError as exc:  # the tables are the truth: the next first use builds them again
+            log.warning("keyword indexes not saved (%s)", exc)
+
+
+KEYWORD_BATCH = 10_000  # keys per read of texts when a keyword index is healed or rebuilt
+
+
+def entity_keyword_text(name: str, description: str) -> str:
+    return f"{name}\n{description}"
+
+
+def relation_keyword_text(keywords: list[str] | tuple[str, ...], source: str, target: str, description: str) -> str:
+    return f"{', '.join(keywords)}\t{source}\t{target}\n{description}"

@@ -8,6 +8,8 @@ from proxy.core.modes import Mode
 from proxy.retrieval.channels.chunks import ChunkChannel
 from proxy.retrieval.channels.entities import EntityChannel
 from proxy.retrieval.channels.expansion import ExpansionChannel
+from proxy.retrieval.channels.keywords import MODES as KEYWORD_MODES
+from proxy.retrieval.channels.keywords import KeywordChannel
 from proxy.retrieval.channels.linked import LinkedChannel
 from proxy.retrieval.channels.relations import RelationChannel
 from proxy.retrieval.params import QueryParams
@@ -19,6 +21,7 @@ CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (
     (EntityChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),
     (RelationChannel(), frozenset({Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
     (ChunkChannel(), frozenset({Mode.MIX, Mode.NAIVE})),
+    (KeywordChannel(), KEYWORD_MODES),   # the `keyword_search` knob: off by default
 )
 
 

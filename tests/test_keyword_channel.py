@@ -1,0 +1,226 @@
+"""The keyword channel (BM25): the store's keyword indexes over chunk texts and entity / relation
+names and descriptions (bm25s, proxy/store/keywords_bm25.py), kept in step with every commit,
+removed with their documents, saved and healed at start-up, and the channel behind the
+``keyword_search`` knob (default off: retrieval unchanged, the indexes not even built). Real
+engines, the scripted model of tests/extractor.py."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import httpx
+import pytest
+
+from proxy.core.modes import Mode
+from proxy.core.settings import Settings
+from proxy.retrieval.channels import channels_for
+from proxy.retrieval.params import QueryParams
+from proxy.store import keywords_bm25
+from proxy.store.keywords_bm25 import KeywordIndex
+from proxy.store.store import KnowledgeStore
+from tests.conftest import gateway_client
+from tests.corpus import CITY, PEOPLE, TEAM
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.rag_helpers import settle, upload
+
+pytestmark = pytest.mark.anyio
+
+CODE = "ERR-4711"
+INCIDENT = ("The Billing Service stopped after the upgrade with error code ERR-4711. "
+            "Dana Reed fixed ERR-4711 in the Billing Service by rolling the upgrade back.")
+# a question whose vector matches nothing (threshold 1): only a word-for-word match can ground it
+ONLY_WORDS = {"keywords": "off", "cosine_threshold": 1.0}
+
+
+@pytest.fixture
+def incident_facts(fake: FakeOllama) -> KnownFacts:
+    fake.structured = KnownFacts({**PEOPLE, "Billing Service": "Equipment", "Dana Reed": "Person"})
+    return fake.structured
+
+
+def store_of(client: httpx.AsyncClient) -> KnowledgeStore:
+    return client._transport.app.state.gateway.knowledge.store  # type: ignore[attr-defined]
+
+
+async def ingest(client: httpx.AsyncClient, *documents: tuple[str, str]) -> list[str]:
+    ids = []
+    for name, text in documents:
+        document = await settle(client, (await upload(client, name, text))["id"])
+        assert document["status"] == "processed"
+        ids.append(document["id"])
+    return ids
+
+
+async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    response = await client.post("/rag/query", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def found(store: KnowledgeStore, table: str, text: str) -> list[int]:
+    return [key for key, _ in store.keyword_search_sync(table, text, 10)]
+
+
+# --- the index ---
+
+def test_words_keep_codes_and_leave_stopwords_out() -> None:
+    assert keywords_bm25.words(["The code ERR-4711 is back", ""]) == [["code", "err", "4711", "back"], []]
+
+
+def test_recent_texts_score_as_a_rebuilt_index_does(tmp_path: Path) -> None:
+    texts = ["the code ERR-4711 failed twice", "hello world again", "world peace treaty", "ERR-17 in the world"]
+    recent, rebuilt = KeywordIndex(tmp_path / "a.bm25"), KeywordIndex(tmp_path / "b.bm25")
+    recent.add([1, 2, 3, 4], texts)
+    rebuilt.rebuild([1, 2, 3, 4], texts)
+    for text in ("err 4711", "world", "peace world", "nothing shared"):
+        mine, theirs = recent.search(text, 10), rebuilt.search(text, 10)
+        assert [key for key, _ in mine] == [key for key, _ in theirs], text
+        assert [score for _, score in mine] == pytest.approx([score for _, score in theirs], rel=1e-5), text
+    model = bm25s.BM25()
+    model.index(keywords_bm25.words(texts), show_progress=False)
+    assert [score for _, score in rebuilt.search("world", 10)] == pytest.approx(
+        sorted((s for s in model.get_scores(["world"]) if s > 0), reverse=True), rel=1e-5)
+
+
+def test_removed_keys_are_never_found_and_a_rebuild_is_asked_for_past_the_share(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keywords_bm25, "REBUILD_MIN", 2)
+    index = KeywordIndex(tmp_path / "chunks.bm25")
+    index.rebuild([1, 2, 3], ["alpha code", "beta code", "gamma code"])
+    index.add([4], ["delta code"])
+    index.add([4], ["a text ignored: key 4 is held"])
+    assert not index.needs_rebuild() and sorted(index.keys().tolist()) == [1, 2, 3, 4]
+    index.remove([2, 4])
+    assert [key for key, _ in index.search("code", 10)] == [1, 3] and len(index) == 2
+    assert index.search("beta delta", 10) == [] and not index.needs_rebuild()
+    index.add([5], ["epsilon code"])
+    assert not index.needs_rebuild()   # one removed from the main part, one added since: two
+    index.add([6], ["zeta code"])
+    assert index.needs_rebuild()       # three: more than REBUILD_MIN
+
+
+def test_saved_main_part_and_removed_keys_survive_a_reload(tmp_path: Path) -> None:
+    index = KeywordIndex(tmp_path / "chunks.bm25")
+    index.rebuild([1, 2, 3], ["alpha ERR-4711", "beta ERR-4711", "gamma"])
+    index.remove([2])
+    index.add([9], ["recent ERR-4711"])
+    index.save(7)
+    again = KeywordIndex(tmp_path / "chunks.bm25")
+    assert again.load() and again.generation == 7
+    # the recent text is not saved: the store reads it back from the tables (key sets compared)
+    assert sorted(again.keys().tolist()) == [1, 3]
+    assert [key for key, _ in again.search("ERR-4711", 10)] == [1]
+    assert not KeywordIndex(tmp_path / "missing.bm25").load()
+
+
+# --- the knob and the channel ---
+
+def test_the_keyword_channel_runs_only_when_keyword_search_is_on() -> None:
+    on = QueryParams.from_settings(Settings(), keyword_search="on")
+    assert all("keywords" in [c.name for c in channels_for(mode, on)] for mode in Mode if mode != Mode.BYPASS)
+    assert "keywords" not in [c.name for c in channels_for(Mode.BYPASS, on)]
+    assert all("keywords" not in [c.name for c in channels_for(mode)] for mode in Mode)
+
+
+async def test_a_code_the_embeddings_miss_is_found_by_its_words(
+        settings: Settings, fake: FakeOllama, incident_facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest(client, ("team.txt", TEAM), ("incident.txt", INCIDENT), ("city.md", CITY))
+        question = f"What does {CODE} mean?"
+        assert (await query(client, query=question, mode="naive", **ONLY_WORDS))["chunks"] == []
+        naive = await query(client, query=question, mode="naive", keyword_search="on", **ONLY_WORDS)
+        assert [c["origin"] for c in naive["chunks"]] == ["keyword"] and CODE in naive["chunks"][0]["content"]
+        assert CODE in naive["context"]
+        local = await query(client, query=question, mode="local", keyword_search="on", **ONLY_WORDS)
+        assert {e["name"] for e in local["entities"]} == {"Billing Service", "Dana Reed"}
+        glob = await query(client, query=question, mode="global", keyword_search="on", **ONLY_WORDS)
+        assert [(r["source"], r["target"]) for r in glob["relations"]] in (
+            [("Billing Service", "Dana Reed")], [("Dana Reed", "Billing Service")])
+        mix = await query(client, query=question, mode="mix", keyword_search="on", **ONLY_WORDS)
+        assert mix["chunks"] and mix["entities"] and mix["relations"] and CODE in mix["context"]
+
+
+async def test_deleting_a_document_removes_its_words(settings: Settings, fake: FakeOllama,
+                                                     incident_facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        team, incident = await ingest(client, ("team.txt", TEAM), ("incident.txt", INCIDENT))
+        store = store_of(client)
+        assert len(found(store, "chunks", CODE)) == 1 and found(store, "entities", CODE)
+        assert (await client.delete(f"/rag/documents/{incident}")).status_code == 200
+        assert [found(store, table, CODE) for table in ("chunks", "entities", "relations")] == [[], [], []]
+        assert found(store, "chunks", "Orion") and found(store, "entities", "Acme")
+        naive = await query(client, query=CODE, mode="naive", keyword_search="on", **ONLY_WORDS)
+        assert naive["chunks"] == [] and CODE not in naive["context"]
+
+
+async def test_a_restart_heals_a_missing_or_stale_index(settings: Settings, fake: FakeOllama,
+                                                        incident_facts: KnownFacts) -> None:
+    data = settings.data_dir
+    async with gateway_client(settings, fake) as client:
+        (team,) = await ingest(client, ("team.txt", TEAM))
+        store = store_of(client)
+        assert found(store, "chunks", "Orion")                      # built on first use, and saved
+        stale = {table: data / f"{table}.bm25.stale" for table in ("chunks", "entities", "relations")}
+        for table, copy in stale.items():
+            shutil.copytree(data / f"{table}.bm25", copy)
+        await ingest(client, ("incident.txt", INCIDENT))
+        assert (await client.delete(f"/rag/documents/{team}")).status_code == 200
+        live = {table: sorted(store.keyword_search_sync(table, f"{CODE} Orion Acme", 10))
+                for table in ("chunks", "entities", "relations")}
+        assert all(live.values()) and not found(store, "chunks", "Orion")
+    for table, copy in stale.items():   # the copies from before the incident and the deletion
+        shutil.rmtree(data / f"{table}.bm25")
+        copy.rename(data / f"{table}.bm25")
+    async with gateway_client(settings, fake) as client:
+        store = store_of(client)
+        assert store.keyword_count("chunks") == 1                   # loaded and healed at start-up
+        for table, hits in live.items():
+            healed = sorted(store.keyword_search_sync(table, f"{CODE} Orion Acme", 10))
+            assert [key for key, _ in healed] == [key for key, _ in hits]
+            assert [score for _, score in healed] == pytest.approx([score for _, score in hits])
+    shutil.rmtree(data / "chunks.bm25")                             # a missing one is rebuilt
+    async with gateway_client(settings, fake) as client:
+        store = store_of(client)
+        assert store.keyword_count("chunks") == 1
+        assert [key for key, _ in store.keyword_search_sync("chunks", CODE, 10)] == [live["chunks"][0][0]]
+
+
+async def test_with_keyword_search_off_retrieval_is_unchanged(settings: Settings, fake: FakeOllama,
+                                                              incident_facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest(client, ("team.txt", TEAM), ("incident.txt", INCIDENT), ("city.md", CITY))
+        for mode in ("local", "global", "hybrid", "mix", "naive"):
+            body = {"query": f"Who fixed {CODE} at Acme Corp?", "mode": mode, "keywords": "off"}
+            default, off = await query(client, **body), await query(client, **body, keyword_search="off")
+            for result in (default, off):
+                result.pop("timings")
+            assert default == off
+        store = store_of(client)
+        assert store.keyword_count("chunks") == 0                   # not even built
+        assert not list(settings.data_dir.glob("*.bm25"))
+
+
+async def test_commits_past_the_rebuild_share_rebuild_from_the_tables(
+        settings: Settings, fake: FakeOllama, incident_facts: KnownFacts, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keywords_bm25, "REBUILD_MIN", 0)   # every commit's changes outgrow it
+    async with gateway_client(settings, fake) as client:
+        (team,) = await ingest(client, ("team.txt", TEAM))
+        store = store_of(client)
+        assert found(store, "chunks", "Orion")
+        await ingest(client, ("incident.txt", INCIDENT), ("city.md", CITY))
+        assert (await client.delete(f"/rag/documents/{team}")).status_code == 200
+        searches = [(table, text) for table in ("chunks", "entities", "relations")
+                    for text in (CODE, "Berlin", "Orion")]
+        kept = [store.keyword_search_sync(table, text, 10) for table, text in searches]
+        assert all(store.keyword_count(table) == len(store.tables.keys_sync(table)) for table, _ in searches)
+        monkeypatch.setattr(keywords_bm25, "REBUILD_MIN", 10**6)
+        await store.rebuild()                                # graphgate reindex: every index from the tables
+        for (table, text), hits in zip(searches, kept, strict=True):
+            rebuilt = store.keyword_search_sync(table, text, 10)
+            assert [key for key, _ in rebuilt] == [key for key, _ in hits], (table, text)
+            assert [s for _, s in rebuilt] == pytest.approx([s for _, s in hits]), (table, text)
+        assert found(store, "chunks", CODE) and not found(store, "chunks", "Orion")
