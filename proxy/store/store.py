@@ -59,6 +59,7 @@ class KnowledgeStore:
         self._keywords_ready = False
         self._keywords_generation = 0
         self._keywords_lock = threading.RLock()
+        self._keyword_rebuilds: dict[str, threading.Thread] = {}   # by table: at most one at a time
         self._memory_lock = threading.RLock()   # rows and graph
         self._vectors_lock = threading.RLock()  # the vector indexes
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
@@ -161,8 +162,8 @@ class KnowledgeStore:
             for index in self._indexes.values():
                 if index.generation != generation:
                     index.save(generation)
-            self._save_keywords()
             self.saved_generation = generation
+        self._save_keywords()   # not under the vectors' lock: the keywords' is taken before the rows' lock
 
     async def save(self) -> None:
         if self.saved_generation != self.generation:
@@ -173,6 +174,7 @@ class KnowledgeStore:
         await self.tables.checkpoint()
 
     async def close(self) -> None:
+        await anyio.to_thread.run_sync(self.settle_keywords_sync)
         try:
             await self.save()
         except OSError as exc:  # the tables are the truth: the next start heals the indexes from them
@@ -434,9 +436,37 @@ class KnowledgeStore:
                 new = [(key, text) for key, text in texts[table] if key in added]
                 index.add([key for key, _ in new], [text for _, text in new])
                 if index.needs_rebuild():
-                    index.rebuild(*self._keyword_texts(table, self.tables.keys_sync(table).tolist()))
+                    self._rebuild_keywords_in_background(table)
                 index.generation = -1
             self._keywords_generation = generation
+
+    def _rebuild_keywords_in_background(self, table: str) -> None:
+        """A new index built from the tables in a thread of its own (20 s at 100k chunks: never on
+        the commit path), then swapped in with the commits made meanwhile."""
+        running = self._keyword_rebuilds.get(table)
+        if running is not None and running.is_alive():
+            return
+        thread = threading.Thread(target=self._rebuild_keywords, args=(table,), name=f"keywords-{table}", daemon=True)
+        self._keyword_rebuilds[table] = thread
+        thread.start()
+
+    def _rebuild_keywords(self, table: str) -> None:
+        try:
+            fresh = self.backend.new_keywords(self.data_dir / f"{table}.bm25")
+            fresh.rebuild(*self._keyword_texts(table, self.tables.keys_sync(table).tolist()))
+            with self._keywords_lock:   # the commits since the tables were read: a comparison of key sets
+                live, built = self._keywords[table].keys(), fresh.keys()
+                fresh.remove(np.setdiff1d(built, live).tolist())
+                fresh.add(*self._keyword_texts(table, np.setdiff1d(live, built).tolist()))
+                fresh.generation = -1
+                self._keywords[table] = fresh
+        except Exception:  # a thread of its own: logged; the next commit past the share tries again
+            log.exception("keyword index %s was not rebuilt", table)
+
+    def settle_keywords_sync(self) -> None:
+        """Wait for the keyword rebuilds under way (closing, tests). Blocking."""
+        for thread in list(self._keyword_rebuilds.values()):
+            thread.join()
 
     def _save_keywords(self) -> None:
         with self._keywords_lock:
