@@ -119,6 +119,17 @@ def test_saved_main_part_and_removed_keys_survive_a_reload(tmp_path: Path) -> No
     assert not KeywordIndex(tmp_path / "missing.bm25").load()
 
 
+def test_texts_without_a_single_word_are_held_and_found_by_nothing(tmp_path: Path) -> None:
+    index = KeywordIndex(tmp_path / "chunks.bm25")
+    index.rebuild([1, 2], ["", "the of and"])
+    assert len(index) == 2 and index.search("the code", 10) == []
+    index.add([3], ["code"])
+    assert index.search("the code", 10)[0][0] == 3
+    index.save(1)
+    again = KeywordIndex(tmp_path / "chunks.bm25")
+    assert again.load() and sorted(again.keys().tolist()) == [1, 2] and again.search("code", 10) == []
+
+
 # --- the knob and the channel ---
 
 def test_the_keyword_channel_runs_only_when_keyword_search_is_on() -> None:

@@ -107,7 +107,7 @@ class KeywordIndex:
     def rebuild(self, keys: list[int], texts: list[str]) -> None:
         docs = words(texts)
         main = None
-        if docs:
+        if any(docs):   # bm25s cannot index a corpus without a single word
             main = bm25s.BM25(k1=K1, b=B)
             main.index(docs, show_progress=False)
         self._set_main(main, np.asarray(keys, dtype=np.uint64), np.zeros(len(keys), dtype=bool),
@@ -180,7 +180,8 @@ class KeywordIndex:
             state = json.loads((self.path / STATE).read_text())
             main_dir = self.path / MAIN
             keys = np.load(main_dir / "keys.npy")
-            main = bm25s.BM25.load(str(main_dir), show_progress=False) if len(keys) else None
+            built = (main_dir / "params.index.json").exists()   # none for texts without a single word
+            main = bm25s.BM25.load(str(main_dir), show_progress=False) if built else None
             removed = np.isin(keys, np.asarray(state["removed"], dtype=np.uint64))
             length, generation = int(state["length"]), int(state["generation"])
         except (OSError, ValueError, KeyError, TypeError):
