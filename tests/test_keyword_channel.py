@@ -134,9 +134,9 @@ def test_texts_without_a_single_word_are_held_and_found_by_nothing(tmp_path: Pat
 
 def test_the_keyword_channel_runs_only_when_keyword_search_is_on() -> None:
     on = QueryParams.from_settings(Settings(), keyword_search="on")
-    assert all("keywords" in [c.name for c in channels_for(mode, on)] for mode in Mode if mode != Mode.BYPASS)
-    assert "keywords" not in [c.name for c in channels_for(Mode.BYPASS, on)]
-    assert all("keywords" not in [c.name for c in channels_for(mode)] for mode in Mode)
+    assert all("keyword_search" in [c.name for c in channels_for(mode, on)] for mode in Mode if mode != Mode.BYPASS)
+    assert "keyword_search" not in [c.name for c in channels_for(Mode.BYPASS, on)]
+    assert all("keyword_search" not in [c.name for c in channels_for(mode)] for mode in Mode)
 
 
 async def test_a_code_the_embeddings_miss_is_found_by_its_words(

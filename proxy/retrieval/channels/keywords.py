@@ -25,7 +25,7 @@ MODES = CHUNK_MODES | ENTITY_MODES | RELATION_MODES
 
 
 class KeywordChannel:
-    name = "keywords"
+    name = "keyword_search"   # the knob's name: "keywords" is the model's keyword call
     vector = "query"   # it searches no vector index; the question's own vector is always there
 
     def enabled(self, params: QueryParams) -> bool:
