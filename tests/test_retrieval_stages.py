@@ -137,7 +137,7 @@ def test_the_knobs_are_the_settings_rows_with_a_knob() -> None:
     assert [s.name for s in KNOBS] == [s.name for s in SETTINGS if s.knob is not None] == [
         "mode", "top_k", "chunk_top_k", "max_entity_tokens", "max_relation_tokens", "max_total_tokens",
         "cosine_threshold", "related_chunks", "chunk_selection", "keywords", "fusion", "linking",
-        "expansion", "relation_ranking"]
+        "expansion", "relation_ranking", "keyword_search"]
     knob_fields = {f.name for f in dataclasses.fields(QueryParams)} - {"hl_keywords", "ll_keywords", "instructions",
                                                                         "extra"}
     assert knob_fields == {s.name for s in KNOBS}
@@ -168,4 +168,5 @@ async def test_the_playground_form_is_made_from_the_knobs(kb: httpx.AsyncClient)
                      "high": "1000", "step": "1"}
     assert CHOICES == {"mode": MODES, "chunk_selection": ("vector", "weight"), "keywords": ("llm", "off"),
                        "fusion": ("roundrobin", "rrf"), "linking": ("on", "off"),
-                       "expansion": ("off", "ppr"), "relation_ranking": ("degree", "question")}
+                       "expansion": ("off", "ppr"), "relation_ranking": ("degree", "question"),
+                       "keyword_search": ("on", "off")}
