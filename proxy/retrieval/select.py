@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
@@ -44,24 +45,25 @@ FUNCTION_WORDS = frozenset({"which", "where", "what", "when", "does", "that", "t
                             "there", "their", "they", "them", "were", "about", "into", "also", "been"})
 
 
-def word_stems(text: str) -> set[str]:
+@functools.lru_cache(maxsize=65536)  # keywords, names and descriptions recur from query to query
+def word_stems(text: str) -> frozenset[str]:
     """The prefixes of ``text``'s words of four letters or more (shorter ones are mostly function
     words), without the common function words."""
-    return {word[:STEM] for word in re.findall(r"[a-z]{4,}", text.lower()) if word not in FUNCTION_WORDS}
+    return frozenset(word[:STEM] for word in re.findall(r"[a-z]{4,}", text.lower()) if word not in FUNCTION_WORDS)
 
 
-def keyword_match(stems: set[str], keywords: Sequence[str]) -> float:
+def keyword_match(stems: frozenset[str], keywords: Sequence[str]) -> float:
     """The share of a relation's keywords one of whose words the question has (``word_stems``)."""
     if not keywords:
         return 0.0
     return sum(1 for keyword in keywords if word_stems(keyword) & stems) / len(keywords)
 
 
-def relation_match(stems: set[str], keywords: Sequence[str], description: str, names: Sequence[str]) -> float:
+def relation_match(stems: frozenset[str], keywords: Sequence[str], description: str, names: Sequence[str]) -> float:
     """How well a relation answers the question's relation words: ``stems`` less the words of the
     relation's own entity names. The share of its keywords they match, plus the share of them
     its description holds (0 to 2)."""
-    named = set().union(*(word_stems(name) for name in names))
+    named = frozenset().union(*(word_stems(name) for name in names))
     asked = stems - named
     if not asked:
         return 0.0

@@ -80,7 +80,8 @@ class ExpansionChannel:
 
     def joining(self, store: KnowledgeStore, question: Question, ranked: dict[str, float]) -> list[FoundRelation]:
         """The relations between two of the ranked entities, by their endpoints' PageRank times their
-        relevance to the question: the seed's edge to the bridge, then the bridge's asked-for fact."""
+        relevance to the question: the seed's edge to the bridge, then the bridge's asked-for fact.
+        (Discounting each kind's later relations was measured: it cost 2-hop and list recall.)"""
         pairs = search.incident_pairs(store, list(ranked))
         relations = [r for r in search.relations_by_pairs(store, pairs).values()
                      if r.source in ranked and r.target in ranked]
