@@ -22,12 +22,15 @@ if TYPE_CHECKING:
 COSINE_SHARE = 0.2   # the vectors' part: with a hub's name in every one of its edges, words decide
 
 
-def relation_relevance(store: KnowledgeStore, question: Question, relations: list[FoundRelation]) -> list[float]:
+def relation_relevance(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
+                       *, descriptions: bool = True) -> list[float]:
     """One score per relation, higher for those about what the question asks (reads the
-    descriptions of those that have none yet)."""
+    descriptions of those that have none yet, unless ``descriptions`` is False: then only what
+    is in memory and the vectors count)."""
     if not relations:
         return []
-    fill_descriptions(store, [], [r for r in relations if not r.description])
+    if descriptions:
+        fill_descriptions(store, [], [r for r in relations if not r.description])
     vectors = store.vectors_sync("relations", [r.vector_key for r in relations])
     if vectors.shape[0] == len(relations):
         similarity = np.clip(cosine_to(question.vectors["query"], vectors), 0.0, None).tolist()

@@ -46,7 +46,8 @@ def edge_weights(store: KnowledgeStore, question: Question, pairs: list[tuple[st
     keys = [pair_key(source, target) for source, target in pairs]
     relations = search.relations_by_pairs(store, list(dict.fromkeys(keys)))
     known = list(relations.values())
-    relevance = dict(zip((r.pair for r in known), relation_relevance(store, question, known), strict=True))
+    relevance = dict(zip((r.pair for r in known), relation_relevance(store, question, known, descriptions=False),
+                         strict=True))
     return [EDGE_FLOOR + relevance.get(key, 0.0) for key in keys]
 
 
