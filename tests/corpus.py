@@ -10,3 +10,5 @@ PEOPLE = {"Alice Smith": "Person", "Bob Jones": "Person", "Carol White": "Person
           "Orion": "Artifact", "Berlin": "Location"}
 TEAM = "Alice Smith leads the Orion project. Orion is run by Acme Corp. Bob Jones works at Acme Corp."
 CITY = "# Berlin\n\nAcme Corp has its headquarters in Berlin. Carol White lives in Berlin."
+# a third document for the retrieval tests: a second place Carol White and Alice Smith share
+CLUB = "Carol White founded the Berlin chess club. Alice Smith joined Carol White at the Berlin chess club."

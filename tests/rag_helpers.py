@@ -38,3 +38,10 @@ async def store_snapshot_of(kb) -> list:
     return [(t, await kb.store.tables.db.read(
                 lambda c, t=t: sorted(map(repr, c.execute(f'SELECT * FROM "{t}"').fetchall()))))
             for t in tables if t not in ("meta",)]
+
+
+async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    """``POST /rag/query`` with ``body``; its JSON answer (the request must succeed)."""
+    response = await client.post("/rag/query", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()

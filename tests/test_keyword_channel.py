@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -27,7 +26,7 @@ from tests.conftest import gateway_client
 from tests.corpus import CITY, PEOPLE, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.rag_helpers import settle, upload
+from tests.rag_helpers import query, settle, upload
 
 pytestmark = pytest.mark.anyio
 
@@ -55,12 +54,6 @@ async def ingest(client: httpx.AsyncClient, *documents: tuple[str, str]) -> list
         assert document["status"] == "processed"
         ids.append(document["id"])
     return ids
-
-
-async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    response = await client.post("/rag/query", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def found(store: KnowledgeStore, table: str, text: str) -> list[int]:

@@ -6,7 +6,6 @@ every commit and rebuilt at start-up, and the linked channel behind the ``linkin
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +21,7 @@ from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.rag_helpers import settle, upload
+from tests.rag_helpers import query, settle, upload
 
 pytestmark = pytest.mark.anyio
 
@@ -153,11 +152,6 @@ async def test_the_store_links_names_after_ingestion_merges_deletions_and_restar
 
 
 # --- the linked channel behind the knob ---
-
-async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    response = await client.post("/rag/query", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_the_linked_channel_runs_only_when_linking_is_on() -> None:

@@ -21,10 +21,10 @@ from proxy.retrieval.rerank_http import rerank_endpoint
 from proxy.retrieval.select import round_robin
 from tests.chat_helpers import MODEL, traces
 from tests.conftest import gateway_client, running
-from tests.corpus import CITY, TEAM
+from tests.corpus import CITY, CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, overlap_score
-from tests.rag_helpers import settle, upload
+from tests.rag_helpers import query, settle, upload
 from tests.servers import free_port
 
 pytestmark = pytest.mark.anyio
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.anyio
 # the names' documents, and prose without a name that shares the question's words
 DOCUMENTS = {
     "team.txt": TEAM, "city.md": CITY,
-    "club.txt": "Carol White founded the Berlin chess club. Alice Smith joined Carol White at the Berlin chess club.",
+    "club.txt": CLUB,
     "rooms.txt": "Who founded a chess club matters less than who books the room and buys the boards for the club.",
     "tax.txt": "Where a company keeps its headquarters is often chosen for taxes more than for the city.",
     "sunday.txt": "Bob Jones plays chess on Sundays with Alice Smith in Berlin.",
@@ -113,12 +113,6 @@ async def knowledge_base(settings: Settings, fake: FakeOllama) -> AsyncIterator[
         for name, text in DOCUMENTS.items():
             await settle(client, (await upload(client, name, text))["id"])
         yield client
-
-
-async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    response = await client.post("/rag/query", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def passages(result: dict[str, Any]) -> list[str]:

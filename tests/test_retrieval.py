@@ -14,30 +14,20 @@ import pytest
 from proxy.core.settings import Settings
 from proxy.retrieval.select import round_robin, weighted_quota
 from tests.conftest import gateway_client
-from tests.corpus import CITY, TEAM
+from tests.corpus import CITY, CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, fake_embedding
-from tests.rag_helpers import settle, store_of, upload
+from tests.rag_helpers import query, settle, store_of, upload
 
 pytestmark = pytest.mark.anyio
-
-MORE = "Carol White founded the Berlin chess club. Alice Smith joined Carol White at the Berlin chess club."
-
-
 
 
 @pytest.fixture
 async def kb(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> AsyncIterator[httpx.AsyncClient]:
     async with gateway_client(settings, fake) as client:
-        for name, text in (("team.txt", TEAM), ("city.md", CITY), ("club.txt", MORE)):
+        for name, text in (("team.txt", TEAM), ("city.md", CITY), ("club.txt", CLUB)):
             await settle(client, (await upload(client, name, text))["id"])
         yield client
-
-
-async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    response = await client.post("/rag/query", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def oracle(client: httpx.AsyncClient, table: str, text: str, threshold: float = 0.2, top: int = 40) -> list[str]:

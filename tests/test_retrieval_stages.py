@@ -24,14 +24,12 @@ from proxy.retrieval.select import round_robin
 from proxy.retrieval.stages import Question
 from proxy.store.store import KnowledgeStore
 from tests.conftest import gateway_client
-from tests.corpus import CITY, TEAM
+from tests.corpus import CITY, CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.rag_helpers import settle, upload
+from tests.rag_helpers import query, settle, upload
 
 pytestmark = pytest.mark.anyio
-
-CLUB = "Carol White founded the Berlin chess club. Alice Smith joined Carol White at the Berlin chess club."
 
 
 @pytest.fixture
@@ -44,12 +42,6 @@ async def kb(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> AsyncIt
 
 def retriever_of(client: httpx.AsyncClient) -> Any:
     return client._transport.app.state.gateway.knowledge.retriever  # type: ignore[attr-defined]
-
-
-async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    response = await client.post("/rag/query", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_each_mode_runs_its_declared_channels() -> None:
