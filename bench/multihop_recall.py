@@ -115,7 +115,7 @@ class Table:
     def markdown(self) -> str:
         lines = [f"| budget (tokens) | {' | '.join(COLUMNS)} | list names found | mean context tokens |",
                  "|---|" + "---|" * (len(COLUMNS) + 2)]
-        for budget in BUDGETS:
+        for budget in sorted(self.tokens):
             lists = self.cell(budget, "list")
             tokens = self.tokens.get(budget, [])
             lines.append(f"| {budget:,} | " + " | ".join(f"{self.cell(budget, c).recall:.2f}" for c in COLUMNS)
@@ -136,9 +136,10 @@ def query_body(question: Question, mode: str, budget: int, keywords: str,
     return body
 
 
-async def ask(client: httpx.AsyncClient, world: World, table: Table, knobs: dict[str, Any]) -> None:
+async def ask(client: httpx.AsyncClient, world: World, table: Table, knobs: dict[str, Any],
+              budgets: list[int]) -> None:
     started = time.perf_counter()
-    for budget in BUDGETS:
+    for budget in budgets:
         for question in world.questions:
             asks = [("mix", question.kind)] + ([("global", "list global")] if question.kind == "list" else [])
             for mode, column in asks:
@@ -159,32 +160,36 @@ def print_misses(table: Table, count: int) -> None:
             print(f"- missed at 4,000 ({column}): {question} lacks {', '.join(missing)}")
 
 
-async def run_embedder(world: World, embedder: str, keyword_modes: list[str], knobs: dict[str, Any],
-                       misses: int) -> list[Table]:
+async def run_embedder(world: World, embedder: str, args: argparse.Namespace, knobs: dict[str, Any]) -> list[Table]:
     fake = upstream(embedder)
     fake.structured = OracleExtractor(world)
     fake.requests = Forgetful()
-    settings = Settings.load(environ={"GRAPHGATE_DATA_DIR": tempfile.mkdtemp(prefix="gg-multihop-"),
-                                      "GRAPHGATE_GLEANING": "0"})
+    # --store keeps each embedder's ingested world for the next run (the same --docs): only the questions rerun
+    data_dir = args.store / f"{embedder}-{args.docs}" if args.store else Path(tempfile.mkdtemp(prefix="gg-multihop-"))
+    reuse = (data_dir / "ingested").exists()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    settings = Settings.load(environ={"GRAPHGATE_DATA_DIR": str(data_dir), "GRAPHGATE_GLEANING": "0"})
     app = create_app(settings, upstream_transport=fake.transport())
     tables = []
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=None) as client:
             started = time.perf_counter()
-            for name, text in world.documents:
+            for name, text in [] if reuse else world.documents:
                 (await client.post("/rag/documents", json={"name": name, "text": text})).raise_for_status()
             await app.state.gateway.knowledge.documents.wait_idle()
+            (data_dir / "ingested").touch()
             stats = (await client.get("/rag/stats")).json()
-            print(f"\n## embedder {embedder}: ingested in {time.perf_counter() - started:.0f} s: "
+            how = f"reused from {data_dir}" if reuse else f"ingested in {time.perf_counter() - started:.0f} s"
+            print(f"\n## embedder {embedder}: {how}: "
                   f"{stats.get('chunks')} chunks, {stats.get('entities')} entities, "
                   f"{stats.get('relations')} relations", flush=True)
-            for keywords in keyword_modes:
+            for keywords in args.keywords:
                 table = Table(embedder, keywords)
-                await ask(client, world, table, knobs)
+                await ask(client, world, table, knobs, args.budgets)
                 print(f"\n### {embedder}, keywords {keywords} ({table.seconds:.0f} s of queries)\n", flush=True)
                 print(table.markdown(), flush=True)
-                print_misses(table, misses)
+                print_misses(table, args.misses)
                 tables.append(table)
     return tables
 
@@ -197,8 +202,7 @@ async def run(args: argparse.Namespace) -> None:
     knobs = dict(parse_knob(item) for item in args.set)
     if knobs:
         print(f"knobs on every query: {knobs}")
-    tables = [t for embedder in args.embedders for t in await run_embedder(world, embedder, args.keywords, knobs,
-                                                                           args.misses)]
+    tables = [t for embedder in args.embedders for t in await run_embedder(world, embedder, args, knobs)]
     if args.json:
         rows = [{"embedder": t.embedder, "keywords": t.keywords, "budget": b, "column": c, "recall": cell.recall,
                  "asked": cell.asked, "names": cell.names, "names_found": cell.names_found, "missed": cell.missed}
@@ -223,6 +227,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KNOB=VALUE", help="per-query knobs for every question")
     parser.add_argument("--misses", type=int, default=0, help="print this many missed questions per column at 4k")
     parser.add_argument("--json", type=Path, help="also write every cell to this file")
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS), help="context budgets (tokens)")
+    parser.add_argument("--store", type=Path, help="keep the ingested worlds here and reuse them on the next run")
     anyio.run(run, parser.parse_args())
 
 

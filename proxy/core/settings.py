@@ -219,6 +219,11 @@ SETTINGS: tuple[Setting, ...] = (
             "`on`: mix and naive also search the chunks' words (BM25), and local, global and hybrid the "
             "entities' and relations' names and descriptions, so names, codes and identifiers that "
             "embeddings miss are found (the index is built on first use, then kept in step)."),
+    Setting("context_layout", "GRAPHGATE_CONTEXT_LAYOUT", "sections", Knob(str, choices=("sections", "evidence")),
+            "How the context spends its budget: `sections` (entities, relations and passages each up to its own "
+            "ceiling) or `evidence` (the facts that answer the question first, long passages with what is left)."),
+    Setting("communities", "GRAPHGATE_COMMUNITIES", "off", Knob(str, choices=("on", "off")),
+            "`on`: global, hybrid and mix also search the community summaries (see GRAPHGATE_COMMUNITY_SUMMARIES)."),
     Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),
     Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
@@ -331,6 +336,8 @@ class Settings:
     expansion: str = "off"
     relation_ranking: str = "degree"
     keyword_search: str = "off"
+    context_layout: str = "sections"
+    communities: str = "off"
     keyword_model: str | None = None
     keyword_wait: float = 1.0
     history_turns: int = 3

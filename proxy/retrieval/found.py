@@ -53,8 +53,19 @@ class FoundChunk:
 
 
 @dataclass
+class FoundCommunity:
+    """A community of the graph (Leiden) and its summary, written by the extraction model."""
+    key: str
+    title: str
+    summary: str
+    entities: list[str] = field(default_factory=list)   # member entity keys, most central first
+    score: float = 0.0
+
+
+@dataclass
 class Found:
     """One channel's finds, each list best first."""
     entities: list[FoundEntity] = field(default_factory=list)
     relations: list[FoundRelation] = field(default_factory=list)
     chunks: list[ChunkHit] = field(default_factory=list)
+    communities: list[FoundCommunity] = field(default_factory=list)

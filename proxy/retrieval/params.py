@@ -75,6 +75,8 @@ class KnobValues:
     expansion: str
     relation_ranking: str
     keyword_search: str
+    context_layout: str
+    communities: str
 
 
 def _check_knob_values() -> None:
