@@ -158,7 +158,7 @@ def test_the_linked_channel_runs_only_when_linking_is_on() -> None:
     on = QueryParams.from_settings(Settings(), linking="on")
     assert [c.name for c in channels_for(Mode.LOCAL, on)] == ["linked", "entities"]
     assert [c.name for c in channels_for(Mode.MIX, on)] == ["linked", "entities", "relations", "chunks"]
-    assert [c.name for c in channels_for(Mode.GLOBAL, on)] == ["relations"]
+    assert [c.name for c in channels_for(Mode.GLOBAL, on)] == ["linked", "relations"]
     assert all("linked" not in [c.name for c in channels_for(mode)] for mode in Mode)
 
 

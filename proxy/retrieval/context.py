@@ -68,10 +68,15 @@ def references_for(chunks: list[FoundChunk]) -> list[tuple[int, str]]:
     return [(n, name) for n, name in enumerate(ranked, start=1)]
 
 
+def header_text(instructions: str | None) -> str:
+    return INSTRUCTIONS + (f"\n\nAdditional instructions from the user:\n{instructions}" if instructions else "")
+
+
 def build_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
                   entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
                   instructions: str | None = None) -> Context:
-    header = INSTRUCTIONS + (f"\n\nAdditional instructions from the user:\n{instructions}" if instructions else "")
+    """The ``sections`` layout: entities, relations and passages, each up to its own ceiling."""
+    header = header_text(instructions)
     header_tokens = tokenizer.count(header)
     e_lines = [entity_line(e) for e in entities]
     e_keep, e_used = fit(e_lines, entity_budget, tokenizer)
@@ -79,10 +84,29 @@ def build_context(entities: list[FoundEntity], relations: list[FoundRelation], c
     r_lines = [relation_line(r) for r in relations]
     r_keep, r_used = fit(r_lines, relation_budget, tokenizer)
     cut_first(r_lines, r_keep, r_used, tokenizer)
-    kept_entities = [entities[i] for i in e_keep]
-    kept_relations = [relations[i] for i in r_keep]
-    # chunks get what is left once instructions, graph and a reference list (about 12 tokens each) are counted
-    chunk_budget = total_budget - header_tokens - e_used - r_used - 40
+    kept_entities = Section("## Entities (knowledge graph)", [entities[i] for i in e_keep],
+                            [e_lines[i] for i in e_keep], e_used)
+    kept_relations = Section("## Relations (knowledge graph)", [relations[i] for i in r_keep],
+                             [r_lines[i] for i in r_keep], r_used)
+    return assemble(header, header_tokens, kept_entities, kept_relations, chunks, total_budget, tokenizer)
+
+
+@dataclass
+class Section:
+    """A graph section as chosen: its heading, items, lines and tokens."""
+    heading: str
+    items: list[Any]
+    lines: list[str]
+    tokens: int
+
+
+def assemble(header: str, header_tokens: int, entities: Section, relations: Section, chunks: list[FoundChunk],
+             total_budget: int, tokenizer: Tokenizer, *, facts_first: bool = False) -> Context:
+    """The context: the header, the graph sections (entities first, or relations with
+    ``facts_first``), then the passages that fit what is left (once a reference list of about 12
+    tokens per document is counted), then the references."""
+    graph = [relations, entities] if facts_first else [entities, relations]
+    chunk_budget = total_budget - header_tokens - entities.tokens - relations.tokens - 40
     chunk_lines = [json.dumps({"reference_id": 0, "content": c.content}, ensure_ascii=False) for c in chunks]
     c_keep, c_used = fit(chunk_lines, chunk_budget - 12 * min(len(chunks), 10), tokenizer) if chunks else ([], 0)
     kept_chunks = [chunks[i] for i in c_keep]
@@ -95,10 +119,7 @@ def build_context(entities: list[FoundEntity], relations: list[FoundRelation], c
     passage_lines = [json.dumps({"reference_id": number.get(c.documents[0]) if c.documents else None,
                                  "content": c.content}, ensure_ascii=False) for c in kept_chunks]
     sections = [header]
-    if kept_entities:
-        sections.append("## Entities (knowledge graph)\n" + "\n".join(e_lines[i] for i in e_keep))
-    if kept_relations:
-        sections.append("## Relations (knowledge graph)\n" + "\n".join(r_lines[i] for i in r_keep))
+    sections += [f"{section.heading}\n" + "\n".join(section.lines) for section in graph if section.items]
     if kept_chunks:
         sections.append("## Document passages\n" + "\n".join(passage_lines))
     reference_text = "## References\n" + "\n".join(f"[{n}] {name}" for n, name in references) if references else ""
@@ -107,9 +128,10 @@ def build_context(entities: list[FoundEntity], relations: list[FoundRelation], c
     text = "\n\n".join(sections)
     # counted by parts (each line's count is cached): recounting 10k+ tokens per turn costs ~10 ms
     chunk_tokens = sum(c + 1 for c in tokenizer.count_many(passage_lines))
-    tokens = {"instructions": header_tokens, "entities": e_used, "relations": r_used, "chunks": chunk_tokens}
+    tokens = {"instructions": header_tokens, "entities": entities.tokens, "relations": relations.tokens,
+              "chunks": chunk_tokens}
     tokens["total"] = sum(tokens.values()) + tokenizer.count(reference_text) + 8 * (len(sections) - 1)
-    return Context(text, kept_entities, kept_relations, kept_chunks, references, tokens)
+    return Context(text, entities.items, relations.items, kept_chunks, references, tokens)
 
 
 def context_summary(context: Context) -> dict[str, Any]:

@@ -33,9 +33,10 @@ from proxy.core.tokens import Tokenizer
 from proxy.retrieval.budget import Budget
 from proxy.retrieval.channels import channels_for
 from proxy.retrieval.context import Context, build_context
+from proxy.retrieval.context_evidence import build_evidence_context
+from proxy.retrieval.evidence_rank import rank_entities, rank_evidence
 from proxy.retrieval.found import (
     ChunkHit,
-    Found,
     FoundChunk,
     FoundEntity,
     FoundRelation,
@@ -187,10 +188,15 @@ class Retriever:
 
     def _search_graph(self, question: Question, channels: list[Channel]) -> GraphFinds:
         """The channels whose vector the question has (no low-level keywords: no entity search)."""
-        finds: list[Found] = [channel.search(self.store, question) for channel in channels
-                              if channel.vector in question.vectors]
+        named = {channel.name: channel.search(self.store, question) for channel in channels
+                 if channel.vector in question.vectors}
+        finds = list(named.values())
         entities, relations = fuse_graph(finds, question.params.fusion)
         fill_descriptions(self.store, entities, relations)
+        if question.params.context_layout == "evidence":
+            anchors = {e.key: e.score for e in named["linked"].entities} if "linked" in named else {}
+            relations = rank_evidence(self.store, question, relations, anchors)
+            entities = rank_entities(entities, relations, anchors)
         return GraphFinds(entities, relations, [f.chunks for f in finds if f.chunks])
 
     def _collect_chunks(self, question: Question, finds: GraphFinds) -> list[FoundChunk]:
@@ -199,6 +205,7 @@ class Retriever:
 
     def _build_context(self, finds: GraphFinds, chunks: list[FoundChunk], params: QueryParams,
                        budget: Budget) -> Context:
-        return build_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
+        layout = build_evidence_context if params.context_layout == "evidence" else build_context
+        return layout(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                              relation_budget=budget.relation, total_budget=budget.total,
                              tokenizer=self.tokenizer, instructions=params.instructions)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from proxy.core.modes import Mode
 from proxy.retrieval.channels.chunks import ChunkChannel
+from proxy.retrieval.channels.communities import CommunityChannel
 from proxy.retrieval.channels.entities import EntityChannel
 from proxy.retrieval.channels.expansion import ExpansionChannel
 from proxy.retrieval.channels.keywords import MODES as KEYWORD_MODES
@@ -16,12 +17,15 @@ from proxy.retrieval.params import QueryParams
 from proxy.retrieval.stages import Channel, Switched
 
 CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (
-    (LinkedChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `linking` knob: off by default
+    # the `linking` knob (off by default); in global mode too, where the named entities' relations join
+    # those the themes find: "which products does Y develop?" has no theme naming Y
+    (LinkedChannel(), frozenset({Mode.LOCAL, Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
     (ExpansionChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `expansion` knob: off by default
     (EntityChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),
     (RelationChannel(), frozenset({Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
     (ChunkChannel(), frozenset({Mode.MIX, Mode.NAIVE})),
     (KeywordChannel(), KEYWORD_MODES),   # the `keyword_search` knob: off by default
+    (CommunityChannel(), frozenset({Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),   # the `communities` knob: off by default
 )
 
 

@@ -1,0 +1,77 @@
+"""The evidence layout of the context (the ``context_layout`` knob at ``evidence``): a small budget
+spent on the facts that carry the answer before long passages.
+
+    facts      one short line per relation, best evidence first (``evidence_rank``): its
+               description alone when it names both entities, else "A — B: description"
+    entities   one short line each, the description cut to its first sentences; left out when its
+               description says nothing the facts above do not (nothing twice)
+    passages   the chunks, with what the facts and entities left of the budget
+
+The sections keep their ceilings (``max_relation_tokens``, ``max_entity_tokens``); what they do
+not use goes to the passages. The references still name each passage's document.
+"""
+
+from __future__ import annotations
+
+import re
+
+from proxy.core.tokens import Tokenizer
+from proxy.retrieval.context import Context, Section, assemble, fit, header_text
+from proxy.retrieval.found import FoundChunk, FoundEntity, FoundRelation
+
+RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first notes carry its gist
+ENTITY_TOKENS = 48     # an entity's line is a pointer (type, gist); its facts are the relations'
+
+
+def notes(description: str) -> list[str]:
+    """A description's notes: its lines and sentences, normalised for comparison."""
+    parts = re.split(r"\n+|(?<=[.!?])\s+", description)
+    return [" ".join(p.split()).casefold().rstrip(".") for p in parts if p.strip()]
+
+
+def relation_text(r: FoundRelation) -> str:
+    description = " ".join(r.description.split())
+    folded = description.casefold()
+    if description and r.source_name.casefold() in folded and r.target_name.casefold() in folded:
+        return f"- {description}"
+    return f"- {r.source_name} — {r.target_name}: {description or ', '.join(r.keywords)}"
+
+
+def entity_text(e: FoundEntity) -> str:
+    description = " ".join(e.description.split())
+    return f"- {e.name} ({e.type}): {description}" if description else f"- {e.name} ({e.type})"
+
+
+def capped(lines: list[str], limit: int, tokenizer: Tokenizer) -> list[str]:
+    counts = tokenizer.count_many(lines)
+    return [tokenizer.truncate(line, limit) + " …" if count > limit else line for line, count in zip(lines, counts,
+                                                                                                        strict=True)]
+
+
+def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
+                           entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
+                           instructions: str | None = None) -> Context:
+    header = header_text(instructions)
+    header_tokens = tokenizer.count(header)
+    # facts: each distinct statement once
+    seen: set[str] = set()
+    unique: list[FoundRelation] = []
+    for relation in relations:
+        text = relation_text(relation)
+        if text not in seen:
+            seen.add(text)
+            unique.append(relation)
+    r_lines = capped([relation_text(r) for r in unique], RELATION_TOKENS, tokenizer)
+    r_keep, r_used = fit(r_lines, relation_budget, tokenizer) if unique else ([], 0)
+    kept_relations = [unique[i] for i in r_keep]
+    stated = {note for r in kept_relations for note in notes(r.description)}
+    # entities: only those whose description adds to the facts
+    adding = [e for e in entities if not e.description or not set(notes(e.description)) <= stated]
+    e_lines = capped([entity_text(e) for e in adding], ENTITY_TOKENS, tokenizer)
+    e_keep, e_used = fit(e_lines, entity_budget, tokenizer) if adding else ([], 0)
+    kept_entities = [adding[i] for i in e_keep]
+    return assemble(header, header_tokens,
+                    Section("## Entities (knowledge graph)", kept_entities, [e_lines[i] for i in e_keep], e_used),
+                    Section("## Facts (knowledge graph relations)", kept_relations, [r_lines[i] for i in r_keep],
+                            r_used),
+                    chunks, total_budget, tokenizer, facts_first=True)

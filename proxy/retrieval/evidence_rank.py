@@ -1,0 +1,84 @@
+"""The evidence order (the ``context_layout`` knob at ``evidence``): the fused relations ranked by
+one yardstick, whichever channel found them, so that a small budget is spent on the facts that
+answer the question.
+
+A relation scores its relevance to the question (``relation_relevance``: the question's relation
+words in its keywords and description, plus a little of its vector's cosine), plus ``ANCHOR`` when
+one of its entities is one the question names (the linked entities). A relation that touches no
+named entity is the question's next hop: it is judged by the words the named entities' best
+relation has not answered yet. So in "where is the company that acquired X headquartered?", X's
+acquisition answers "acquired", and the acquirer's headquarters outranks its other acquisitions;
+in "which products does Y develop?", Y's products come before anyone else's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from proxy.retrieval.found import FoundEntity, FoundRelation
+from proxy.retrieval.relevance import relation_relevance
+from proxy.retrieval.select import word_stems
+from proxy.retrieval.stages import Question
+
+if TYPE_CHECKING:
+    from proxy.store.store import KnowledgeStore
+
+ANCHOR = 1.0   # a named entity's own relation outranks any other equally relevant one
+
+
+def answered_words(question: Question, relation: FoundRelation) -> frozenset[str]:
+    """The question's words (stems) that a relation's keywords or description hold."""
+    said = word_stems(" ".join(relation.keywords)) | word_stems(relation.description)
+    return word_stems(question.text) & said
+
+
+def rank_evidence(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
+                  anchors: dict[str, float]) -> list[FoundRelation]:
+    """``relations`` best evidence first (ties: their fused order). ``anchors``: the named entities'
+    keys and their linking confidence."""
+    if not relations:
+        return relations
+    relevance = relation_relevance(store, question, relations)
+    scores = {r.pair: score + ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0))
+              for r, score in zip(relations, relevance, strict=True)}
+    # a next hop: judged by what the hop reaching it left unanswered
+    hops: dict[str, FoundRelation] = {}   # entity one hop from a named one -> the best relation reaching it
+    for r in sorted((r for r in relations if (r.source in anchors) != (r.target in anchors)),
+                    key=lambda r: -scores[r.pair]):
+        hops.setdefault(r.target if r.source in anchors else r.source, r)
+    by_rest: dict[str, list[FoundRelation]] = {}
+    for r in relations:
+        if r.source in anchors or r.target in anchors:
+            continue
+        reaching = [hops[key] for key in (r.source, r.target) if key in hops]
+        if reaching:
+            best = max(reaching, key=lambda h: scores[h.pair])
+            by_rest.setdefault(residual_text(question, best), []).append(r)
+    for rest, onward in by_rest.items():
+        hop = relation_relevance(store, _with_text(question, rest), onward) if rest.strip() else [0.0] * len(onward)
+        scores.update({r.pair: score for r, score in zip(onward, hop, strict=True)})
+    order = {r.pair: i for i, r in enumerate(relations)}
+    return sorted(relations, key=lambda r: (-scores[r.pair], order[r.pair]))
+
+
+def residual_text(question: Question, answered: FoundRelation) -> str:
+    """The question without the words a relation already answers (matched by their stems)."""
+    done = answered_words(question, answered)
+    words = [w for w in question.text.split() if not (word_stems(w) & done)]
+    return " ".join(words)
+
+
+def _with_text(question: Question, text: str) -> Question:
+    return Question(text, question.params, question.vectors, question.turns)
+
+
+def rank_entities(entities: list[FoundEntity], relations: list[FoundRelation],
+                  anchors: dict[str, float]) -> list[FoundEntity]:
+    """The named entities first, then those of the best relations, then the rest in fused order."""
+    rank: dict[str, int] = {}
+    for i, r in enumerate(relations):
+        rank.setdefault(r.source, i)
+        rank.setdefault(r.target, i)
+    order = {e.key: i for i, e in enumerate(entities)}
+    last = len(relations)
+    return sorted(entities, key=lambda e: (e.key not in anchors, rank.get(e.key, last), order[e.key]))
