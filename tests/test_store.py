@@ -85,7 +85,7 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
                 "VALUES ('summary', 'k1', 'm', '{}', 'kept', now())")
     con.close()
     store = await KnowledgeStore.open(tmp_path)
-    assert database(store).read_sync(current_version) == SCHEMA_VERSION == 4
+    assert database(store).read_sync(current_version) == SCHEMA_VERSION >= 4  # v5 added communities
     indexes = database(store).read_sync(lambda c: [r[0] for r in c.execute(
         "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'llm_cache'").fetchall()])
     assert "llm_cache_key" in indexes

@@ -31,6 +31,7 @@ class Priority(IntEnum):
     CHAT = 0        # keywords and query embeddings for a user's chat turn
     SUMMARY = 1     # description summaries while merging
     INGEST = 2      # extraction and ingestion embeddings
+    BACKGROUND = 3  # community summaries, written when the pipeline is idle: after everything else
 
 
 class Busy(ServiceUnavailable):

@@ -150,6 +150,10 @@ SETTINGS: tuple[Setting, ...] = (
             "An entity or relation description is summarised by the LLM once it has this many fragments..."),
     Setting("summary_tokens", "GRAPHGATE_SUMMARY_TOKENS", "1200", int_between(100, 100000),
             "...or once its joined fragments exceed this many tokens."),
+    Setting("community_summaries", "GRAPHGATE_COMMUNITY_SUMMARIES", "false", parse_bool,
+            "Summarise the graph's communities (Leiden) with the extraction model when the pipeline is idle, "
+            "for global questions (GRAPHGATE_COMMUNITIES=on searches them); only communities whose members "
+            "changed are summarised again. Off by default while GRAPHGATE_COMMUNITIES is."),
     Setting("embed_concurrency", "GRAPHGATE_EMBED_CONCURRENCY", "4", int_between(1, 64),
             "Embedding calls GraphGate sends the upstream at once (their own limit: the embedding model "
             "runs beside the chat model, so its quick calls never queue behind generations)."),
@@ -310,6 +314,7 @@ class Settings:
     gleaning: int = 1
     summary_fragments: int = 8
     summary_tokens: int = 1200
+    community_summaries: bool = False
     embed_concurrency: int = 4
     llm_concurrency: int = 2
     parallel_documents: int = 4

@@ -195,8 +195,13 @@ class Pipeline:
         stats["documents"] = await self.known_counts(stats["documents"])
         return stats
 
+    @property
+    def busy(self) -> bool:
+        """Documents are queued, being extracted or merged (background jobs give way to them)."""
+        return bool(self.queued or self.running or self.merging)
+
     async def wait_idle(self) -> None:
-        if self.queued or self.running or self.merging:
+        if self.busy:
             await self.idle.wait()
 
     # --- submitting, retrying, deleting ---

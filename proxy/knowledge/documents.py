@@ -7,6 +7,7 @@ committed merge is being applied, failed when the disk would not take the failur
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +36,11 @@ class HealthProbe:
 
 
 class DocumentService:
-    def __init__(self, store: KnowledgeStore, pipeline: Pipeline) -> None:
+    def __init__(self, store: KnowledgeStore, pipeline: Pipeline,
+                 community_job: Callable[[], dict[str, Any]] | None = None) -> None:
         self.store = store
         self.pipeline = pipeline
+        self.community_job = community_job   # the community summaries' state, for the stats
         self.tables = store.tables.documents
 
     # --- uploading, retrying, deleting ---
@@ -102,8 +105,12 @@ class DocumentService:
         return self.pipeline.status()
 
     async def stats(self) -> dict[str, Any]:
-        """The store's counts, documents counted as /rag/documents shows them."""
-        return await self.pipeline.stats()
+        """The store's counts, documents counted as /rag/documents shows them, and the community
+        summaries' job."""
+        stats = await self.pipeline.stats()
+        if self.community_job is not None:
+            stats["communities"]["job"] = self.community_job()
+        return stats
 
     async def wait_idle(self) -> None:
         await self.pipeline.wait_idle()

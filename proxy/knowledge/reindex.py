@@ -7,9 +7,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import anyio
+import anyio.to_thread
+
 from proxy.core.limiter import Priority, PriorityLimiter
 from proxy.core.settings import Settings
 from proxy.merging.rules import embed_hash, entity_text, relation_text
+from proxy.store.changes import Changeset
 from proxy.store.store import INDEXED_TABLES, KnowledgeStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.model_calls import ModelClient
@@ -33,6 +37,11 @@ async def _texts(store: KnowledgeStore, table: str) -> list[tuple[str, str]]:
 
 async def reembed(store: KnowledgeStore, models: ModelClient, settings: Settings, progress: Progress) -> None:
     models.expected_dim = None  # the new model decides the dimension
+    # community summaries are derived: removed, and written again at the next idle run of a gateway
+    # (from the LLM cache, so only their embeddings are new)
+    stale = list(await anyio.to_thread.run_sync(store.tables.communities.digests_sync))
+    if stale:
+        await store.apply(Changeset(communities_removed=stale))
     for table in INDEXED_TABLES:
         rows = await _texts(store, table)
         for start in range(0, len(rows), BATCH):

@@ -22,6 +22,7 @@ from proxy.core.tokens import Tokenizer, get_tokenizer
 from proxy.ingest.inbox import watch_inbox
 from proxy.ingest.pipeline import Pipeline
 from proxy.knowledge.cache import CacheService
+from proxy.knowledge.communities import CommunitySummaries
 from proxy.knowledge.documents import DocumentService
 from proxy.knowledge.graph import GraphService
 from proxy.knowledge.query import QueryOutcome, run_query
@@ -51,6 +52,7 @@ class Knowledge:
     cache: CacheService
     documents: DocumentService
     graph: GraphService
+    communities: CommunitySummaries   # the community summaries' background job
 
     # the chat pipeline's bookkeeping, in the background (its sub-services do the work)
 
@@ -127,6 +129,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
         await check_embedding_model(store, models, settings)
         tokenizer = await anyio.to_thread.run_sync(get_tokenizer)
         pipeline = Pipeline(store, models, settings, tokenizer)
+        communities = CommunitySummaries(store, models, pipeline, settings)
         retriever = Retriever(store, models, settings, tokenizer, reranker)
         model_info = ModelInfoCache(upstream, settings.discovery_timeout)
         async with anyio.create_task_group() as group:
@@ -134,6 +137,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
             traces.start(group)
             cache.start(group)
             group.start_soon(_save_periodically, store, settings.index_save_seconds)
+            group.start_soon(communities.run)   # when GRAPHGATE_COMMUNITY_SUMMARIES is on; idle time only
             if settings.inbox_dir is not None:
                 group.start_soon(watch_inbox, settings.inbox_dir, pipeline, settings)
             try:
@@ -142,7 +146,8 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
                                       cache=cache,
                                       graph=GraphService.build(store, pipeline.integrator,
                                                                pipeline.merger.exclusive),
-                                      documents=DocumentService(store, pipeline))
+                                      documents=DocumentService(store, pipeline, communities.snapshot),
+                                      communities=communities)
                 # merge suggestions take seconds on a big graph: have them ready before anyone asks
                 knowledge.graph.refresh_suggestions(settings.suggest_threshold)
                 retriever.remember = knowledge.remember

@@ -47,6 +47,18 @@ class RelationRow:
 
 
 @dataclass
+class CommunityRow:
+    """A community of the graph and its summary (``proxy/knowledge/communities.py`` writes them)."""
+    id: str                  # hash of the sorted member keys
+    title: str
+    summary: str
+    members: list[str]       # member entity keys, most central first
+    digest: str              # hash of what the summary was written from
+    embedding: np.ndarray
+    key: int = 0             # assigned at commit
+
+
+@dataclass
 class DocumentUpdate:
     id: str
     status: str
@@ -94,6 +106,8 @@ class Changeset:
     relations_upserted: list[RelationRow] = field(default_factory=list)
     relations_removed: list[str] = field(default_factory=list)           # pair keys
     documents: list[DocumentUpdate] = field(default_factory=list)
+    communities_upserted: list[CommunityRow] = field(default_factory=list)
+    communities_removed: list[str] = field(default_factory=list)        # community ids
     curation: Curation = field(default_factory=Curation)
     cache_entries: list[CacheEntry] = field(default_factory=list)  # LLM replies the changes were made with
     embed_model: str | None = None  # recorded as the model the stored vectors come from
@@ -103,7 +117,8 @@ class Changeset:
     def is_empty(self) -> bool:
         return not any((self.chunks_added, self.chunks_removed, self.links_added, self.documents_removed,
                         self.entities_upserted, self.entities_removed, self.relations_upserted,
-                        self.relations_removed, self.documents))
+                        self.relations_removed, self.documents, self.communities_upserted,
+                        self.communities_removed))
 
 
 def pair_key(a: str, b: str) -> str:

@@ -143,6 +143,16 @@ class EntityGraph:
         edges = [(names[e.source], names[e.target], float(e["weight"] or 1.0)) for e in sub.es]
         return vertices, edges
 
+    def snapshot(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Every vertex's name, each edge's two vertex numbers and its weight: copies, so that
+        work over the whole graph (communities) runs after the store's lock is released."""
+        graph = self.g
+        names = list(graph.vs["name"]) if graph.vcount() else []
+        ends = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(-1, 2)
+        weights = np.asarray([1.0 if w is None else w for w in graph.es["weight"]] if graph.ecount() else [],
+                             dtype=np.float64)
+        return names, ends, weights
+
     # --- multi-hop expansion (retrieval's personalised PageRank) ---
 
     def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int) -> list[tuple[str, str]]:

@@ -25,7 +25,8 @@ from proxy.core.errors import StoreUnavailable
 from proxy.core.names import name_words
 from proxy.store.backends import EMBEDDED, Backend
 from proxy.store.changes import Changeset, IndexDelta, split_pair
-from proxy.store.duckdb.commit import INDEXED_TABLES, now
+from proxy.store.communities_igraph import Community, leiden_communities
+from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
 from proxy.store.name_index import NameIndex
 from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.keywords import Keywords
@@ -33,7 +34,7 @@ from proxy.store.protocols.tables import Tables
 from proxy.store.protocols.vectors import Vectors
 from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
 
-__all__ = ["INDEXED_TABLES", "KnowledgeStore", "now"]
+__all__ = ["INDEXED_TABLES", "VECTOR_TABLES", "Community", "KnowledgeStore", "now"]
 
 log = logging.getLogger("graphgate.store")
 T = TypeVar("T")
@@ -46,7 +47,7 @@ class KnowledgeStore:
         self.memory_limit = memory_limit
         self.backend = backend
         self.tables: Tables
-        self._indexes = {name: backend.new_vectors(data_dir / f"{name}.usearch", dtype) for name in INDEXED_TABLES}
+        self._indexes = {name: backend.new_vectors(data_dir / f"{name}.usearch", dtype) for name in VECTOR_TABLES}
         self._graph = backend.new_graph()
         self._rows = MemoryRows()
         # entity names and aliases, for linking: built on first use (seconds at 1M entities, and
@@ -65,6 +66,7 @@ class KnowledgeStore:
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
         self.generation = 0
         self.saved_generation = 0
+        self._committed: anyio.Event | None = None   # set by the next commit (``wait_for_commit``)
 
     # --- opening, healing, saving ---
 
@@ -191,7 +193,18 @@ class KnowledgeStore:
             with anyio.CancelScope(shield=True):
                 deltas, generation = await self.tables.commit(changes)
                 applied = await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
+        if self._committed is not None:
+            self._committed.set()
+            self._committed = None
         return applied
+
+    async def wait_for_commit(self, seen: int) -> None:
+        """Return once a commit moved the generation past ``seen`` (background jobs that follow
+        the knowledge base's changes, such as the community summaries)."""
+        while self.generation == seen:
+            if self._committed is None:
+                self._committed = anyio.Event()
+            await self._committed.wait()
 
     def _apply_memory(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> int:
         touched_chunks = [c for d in changes.documents_removed for c in deltas["chunks"].linked_chunks.get(d, [])]
@@ -310,6 +323,16 @@ class KnowledgeStore:
         scores = self._graph.personalized_pagerank(seeds, edges, weigh(edges) if edges else [], damping)
         return sorted(scores.items(), key=lambda item: -item[1])[:limit]
 
+    # --- communities (the summaries' partition) ---
+
+    def communities_sync(self, *, min_size: int, max_size: int) -> list[Community]:
+        """The graph's Leiden communities of at least ``min_size`` members (a larger one than
+        ``max_size`` split again), largest first. The graph is copied under the lock; the
+        partition runs after it is released (seconds at a million entities). Blocking."""
+        with self._memory_lock:
+            names, ends, weights = self._graph.snapshot()
+        return leiden_communities(names, ends, weights, min_size=min_size, max_size=max_size)
+
     # --- rebuilding (graphgate reindex) ---
 
     def rebuild_sync(self) -> dict[str, int]:
@@ -334,7 +357,8 @@ class KnowledgeStore:
     def stats_sync(self) -> dict[str, Any]:
         counts = self.tables.counts_sync()
         with self._vectors_lock:
-            counts["index_sizes"] = {name: len(index) for name, index in self._indexes.items()}
+            counts["index_sizes"] = {name: len(self._indexes[name]) for name in INDEXED_TABLES}
+            counts["communities"] = {"count": counts["communities"], "indexed": len(self._indexes["communities"])}
         with self._memory_lock:
             counts["graph"] = {"vertices": self._graph.vertex_count, "edges": self._graph.edge_count}
         counts["generation"] = self.generation
@@ -430,6 +454,8 @@ class KnowledgeStore:
                               for r in changes.relations_upserted],
             }
             for table, delta in deltas.items():
+                if table not in self._keywords:   # the community summaries have no keyword index
+                    continue
                 index = self._keywords[table]
                 index.remove(delta.removed_keys)
                 added = set(delta.added_keys)

@@ -16,7 +16,9 @@ from proxy.store.duckdb.cache import write_cache
 from proxy.store.duckdb.connection import Con, bump_generation, get_meta, next_keys, set_meta
 from proxy.store.duckdb.graph_rows import write_curation
 
-INDEXED_TABLES = ("chunks", "entities", "relations")
+INDEXED_TABLES = ("chunks", "entities", "relations")   # the knowledge: vector and keyword indexes
+# every table with a vector index: the knowledge, and the community summaries derived from it
+VECTOR_TABLES = (*INDEXED_TABLES, "communities")
 
 
 def now() -> datetime:
@@ -62,11 +64,12 @@ def table_counts(con: Con) -> dict[str, Any]:
         "relations": one("SELECT count(*) FROM relations"),
         "extractions": one("SELECT count(*) FROM extractions"),
         "cache_entries": one("SELECT count(*) FROM llm_cache"),
+        "communities": one("SELECT count(*) FROM communities"),
     }
 
 
 def write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], int]:
-    deltas = {name: IndexDelta() for name in INDEXED_TABLES}
+    deltas = {name: IndexDelta() for name in VECTOR_TABLES}
     stamp = now()
     _remove_documents(con, changes, deltas["chunks"])
     _add_chunks(con, changes, deltas["chunks"])
@@ -74,6 +77,8 @@ def write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], 
     _upsert_rows(con, "entities", "name_key", changes.entities_upserted, deltas["entities"], stamp)
     _delete_rows(con, "relations", "pair_key", changes.relations_removed, deltas["relations"])
     _upsert_rows(con, "relations", "pair_key", changes.relations_upserted, deltas["relations"], stamp)
+    _delete_rows(con, "communities", "id", changes.communities_removed, deltas["communities"])
+    _upsert_rows(con, "communities", "id", changes.communities_upserted, deltas["communities"], stamp)
     _update_documents(con, changes.documents, stamp)
     write_curation(con, changes.curation, stamp)  # aliases and hand edits (proxy/store/duckdb/graph_rows.py)
     write_cache(con, changes.cache_entries, [])
@@ -171,6 +176,7 @@ _ROW_COLUMNS = {
     "entities": ("name_key", "name", "key", "type", "description", "source_ids", "embed_hash", "embedding"),
     "relations": ("pair_key", "source", "target", "key", "keywords", "description", "weight", "source_ids",
                   "embed_hash", "embedding"),
+    "communities": ("id", "key", "title", "summary", "members", "digest", "embedding"),
 }
 
 

@@ -149,7 +149,24 @@ V4 = """
 CREATE INDEX llm_cache_key ON llm_cache (key);
 """
 
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4)
+# v5: community summaries for global questions (Leiden communities of the graph, each summarised by
+# the extraction model when the pipeline is idle): searchable by their vector key like the graph rows
+V5 = """
+CREATE TABLE communities (
+    id VARCHAR PRIMARY KEY,            -- hash of the sorted member entity keys: the identity
+    key BIGINT NOT NULL,               -- from the vector_keys sequence: unique by construction
+    title VARCHAR NOT NULL,
+    summary VARCHAR NOT NULL,
+    members VARCHAR[] NOT NULL,        -- member entity keys, most central first
+    digest VARCHAR NOT NULL,           -- hash of what the summary was written from (members' vector keys)
+    embedding FLOAT[] NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL
+);
+CREATE INDEX communities_key ON communities (key);
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

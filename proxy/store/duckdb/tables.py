@@ -13,6 +13,7 @@ import numpy as np
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.duckdb.cache import DuckDBCache
 from proxy.store.duckdb.commit import embeddings_for, table_counts, table_keys, write_changes
+from proxy.store.duckdb.communities import DuckDBCommunities
 from proxy.store.duckdb.connection import Database, get_meta
 from proxy.store.duckdb.documents import DuckDBDocuments
 from proxy.store.duckdb.graph_rows import DuckDBGraphRows
@@ -21,6 +22,7 @@ from proxy.store.duckdb.reembed import DuckDBReembed
 from proxy.store.duckdb.retrieval_rows import DuckDBRetrievalRows
 from proxy.store.duckdb.traces import DuckDBTraces
 from proxy.store.protocols.cache import CacheTables
+from proxy.store.protocols.communities import CommunityTables
 from proxy.store.protocols.documents import DocumentTables
 from proxy.store.protocols.graph_rows import GraphRows
 from proxy.store.protocols.reembed import ReembedTables
@@ -44,6 +46,7 @@ class DuckDBTables:
         self.graph_rows: GraphRows = DuckDBGraphRows(self.db)
         self.reembed: ReembedTables = DuckDBReembed(self.db)
         self.retrieval_rows: RetrievalRows = DuckDBRetrievalRows(self.db)
+        self.communities: CommunityTables = DuckDBCommunities(self.db)
 
     # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---
 

@@ -53,6 +53,10 @@ class Graph(Protocol):
         """At most ``cap`` vertices up to ``depth`` hops from ``key``, ring by ring, best connected
         first: (name, degree) in vertex order, and the (source, target, weight) edges among them."""
 
+    def snapshot(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Every vertex's name, each edge's two vertex numbers and its weight (copies: the
+        communities are computed from them outside the store's lock)."""
+
     # multi-hop expansion (proxy/retrieval/channels/expansion.py, through store.expand_sync)
 
     def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int) -> list[tuple[str, str]]:

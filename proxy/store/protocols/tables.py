@@ -11,6 +11,7 @@ import numpy as np
 
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.protocols.cache import CacheTables
+from proxy.store.protocols.communities import CommunityTables
 from proxy.store.protocols.documents import DocumentTables
 from proxy.store.protocols.graph_rows import GraphRows
 from proxy.store.protocols.reembed import ReembedTables
@@ -28,13 +29,15 @@ class Tables(Protocol):
     graph_rows: GraphRows
     reembed: ReembedTables
     retrieval_rows: RetrievalRows
+    communities: CommunityTables
 
     def meta_sync(self, key: str, default: str | None = None) -> str | None: ...
 
     async def meta(self, key: str, default: str | None = None) -> str | None: ...
 
     def keys_sync(self, table: str) -> np.ndarray:
-        """Every vector key of an indexed table ("chunks", "entities", "relations")."""
+        """Every vector key of a table with a vector index ("chunks", "entities", "relations",
+        "communities")."""
 
     def each_embedding_sync(self, table: str, keys: np.ndarray,
                             receive: Callable[[np.ndarray, np.ndarray], None]) -> None:

@@ -1,0 +1,30 @@
+"""The DuckDB side of ``CommunityTables`` (proxy/store/protocols/communities.py)."""
+
+from __future__ import annotations
+
+from proxy.store.duckdb.connection import Con, Database
+from proxy.store.protocols.communities import StoredCommunity
+
+
+def digests(con: Con) -> dict[str, str]:
+    return dict(con.execute("SELECT id, digest FROM communities").fetchall())
+
+
+def by_keys(con: Con, keys: list[int]) -> dict[int, StoredCommunity]:
+    """By vector key, through the key index (a question reads a handful)."""
+    if not keys:
+        return {}
+    rows = con.execute("SELECT id, key, title, summary, members FROM communities "
+                       "WHERE key IN (SELECT unnest(?::BIGINT[]))", [keys]).fetchall()
+    return {r[1]: StoredCommunity(r[0], r[1], r[2], r[3], tuple(r[4])) for r in rows}
+
+
+class DuckDBCommunities:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def digests_sync(self) -> dict[str, str]:
+        return self.db.read_sync(digests)
+
+    def by_keys_sync(self, keys: list[int]) -> dict[int, StoredCommunity]:
+        return self.db.read_sync(by_keys, keys)

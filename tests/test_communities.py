@@ -1,0 +1,224 @@
+"""Community summaries (issue 18, item 7): Leiden communities of the graph summarised by the
+extraction model when the pipeline is idle, durable, embedded and searchable by the community
+channel; only changed communities are summarised again; a failed summary is retried later and
+never fails a document. Real engines, the fake upstream.
+
+/rag/query does not show communities yet (the context's "Communities" section is the retriever's
+to add), so the searches go through the channel itself, over the running gateway's store."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import httpx
+import pytest
+
+from proxy.app import Settings
+from proxy.core.limiter import Priority
+from proxy.core.modes import Mode
+from proxy.knowledge.service import Knowledge
+from proxy.retrieval.channels import channels_for
+from proxy.retrieval.channels.communities import CommunityChannel
+from proxy.retrieval.found import FoundCommunity
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.stages import Question
+from tests.conftest import gateway_client
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.rag_helpers import query, settle, upload
+
+pytestmark = pytest.mark.anyio
+
+ENTITIES = {"Nimbus Labs": "Organization", "Cirrus Engine": "Artifact", "Stratus Board": "Artifact",
+            "Alto Kit": "Artifact", "Harbor Guild": "Organization", "Quay Market": "Location",
+            "Tide School": "Organization", "Orchid Society": "Organization", "Fern Hall": "Location",
+            "Petal Fair": "Event"}
+NIMBUS = ("Nimbus Labs develops Cirrus Engine. Nimbus Labs develops Stratus Board. "
+          "Cirrus Engine runs on Stratus Board.")
+HARBOR = "Harbor Guild owns Quay Market. Harbor Guild funds Tide School. Quay Market supplies Tide School."
+ORCHID = "Orchid Society meets at Fern Hall. Orchid Society hosts Petal Fair. Petal Fair fills Fern Hall."
+ALTO = "Nimbus Labs develops Alto Kit. Alto Kit plugs into Cirrus Engine."
+
+
+class Summaries:
+    """The fake's structured answers: community summaries (naming the members they are given, or
+    failing on demand), everything else as a perfect extraction model on ``ENTITIES``."""
+
+    def __init__(self, facts: KnownFacts) -> None:
+        self.facts = facts
+        self.calls: list[list[str]] = []   # the members described, per community call
+        self.fail = False
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        if "title" in ((request.get("format") or {}).get("properties") or {}):
+            names = sorted(re.findall(r"^- (.+?) \(", request["messages"][-1]["content"], re.M))
+            self.calls.append(names)
+            if self.fail:
+                raise FakeOllama.Error(500, "the summary model is down")
+            return json.dumps({"title": f"Around {names[0]}", "summary": f"{' and '.join(names)} belong together."})
+        return self.facts(request)
+
+
+@pytest.fixture
+def summaries(fake: FakeOllama) -> Summaries:
+    fake.structured = Summaries(KnownFacts(ENTITIES))
+    return fake.structured
+
+
+@pytest.fixture
+def on(settings: Settings) -> Settings:
+    return settings.replace(community_summaries=True, llm_retries=1)
+
+
+def knowledge_of(client: httpx.AsyncClient) -> Knowledge:
+    return client._transport.app.state.gateway.knowledge  # type: ignore[attr-defined]
+
+
+@asynccontextmanager
+async def gateway(settings: Settings, fake: FakeOllama) -> AsyncIterator[tuple[httpx.AsyncClient, Knowledge]]:
+    async with gateway_client(settings, fake) as client:
+        kb = knowledge_of(client)
+        kb.communities.retry_seconds = 0.05
+        yield client, kb
+
+
+async def ingest(client: httpx.AsyncClient, name: str, text: str) -> dict[str, Any]:
+    document = await settle(client, (await upload(client, name, text))["id"])
+    assert document["status"] == "processed", document
+    return document
+
+
+async def until(condition: Any, seconds: float = 10) -> None:
+    """Wait for ``condition()`` to hold (the job runs in the gateway's task group)."""
+    with anyio.fail_after(seconds):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+async def summarised(kb: Knowledge) -> None:
+    """The job has seen the knowledge base as it is, with nothing left to summarise."""
+    await until(lambda: not kb.pipeline.busy and kb.communities.up_to_date and kb.communities.status.pending == 0)
+
+
+async def search(kb: Knowledge, text: str, mode: str = "global") -> list[FoundCommunity]:
+    vector = (await kb.models.embed([text], priority=Priority.CHAT))[0]
+    question = Question(text, QueryParams.from_settings(Settings(), mode=mode, communities="on"), {"query": vector, "high": vector})
+    found = await anyio.to_thread.run_sync(CommunityChannel().search, kb.store, question)
+    return found.communities
+
+
+async def stored(kb: Knowledge) -> dict[str, tuple[str, list[str]]]:
+    rows = await kb.store.tables.db.read(  # type: ignore[attr-defined]
+        lambda c: c.execute("SELECT id, summary, members FROM communities").fetchall())
+    return {row[0]: (row[1], sorted(row[2])) for row in rows}
+
+
+async def test_communities_are_summarised_when_idle_and_found_by_the_channel(
+        on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
+    async with gateway(on, fake) as (client, kb):
+        await ingest(client, "nimbus.txt", NIMBUS)
+        await ingest(client, "harbor.txt", HARBOR)
+        await summarised(kb)
+        communities = await stored(kb)
+        assert sorted(members for _, members in communities.values()) == [
+            ["cirrus engine", "nimbus labs", "stratus board"], ["harbor guild", "quay market", "tide school"]]
+        found = await search(kb, "Nimbus Labs Cirrus Engine Stratus Board products")
+        assert found and found[0].entities[0] in ("nimbus labs", "cirrus engine", "stratus board")
+        assert all(name in found[0].summary for name in ("Nimbus Labs", "Cirrus Engine", "Stratus Board"))
+        assert found[0].title.startswith("Around ") and found[0].score > 0
+        stats = (await client.get("/rag/stats")).json()
+        assert stats["communities"]["count"] == stats["communities"]["indexed"] == 2
+        assert stats["communities"]["job"]["summary_calls"] == 2 and stats["communities"]["job"]["pending"] == 0
+        # the channel runs in global, hybrid and mix when the knob is on; a global query with it on
+        # answers (the context's use of the communities is the retriever's to add)
+        for mode in (Mode.GLOBAL, Mode.HYBRID, Mode.MIX):
+            assert any(isinstance(c, CommunityChannel) for c in channels_for(mode, QueryParams.from_settings(Settings(), communities="on")))
+            assert not any(isinstance(c, CommunityChannel) for c in channels_for(mode, QueryParams()))
+        assert not any(isinstance(c, CommunityChannel) for c in channels_for(Mode.LOCAL, QueryParams.from_settings(Settings(), communities="on")))
+        await query(client, query="Which products does Nimbus Labs develop?", mode="global", communities="on")
+
+
+async def test_an_upload_that_leaves_a_community_alone_does_not_summarise_it_again(
+        on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
+    async with gateway(on, fake) as (client, kb):
+        await ingest(client, "nimbus.txt", NIMBUS)
+        await ingest(client, "harbor.txt", HARBOR)
+        await summarised(kb)
+        before = list(summaries.calls)
+        await ingest(client, "orchid.txt", ORCHID)
+        await summarised(kb)
+        assert summaries.calls[len(before):] == [["Fern Hall", "Orchid Society", "Petal Fair"]]
+        assert len(await stored(kb)) == 3
+
+
+async def test_deleting_a_document_updates_the_communities_without_extraction(
+        on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
+    async with gateway(on, fake) as (client, kb):
+        await ingest(client, "nimbus.txt", NIMBUS)
+        harbor = await ingest(client, "harbor.txt", HARBOR)
+        alto = await ingest(client, "alto.txt", ALTO)
+        await summarised(kb)
+        grown = [members for _, members in (await stored(kb)).values()]
+        assert ["alto kit", "cirrus engine", "nimbus labs", "stratus board"] in grown
+        extractions = list(summaries.facts.calls)
+        for document in (alto, harbor):
+            assert (await client.delete(f"/rag/documents/{document['id']}")).status_code == 200
+        await summarised(kb)
+        assert summaries.facts.calls == extractions   # no extraction (nor anything else) asked for
+        left = list((await stored(kb)).values())
+        assert [members for _, members in left] == [["cirrus engine", "nimbus labs", "stratus board"]]
+        assert "Alto Kit" not in left[0][0]
+        assert kb.store.vector_count("communities") == 1
+
+
+async def test_a_failing_summary_is_retried_later_and_never_fails_a_document(
+        on: Settings, fake: FakeOllama, summaries: Summaries, caplog: pytest.LogCaptureFixture) -> None:
+    summaries.fail = True
+    async with gateway(on, fake) as (client, kb):
+        with caplog.at_level(logging.WARNING, logger="graphgate.communities"):
+            document = await ingest(client, "nimbus.txt", NIMBUS)
+            await until(lambda: kb.communities.status.failures >= 3)
+        assert document["status"] == "processed"
+        assert (await client.get(f"/rag/documents/{document['id']}")).json()["status"] == "processed"
+        assert await stored(kb) == {}
+        assert kb.communities.status.failing == 1 and kb.communities.status.pending == 1
+        logged = [r for r in caplog.records if r.name == "graphgate.communities"]
+        assert len(logged) == 1 and "tried again later" in logged[0].getMessage()
+        summaries.fail = False
+        await summarised(kb)
+        assert kb.communities.status.failing == 0 and len(await stored(kb)) == 1
+
+
+async def test_turned_off_nothing_is_summarised(settings: Settings, fake: FakeOllama, summaries: Summaries) -> None:
+    async with gateway(settings, fake) as (client, kb):
+        await ingest(client, "nimbus.txt", NIMBUS)
+        await ingest(client, "harbor.txt", HARBOR)
+        await kb.pipeline.wait_idle()
+        assert kb.communities.status.state == "off"
+        stats = (await client.get("/rag/stats")).json()
+        assert stats["communities"]["count"] == 0 and stats["communities"]["job"]["state"] == "off"
+    assert summaries.calls == []
+
+
+async def test_communities_survive_a_restart_and_their_index_is_healed(
+        on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
+    async with gateway(on, fake) as (client, kb):
+        await ingest(client, "nimbus.txt", NIMBUS)
+        await ingest(client, "harbor.txt", HARBOR)
+        await summarised(kb)
+        before = await stored(kb)
+    calls = len(summaries.calls)
+    (on.data_dir / "communities.usearch").unlink()
+    async with gateway(on, fake) as (client, kb):
+        assert kb.store.vector_count("communities") == 2   # healed from the table at start-up
+        await summarised(kb)
+        assert await stored(kb) == before and len(summaries.calls) == calls   # the same partition: kept
+        found = await search(kb, "Harbor Guild Quay Market Tide School")
+        assert found[0].entities and set(found[0].entities) == {"harbor guild", "quay market", "tide school"}
