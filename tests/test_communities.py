@@ -109,7 +109,8 @@ async def summarised(kb: Knowledge) -> None:
 
 async def search(kb: Knowledge, text: str, mode: str = "global") -> list[FoundCommunity]:
     vector = (await kb.models.embed([text], priority=Priority.CHAT))[0]
-    question = Question(text, QueryParams.from_settings(Settings(), mode=mode, communities="on"), {"query": vector, "high": vector})
+    params = QueryParams.from_settings(Settings(), mode=mode, communities="on")
+    question = Question(text, params, {"query": vector, "high": vector})
     found = await anyio.to_thread.run_sync(CommunityChannel().search, kb.store, question)
     return found.communities
 
@@ -138,10 +139,11 @@ async def test_communities_are_summarised_when_idle_and_found_by_the_channel(
         assert stats["communities"]["job"]["summary_calls"] == 2 and stats["communities"]["job"]["pending"] == 0
         # the channel runs in global, hybrid and mix when the knob is on; a global query with it on
         # answers (the context's use of the communities is the retriever's to add)
+        knob_on = QueryParams.from_settings(Settings(), communities="on")
         for mode in (Mode.GLOBAL, Mode.HYBRID, Mode.MIX):
-            assert any(isinstance(c, CommunityChannel) for c in channels_for(mode, QueryParams.from_settings(Settings(), communities="on")))
+            assert any(isinstance(c, CommunityChannel) for c in channels_for(mode, knob_on))
             assert not any(isinstance(c, CommunityChannel) for c in channels_for(mode, QueryParams()))
-        assert not any(isinstance(c, CommunityChannel) for c in channels_for(Mode.LOCAL, QueryParams.from_settings(Settings(), communities="on")))
+        assert not any(isinstance(c, CommunityChannel) for c in channels_for(Mode.LOCAL, knob_on))
         await query(client, query="Which products does Nimbus Labs develop?", mode="global", communities="on")
 
 

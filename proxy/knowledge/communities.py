@@ -87,6 +87,8 @@ class JobStatus:
     last_run: str | None = None    # when the last run ended (UTC, ISO 8601)
     last_seconds: float = 0.0      # the last run's own time
     partition_seconds: float = 0.0  # of which the partition
+    runs: int = 0                  # runs since start-up (complete or stopped for documents)
+    total_seconds: float = 0.0     # their time since start-up
     summary_calls: int = 0         # model calls since start-up
     failures: int = 0              # failed calls since start-up
     last_error: str | None = None
@@ -201,13 +203,14 @@ class CommunitySummaries:
         started = time.monotonic()
         self.status.state = "running"
         seen = self.store.generation
+        stored = await anyio.to_thread.run_sync(self.store.tables.communities.digests_sync)
+        previous = [list(members) for _, members in stored.values()]
         communities = await anyio.to_thread.run_sync(
-            lambda: self.store.communities_sync(min_size=MIN_MEMBERS, max_size=MAX_MEMBERS))
+            lambda: self.store.communities_sync(min_size=MIN_MEMBERS, max_size=MAX_MEMBERS, previous=previous))
         self.status.partition_seconds = round(time.monotonic() - started, 3)
         planned = await self.store.read_memory(lambda rows, graph: self._plan(rows, graph, communities))
-        stored = await anyio.to_thread.run_sync(self.store.tables.communities.digests_sync)
         wanted = {p.id: p for p in planned}
-        todo = [p for p in planned if stored.get(p.id) != p.digest]
+        todo = [p for p in planned if p.id not in stored or stored[p.id][0] != p.digest]
         self._failed = {k: f for k, f in self._failed.items() if k in wanted and f.digest == wanted[k].digest}
         expected, moved = seen, False
 
@@ -237,6 +240,8 @@ class CommunitySummaries:
         self.status.pending = len(todo) - done
         self.status.failing = len(self._failed)
         self.status.last_seconds = round(time.monotonic() - started, 3)
+        self.status.runs += 1
+        self.status.total_seconds = round(self.status.total_seconds + self.status.last_seconds, 3)
         self.status.last_run = datetime.now(UTC).isoformat(timespec="seconds")
         self.status.state = "waiting"
         if not interrupted and not moved:

@@ -325,13 +325,14 @@ class KnowledgeStore:
 
     # --- communities (the summaries' partition) ---
 
-    def communities_sync(self, *, min_size: int, max_size: int) -> list[Community]:
+    def communities_sync(self, *, min_size: int, max_size: int, previous: list[list[str]]) -> list[Community]:
         """The graph's Leiden communities of at least ``min_size`` members (a larger one than
-        ``max_size`` split again), largest first. The graph is copied under the lock; the
-        partition runs after it is released (seconds at a million entities). Blocking."""
+        ``max_size`` split again), largest first, starting from the ``previous`` ones. The graph is
+        copied under the lock; the partition runs after it is released (seconds at a million
+        entities). Blocking."""
         with self._memory_lock:
             names, ends, weights = self._graph.snapshot()
-        return leiden_communities(names, ends, weights, min_size=min_size, max_size=max_size)
+        return leiden_communities(names, ends, weights, min_size=min_size, max_size=max_size, previous=previous)
 
     # --- rebuilding (graphgate reindex) ---
 

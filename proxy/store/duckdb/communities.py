@@ -6,8 +6,8 @@ from proxy.store.duckdb.connection import Con, Database
 from proxy.store.protocols.communities import StoredCommunity
 
 
-def digests(con: Con) -> dict[str, str]:
-    return dict(con.execute("SELECT id, digest FROM communities").fetchall())
+def digests(con: Con) -> dict[str, tuple[str, tuple[str, ...]]]:
+    return {r[0]: (r[1], tuple(r[2])) for r in con.execute("SELECT id, digest, members FROM communities").fetchall()}
 
 
 def by_keys(con: Con, keys: list[int]) -> dict[int, StoredCommunity]:
@@ -23,7 +23,7 @@ class DuckDBCommunities:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def digests_sync(self) -> dict[str, str]:
+    def digests_sync(self) -> dict[str, tuple[str, tuple[str, ...]]]:
         return self.db.read_sync(digests)
 
     def by_keys_sync(self, keys: list[int]) -> dict[int, StoredCommunity]:

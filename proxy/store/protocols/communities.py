@@ -18,8 +18,9 @@ class StoredCommunity:
 
 
 class CommunityTables(Protocol):
-    def digests_sync(self) -> dict[str, str]:
-        """Community id -> the digest of what its summary was written from, for every community."""
+    def digests_sync(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Community id -> (the digest of what its summary was written from, its members), for
+        every community."""
         ...
 
     def by_keys_sync(self, keys: list[int]) -> dict[int, StoredCommunity]:
