@@ -52,12 +52,18 @@ def _split_large(membership: np.ndarray, ends: np.ndarray, weights: np.ndarray, 
         return membership
     membership = membership.copy()
     next_label = int(membership.max()) + 1
-    inside = membership[ends[:, 0]] == membership[ends[:, 1]] if len(ends) else np.zeros(0, dtype=bool)
-    for label in large.tolist():
-        vertices = np.flatnonzero(membership == label)
-        local = np.full(len(membership), -1, dtype=np.int64)
+    # vertices and inner edges grouped by community once (not one scan of the graph per community)
+    by_vertex = np.argsort(membership, kind="stable")
+    vertex_starts = np.concatenate([[0], np.cumsum(sizes)])
+    edge_label = np.where(membership[ends[:, 0]] == membership[ends[:, 1]], membership[ends[:, 0]], -1) \
+        if len(ends) else np.zeros(0, dtype=np.int64)
+    by_edge = np.argsort(edge_label, kind="stable")
+    edge_bounds = np.searchsorted(edge_label[by_edge], np.stack([large, large + 1]), side="left")
+    local = np.zeros(len(membership), dtype=np.int64)
+    for i, label in enumerate(large.tolist()):
+        vertices = by_vertex[vertex_starts[label]:vertex_starts[label + 1]]
         local[vertices] = np.arange(len(vertices))
-        mine = inside & (membership[ends[:, 0]] == label) if len(ends) else inside
+        mine = by_edge[edge_bounds[0, i]:edge_bounds[1, i]]
         sub_ends, sub_weights = local[ends[mine]], weights[mine]
         sub_initial = np.unique(initial[vertices], return_inverse=True)[1]
         sub = _leiden(len(vertices), sub_ends, sub_weights, sub_initial)

@@ -143,9 +143,16 @@ class EntityGraph:
         edges = [(names[e.source], names[e.target], float(e["weight"] or 1.0)) for e in sub.es]
         return vertices, edges
 
+    def copy(self) -> EntityGraph:
+        """A copy of the graph (60 ms at 1M entities, in igraph's C core): work over the whole graph
+        (communities) reads it after the store's lock is released."""
+        copied = EntityGraph()
+        copied.g = self.g.copy()
+        return copied
+
     def snapshot(self) -> tuple[list[str], np.ndarray, np.ndarray]:
-        """Every vertex's name, each edge's two vertex numbers and its weight: copies, so that
-        work over the whole graph (communities) runs after the store's lock is released."""
+        """Every vertex's name, each edge's two vertex numbers and its weight, as plain arrays
+        (1.2 s at 1M entities: read from a ``copy``, outside the store's lock)."""
         graph = self.g
         names = list(graph.vs["name"]) if graph.vcount() else []
         ends = np.asarray(graph.get_edgelist(), dtype=np.int64).reshape(-1, 2)

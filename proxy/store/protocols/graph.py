@@ -53,6 +53,9 @@ class Graph(Protocol):
         """At most ``cap`` vertices up to ``depth`` hops from ``key``, ring by ring, best connected
         first: (name, degree) in vertex order, and the (source, target, weight) edges among them."""
 
+    def copy(self) -> Graph:
+        """A copy of the graph, cheap enough to take under the store's lock."""
+
     def snapshot(self) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Every vertex's name, each edge's two vertex numbers and its weight (copies: the
         communities are computed from them outside the store's lock)."""
