@@ -54,16 +54,20 @@ class Summaries:
     def __init__(self, facts: KnownFacts) -> None:
         self.facts = facts
         self.calls: list[list[str]] = []   # the members described, per community call
+        self.order: list[str] = []         # "community" or the extraction's kind, per call
         self.fail = False
 
     def __call__(self, request: dict[str, Any]) -> str:
         if "title" in ((request.get("format") or {}).get("properties") or {}):
             names = sorted(re.findall(r"^- (.+?) \(", request["messages"][-1]["content"], re.M))
             self.calls.append(names)
+            self.order.append("community")
             if self.fail:
                 raise FakeOllama.Error(500, "the summary model is down")
             return json.dumps({"title": f"Around {names[0]}", "summary": f"{' and '.join(names)} belong together."})
-        return self.facts(request)
+        answer = self.facts(request)
+        self.order.append(self.facts.calls[-1])
+        return answer
 
 
 @pytest.fixture
@@ -158,6 +162,24 @@ async def test_an_upload_that_leaves_a_community_alone_does_not_summarise_it_aga
         await summarised(kb)
         assert summaries.calls[len(before):] == [["Fern Hall", "Orchid Society", "Petal Fair"]]
         assert len(await stored(kb)) == 3
+
+
+async def test_documents_arriving_stop_the_job_which_resumes_when_idle(
+        on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
+    """An upload does not wait for the summaries: the call in flight ends, the job stops, the
+    document is extracted, and the next idle moment summarises the rest, nothing twice."""
+    async with gateway(on, fake) as (client, kb):
+        fake.reply_delay = 0.3   # every non-streamed call (summaries, extraction) takes this long
+        uploads = [await upload(client, name, text) for name, text in (("nimbus.txt", NIMBUS), ("harbor.txt", HARBOR))]
+        for document in uploads:
+            assert (await settle(client, document["id"]))["status"] == "processed"
+        await until(lambda: len(summaries.calls) == 1)   # the first summary is in flight
+        await ingest(client, "orchid.txt", ORCHID)
+        await summarised(kb)
+        assert summaries.order.index("extract", summaries.order.index("community")) < \
+            [i for i, kind in enumerate(summaries.order) if kind == "community"][1]
+        assert sorted(map(tuple, summaries.calls)) == sorted({tuple(c) for c in summaries.calls})   # none twice
+        assert len(await stored(kb)) == 3 and kb.communities.status.runs >= 2
 
 
 async def test_deleting_a_document_updates_the_communities_without_extraction(
