@@ -23,6 +23,7 @@ import pytest
 from proxy.app import Settings
 from proxy.core.limiter import Priority
 from proxy.core.modes import Mode
+from proxy.knowledge.reindex import reindexing
 from proxy.knowledge.service import Knowledge
 from proxy.retrieval.channels import channels_for
 from proxy.retrieval.channels.communities import CommunityChannel
@@ -246,3 +247,26 @@ async def test_communities_survive_a_restart_and_their_index_is_healed(
         assert await stored(kb) == before and len(summaries.calls) == calls   # the same partition: kept
         found = await search(kb, "Harbor Guild Quay Market Tide School")
         assert found[0].entities and set(found[0].entities) == {"harbor guild", "quay market", "tide school"}
+
+
+async def test_reembedding_for_a_new_model_writes_the_summaries_again_from_the_cache(
+        on: Settings, fake: FakeOllama, summaries: Summaries, live_upstream: str) -> None:
+    """``graphgate reindex`` with a new embedding model drops the (derived) summaries; the next idle
+    run writes them again from the LLM cache: new embeddings, no new summary call."""
+    async with gateway(on, fake) as (client, kb):
+        await ingest(client, "nimbus.txt", NIMBUS)
+        await summarised(kb)
+        before = await stored(kb)
+    fake.models["bigger-embed:latest"] = dict(fake.models["nomic-embed-text:latest"], name="bigger-embed:latest",
+                                              model="bigger-embed:latest")
+    fake.embed_dims["bigger-embed:latest"] = 128
+    bigger = on.replace(embed_model="bigger-embed")
+    async with reindexing(bigger.replace(upstream=live_upstream)) as run:
+        sizes = await run(lambda *_: None)
+    assert sizes["communities"] == 0
+    calls = len(summaries.calls)
+    async with gateway(bigger, fake) as (client, kb):
+        await summarised(kb)
+        assert await stored(kb) == before and len(summaries.calls) == calls
+        assert kb.store.vector_count("communities") == 1
+        assert kb.store.vectors_sync("communities", kb.store.vector_keys_sync("communities").tolist()).shape[1] == 128
