@@ -46,8 +46,10 @@ def facts(fake: FakeOllama) -> KnownFacts:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
+    # the turns wait for the fake's keyword call: which keywords a search uses must not depend on
+    # timing (tests/test_keyword_budget.py covers a call that comes back late)
     return Settings.load(environ={"GRAPHGATE_UPSTREAM": NOMINAL_UPSTREAM,
-                                  "GRAPHGATE_DATA_DIR": str(tmp_path / "data")})
+                                  "GRAPHGATE_DATA_DIR": str(tmp_path / "data"), "GRAPHGATE_KEYWORD_BUDGET": "30"})
 
 
 @contextlib.asynccontextmanager

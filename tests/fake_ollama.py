@@ -317,6 +317,7 @@ class FakeOllama(OpenAIEndpoints):
         self.version = version
         self.chunk_delay = chunk_delay
         self.reply_delay = 0.0  # seconds before a non-streamed chat answer (an LLM's thinking time)
+        self.hold_structured: anyio.Event | None = None  # when set, structured answers wait for it
         self.reply = list(DEFAULT_REPLY if reply is None else reply)
         self.embed_dim = embed_dim
         self.embed_dims: dict[str, int] = {}
@@ -612,6 +613,8 @@ class FakeOllama(OpenAIEndpoints):
         if not stream:
             if self.reply_delay:
                 await anyio.sleep(self.reply_delay)
+            if self.hold_structured is not None and req.get("format"):
+                await self.hold_structured.wait()
             final["message"] = _aggregate_message(steps)
             return self._reply(final, mode)
         lines = [{"model": name, "created_at": "", "message": _step_message(kind, value), "done": False}

@@ -129,7 +129,7 @@ def test_the_knobs_are_the_settings_rows_with_a_knob() -> None:
     assert [s.name for s in KNOBS] == [s.name for s in SETTINGS if s.knob is not None] == [
         "mode", "top_k", "chunk_top_k", "max_entity_tokens", "max_relation_tokens", "max_total_tokens",
         "cosine_threshold", "related_chunks", "chunk_selection", "keywords", "fusion", "linking",
-        "expansion", "relation_ranking", "keyword_search", "context_layout", "communities"]
+        "expansion", "relation_ranking", "keyword_search", "context_layout", "communities", "keyword_budget"]
     knob_fields = {f.name for f in dataclasses.fields(QueryParams)} - {"hl_keywords", "ll_keywords", "instructions",
                                                                         "extra"}
     assert knob_fields == {s.name for s in KNOBS}

@@ -230,6 +230,11 @@ SETTINGS: tuple[Setting, ...] = (
             "`on`: global, hybrid and mix also search the community summaries (see GRAPHGATE_COMMUNITY_SUMMARIES)."),
     Setting("keyword_model", "GRAPHGATE_KEYWORD_MODEL", "", parse_optional_str,
             "A separate (smaller) model for keyword extraction; unset: the extraction model."),
+    Setting("keyword_budget", "GRAPHGATE_KEYWORD_BUDGET", "0.025", Knob(float, 0, 60),
+            "Seconds, from the start of a turn's retrieval, it waits for its keyword call: the searches that need "
+            "no keywords (entity linking, expansion, the question's own vector) run meanwhile; a call not back "
+            "by then is not waited for (the turn searches with the question alone) and fills the cache for "
+            "the next turn that asks it. Raise it to always use a slow model's keywords."),
     Setting("keyword_wait", "GRAPHGATE_KEYWORD_WAIT", "1", parse_positive_float,
             "Longest wait, in seconds, for an upstream slot for a turn's keyword extraction; past it the "
             "turn is searched with the question's embedding alone (as with keywords=off), at once when "
@@ -344,6 +349,7 @@ class Settings:
     context_layout: str = "sections"
     communities: str = "off"
     keyword_model: str | None = None
+    keyword_budget: float = 0.025
     keyword_wait: float = 1.0
     history_turns: int = 3
     retrieval_timeout: float = 10.0

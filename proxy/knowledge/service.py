@@ -151,6 +151,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
                 # merge suggestions take seconds on a big graph: have them ready before anyone asks
                 knowledge.graph.refresh_suggestions(settings.suggest_threshold)
                 retriever.remember = knowledge.remember
+                retriever.spawn = group.start_soon   # keyword calls that outlive their turn finish here
                 yield knowledge
             finally:
                 group.cancel_scope.cancel()

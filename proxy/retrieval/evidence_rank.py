@@ -29,7 +29,7 @@ ANCHOR = 1.0   # a named entity's own relation outranks any other equally releva
 def answered_words(question: Question, relation: FoundRelation) -> frozenset[str]:
     """The question's words (stems) that a relation's keywords or description hold."""
     said = word_stems(" ".join(relation.keywords)) | word_stems(relation.description)
-    return word_stems(question.text) & said
+    return word_stems(question.asked) & said
 
 
 def rank_evidence(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
@@ -62,14 +62,14 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
 
 
 def residual_text(question: Question, answered: FoundRelation) -> str:
-    """The question without the words a relation already answers (matched by their stems)."""
+    """The question (and its themes) without the words a relation already answers (by their stems)."""
     done = answered_words(question, answered)
-    words = [w for w in question.text.split() if not (word_stems(w) & done)]
+    words = [w for w in question.asked.split() if not (word_stems(w) & done)]
     return " ".join(words)
 
 
 def _with_text(question: Question, text: str) -> Question:
-    return Question(text, question.params, question.vectors, question.turns)
+    return Question(text, question.params, question.vectors, question.turns)   # the themes are in ``text``
 
 
 def rank_entities(entities: list[FoundEntity], relations: list[FoundRelation],

@@ -4,9 +4,14 @@ with the previous turns, so that "and who leads it?" resolves to the entity talk
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
+from proxy.core.errors import GraphGateError
 from proxy.core.limiter import Busy, Priority
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
@@ -34,13 +39,14 @@ SHORT_QUERY = 50  # a question shorter than this becomes its own keyword when no
 class Keywords:
     high: tuple[str, ...]
     low: tuple[str, ...]
-    source: str                 # "llm", "cache", "given", "off", "busy", "fallback"
+    source: str                 # "llm", "cache", "given", "off", "busy", "late", "fallback"
     entry: CacheEntry | None = None
 
     @property
     def from_question(self) -> bool:
-        """No keyword lists: the question's own embedding stands in for both (off, or upstream busy)."""
-        return self.source in ("off", "busy")
+        """No keyword lists: the question's own embedding stands in for both (off, upstream busy, or
+        the call not back within the turn's keyword budget)."""
+        return self.source in ("off", "busy", "late")
 
     def as_dict(self) -> dict[str, Any]:
         return {"high_level": list(self.high), "low_level": list(self.low), "source": self.source}
@@ -91,3 +97,44 @@ def fallback(keywords: Keywords, query: str) -> Keywords | None:
     if len(query.strip()) < SHORT_QUERY:
         return Keywords((), (query.strip(),), "fallback", keywords.entry)
     return None
+
+
+LATE = Keywords((), (), "late")
+
+
+class ArrivingKeywords:
+    """A turn's keywords, on their way while the turn searches with what needs none. The turn
+    takes them if they are back by its deadline, else goes on with the question alone (``LATE``)."""
+
+    def __init__(self, value: Keywords | None = LATE) -> None:
+        self.value: Keywords | None = value
+        self.error: GraphGateError | None = None
+        self.done = anyio.Event()
+        self.inline: Awaitable[Keywords | None] | None = None
+
+    @classmethod
+    def ready(cls, value: Keywords | None) -> ArrivingKeywords:
+        arriving = cls(value)
+        arriving.done.set()
+        return arriving
+
+    async def fill(self, call: Awaitable[Keywords | None]) -> None:
+        try:
+            self.value = await call
+        except GraphGateError as exc:   # the turn that waits for it says so; one that did not, never hears
+            self.error = exc
+        finally:
+            self.done.set()
+
+    async def wait(self, deadline: float) -> Keywords | None:
+        """The keywords if back by ``deadline`` (``time.perf_counter()``), else ``LATE``."""
+        if self.inline is not None:
+            call, self.inline = self.inline, None
+            await self.fill(call)
+        with anyio.move_on_after(max(0.0, deadline - time.perf_counter())):
+            await self.done.wait()
+        if not self.done.is_set():
+            return LATE
+        if self.error is not None:
+            raise self.error
+        return self.value

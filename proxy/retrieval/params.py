@@ -77,6 +77,7 @@ class KnobValues:
     keyword_search: str
     context_layout: str
     communities: str
+    keyword_budget: float
 
 
 def _check_knob_values() -> None:

@@ -36,7 +36,7 @@ def relation_relevance(store: KnowledgeStore, question: Question, relations: lis
         similarity = np.clip(cosine_to(question.vectors["query"], vectors), 0.0, None).tolist()
     else:  # the index is out of step with the rows: the words alone decide
         similarity = [0.0] * len(relations)
-    stems = word_stems(question.text)
+    stems = word_stems(question.asked)
     return [relation_match(stems, r.keywords, r.description, (r.source_name, r.target_name)) + COSINE_SHARE * sim
             for sim, r in zip(similarity, relations, strict=True)]
 

@@ -37,12 +37,13 @@ from proxy.retrieval.context_evidence import build_evidence_context
 from proxy.retrieval.evidence_rank import rank_entities, rank_evidence
 from proxy.retrieval.found import (
     ChunkHit,
+    Found,
     FoundChunk,
     FoundEntity,
     FoundRelation,
 )
 from proxy.retrieval.fusion import fuse_chunks, fuse_graph, read_chunks
-from proxy.retrieval.keywords import Keywords, extract_keywords, fallback
+from proxy.retrieval.keywords import ArrivingKeywords, Keywords, extract_keywords, fallback
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.sources import graph_sources
@@ -96,6 +97,8 @@ class Retriever:
         self.settings = settings
         self.tokenizer = tokenizer
         self.reranker = reranker  # none by default: the fused order is the final one
+        # starts a background task (the knowledge service's task group): keyword calls outlive a turn
+        self.spawn: Callable[..., None] | None = None
         self.rerank_failure: str | None = None  # the reranker's last failure, logged once
         self.remember: Callable[[CacheEntry], None] = lambda entry: None  # offers new entries to the LLM cache
 
@@ -131,28 +134,52 @@ class Retriever:
         if mode is Mode.BYPASS:
             return Retrieval(query, params.mode, None, None, skipped="bypass mode")
         channels = channels_for(mode, params)
+        wanted = [channel for channel in channels if channel.vector in KEYWORD_VECTORS]
+        arriving = await self._start_keywords(query, history, params) if wanted else None
+        with timer.step("embedding"):
+            vectors = await self._embed(query, None)
+        question = Question(query, params, vectors, self.user_turns(history))
+        own = [channel for channel in channels if channel.vector not in KEYWORD_VECTORS]
+        with timer.step("graph"):
+            finds = await anyio.to_thread.run_sync(self._search_channels, question, own)
         keywords = None
-        if any(channel.vector in KEYWORD_VECTORS for channel in channels):
-            with timer.step("keywords"):
-                keywords = await self.keywords(query, history, params)
+        if arriving is not None:
+            with timer.step("keywords"):   # only what the turn waited beyond its own searches
+                keywords = await arriving.wait(start + params.keyword_budget)
             if keywords is None:
                 return Retrieval(query, params.mode, None, None, timer.timings,
                                  skipped="no keywords in a long question")
-        with timer.step("embedding"):
-            vectors = await self._embed(query, keywords, params)
-        question = Question(query, params, vectors, self.user_turns(history))
-        with timer.step("graph"):
-            finds = await anyio.to_thread.run_sync(self._search_graph, question, channels)
+            with timer.step("keyword embedding"):
+                question = Question(query, params, await self._embed(query, keywords, vectors["query"]),
+                                    question.turns, keywords.high)
+            with timer.step("keyword search"):
+                finds |= await anyio.to_thread.run_sync(self._search_channels, question, wanted)
+        with timer.step("fusion"):
+            graph = await anyio.to_thread.run_sync(self._fuse_graph, question, finds,
+                                                   [c.name for c in channels if c.name in finds])
         with timer.step("chunks"):
-            chunks = await anyio.to_thread.run_sync(self._collect_chunks, question, finds)
+            chunks = await anyio.to_thread.run_sync(self._collect_chunks, question, graph)
         rerank = None
         if self.reranker is not None:
             with timer.step("rerank"):
                 chunks, rerank = await self._rerank(question, chunks)
         with timer.step("context"):
-            context = await anyio.to_thread.run_sync(self._build_context, finds, chunks, params, budget)
+            context = await anyio.to_thread.run_sync(self._build_context, graph, chunks, params, budget)
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
         return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank)
+
+    async def _start_keywords(self, query: str, history: list[tuple[str, str]],
+                              params: QueryParams) -> ArrivingKeywords:
+        """The turn's keywords, arriving in the background while the searches that need none run;
+        a call that outlives the turn's wait still fills the cache for the next turn that asks it."""
+        if params.hl_keywords is not None or params.ll_keywords is not None or params.keywords == "off":
+            return ArrivingKeywords.ready(await self.keywords(query, history, params))   # no call to wait for
+        arriving = ArrivingKeywords()
+        if self.spawn is None:   # no background task group (a bare retriever): the turn waits for the call
+            arriving.inline = self.keywords(query, history, params)
+        else:
+            self.spawn(arriving.fill, self.keywords(query, history, params))
+        return arriving
 
     async def _rerank(self, question: Question, chunks: list[FoundChunk]) -> tuple[list[FoundChunk], str]:
         """The reranker's order, or the fused one when it fails (down, slow, garbage), saying why:
@@ -171,26 +198,33 @@ class Retriever:
         self.rerank_failure = None
         return ranked, f"{len(chunks)} chunks re-ranked, {len(ranked)} kept"
 
-    async def _embed(self, query: str, keywords: Keywords | None, params: QueryParams) -> dict[str, np.ndarray]:
-        texts: dict[str, str] = {"query": query}
+    async def _embed(self, query: str, keywords: Keywords | None,
+                     question_vector: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The question's vector (embedded unless given) and its keyword lists' ("low", "high")."""
+        texts: dict[str, str] = {} if question_vector is not None else {"query": query}
         if keywords is not None and not keywords.from_question:
             if keywords.low:
                 texts["low"] = ", ".join(keywords.low)
             if keywords.high:
                 texts["high"] = ", ".join(keywords.high)
-        rows = await self.models.embed(list(texts.values()), priority=Priority.CHAT)
-        vectors = dict(zip(texts, rows, strict=True))
+        vectors = dict(zip(texts, await self.models.embed(list(texts.values()), priority=Priority.CHAT), strict=True)
+                       ) if texts else {}
+        if question_vector is not None:
+            vectors["query"] = question_vector
         if keywords is not None and keywords.from_question:  # the question stands in for both lists
             vectors["low"] = vectors["high"] = vectors["query"]
         return vectors
 
     # --- the blocking stages: each runs in a worker thread ---
 
-    def _search_graph(self, question: Question, channels: list[Channel]) -> GraphFinds:
+    def _search_channels(self, question: Question, channels: list[Channel]) -> dict[str, Found]:
         """The channels whose vector the question has (no low-level keywords: no entity search)."""
-        named = {channel.name: channel.search(self.store, question) for channel in channels
-                 if channel.vector in question.vectors}
-        finds = list(named.values())
+        return {channel.name: channel.search(self.store, question) for channel in channels
+                if channel.vector in question.vectors}
+
+    def _fuse_graph(self, question: Question, named: dict[str, Found], order: list[str]) -> GraphFinds:
+        """The channels' entities and relations as one list each (in channel ``order``), described."""
+        finds = [named[name] for name in order]
         entities, relations = fuse_graph(finds, question.params.fusion)
         fill_descriptions(self.store, entities, relations)
         if question.params.context_layout == "evidence":

@@ -34,6 +34,12 @@ class Question:
     params: QueryParams
     vectors: dict[str, np.ndarray]   # "query", and "low" / "high" when there are keywords
     turns: tuple[str, ...] = ()       # the recent user turns before it, oldest first
+    themes: tuple[str, ...] = ()      # the high-level keywords, when the keyword call gave them in time
+
+    @property
+    def asked(self) -> str:
+        """What the question asks about in words: its text and its themes."""
+        return " ".join((self.text, *self.themes))
 
 
 class Channel(Protocol):

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
 
 TURN_DISCOUNT = 0.5   # a name from an earlier turn counts half as much as one in the question
+# a named hub's relations are many, and the kind asked for may only show once the keywords' themes
+# are in (the evidence ranking, after fusion): more of them than the other channels give are kept
+RELATIONS_PER_TOP_K = 4
 
 
 def linked_keys(store: KnowledgeStore, question: Question) -> dict[str, float]:
@@ -57,7 +60,7 @@ class LinkedChannel:
         pairs = search.incident_pairs(store, [e.key for e in entities])
         related = list(search.relations_by_pairs(store, pairs).values())
         search.set_relation_degrees(store, related)
-        return Found(entities, rank_edges(store, question, related)[:params.top_k])
+        return Found(entities, rank_edges(store, question, related)[:RELATIONS_PER_TOP_K * params.top_k])
 
 
 def rank_edges(store: KnowledgeStore, question: Question, related: list[FoundRelation]) -> list[FoundRelation]:
