@@ -98,7 +98,7 @@ class Retriever:
         self.tokenizer = tokenizer
         self.reranker = reranker  # none by default: the fused order is the final one
         # starts a background task (the knowledge service's task group): keyword calls outlive a turn
-        self.spawn: Callable[..., None] | None = None
+        self.spawn: Callable[..., object] | None = None
         self.rerank_failure: str | None = None  # the reranker's last failure, logged once
         self.remember: Callable[[CacheEntry], None] = lambda entry: None  # offers new entries to the LLM cache
 
