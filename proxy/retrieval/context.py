@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.tokens import Tokenizer
-from proxy.retrieval.found import FoundChunk, FoundEntity, FoundRelation
+from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, FoundRelation
 
 INSTRUCTIONS = """You answer questions using the knowledge base context below: facts from a knowledge \
 graph (entities and their relations) and passages from the user's documents.
@@ -29,6 +29,7 @@ class Context:
     chunks: list[FoundChunk]
     references: list[tuple[int, str]]
     tokens: dict[str, int] = field(default_factory=dict)
+    communities: list[FoundCommunity] = field(default_factory=list)
 
 
 def entity_line(e: FoundEntity) -> str:
@@ -74,39 +75,46 @@ def header_text(instructions: str | None) -> str:
 
 def build_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
                   entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
-                  instructions: str | None = None) -> Context:
-    """The ``sections`` layout: entities, relations and passages, each up to its own ceiling."""
+                  instructions: str | None = None, communities: list[FoundCommunity] | None = None) -> Context:
+    """The ``sections`` layout: entities, relations and passages, each up to its own ceiling (the
+    community summaries, when there are any, from the entity budget first)."""
     header = header_text(instructions)
     header_tokens = tokenizer.count(header)
+    communities = communities or []
+    c_lines = [json.dumps({"community": c.title, "summary": c.summary}, ensure_ascii=False) for c in communities]
+    c_keep, c_used = fit(c_lines, entity_budget // 2, tokenizer) if communities else ([], 0)
     e_lines = [entity_line(e) for e in entities]
-    e_keep, e_used = fit(e_lines, entity_budget, tokenizer)
+    e_keep, e_used = fit(e_lines, entity_budget - c_used, tokenizer)
     cut_first(e_lines, e_keep, e_used, tokenizer)
     r_lines = [relation_line(r) for r in relations]
     r_keep, r_used = fit(r_lines, relation_budget, tokenizer)
     cut_first(r_lines, r_keep, r_used, tokenizer)
-    kept_entities = Section("## Entities (knowledge graph)", [entities[i] for i in e_keep],
+    kept_entities = Section("entities", "## Entities (knowledge graph)", [entities[i] for i in e_keep],
                             [e_lines[i] for i in e_keep], e_used)
-    kept_relations = Section("## Relations (knowledge graph)", [relations[i] for i in r_keep],
+    kept_relations = Section("relations", "## Relations (knowledge graph)", [relations[i] for i in r_keep],
                              [r_lines[i] for i in r_keep], r_used)
-    return assemble(header, header_tokens, kept_entities, kept_relations, chunks, total_budget, tokenizer)
+    kept_communities = Section("communities", "## Communities (summaries of related entities)",
+                               [communities[i] for i in c_keep], [c_lines[i] for i in c_keep], c_used)
+    return assemble(header, header_tokens, [kept_communities, kept_entities, kept_relations], chunks, total_budget,
+                    tokenizer)
 
 
 @dataclass
 class Section:
-    """A graph section as chosen: its heading, items, lines and tokens."""
+    """A graph section as chosen: its kind (entities, relations, communities), heading, items,
+    lines and tokens."""
+    kind: str
     heading: str
     items: list[Any]
     lines: list[str]
     tokens: int
 
 
-def assemble(header: str, header_tokens: int, entities: Section, relations: Section, chunks: list[FoundChunk],
-             total_budget: int, tokenizer: Tokenizer, *, facts_first: bool = False) -> Context:
-    """The context: the header, the graph sections (entities first, or relations with
-    ``facts_first``), then the passages that fit what is left (once a reference list of about 12
-    tokens per document is counted), then the references."""
-    graph = [relations, entities] if facts_first else [entities, relations]
-    chunk_budget = total_budget - header_tokens - entities.tokens - relations.tokens - 40
+def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list[FoundChunk],
+             total_budget: int, tokenizer: Tokenizer) -> Context:
+    """The context: the header, the graph sections in order, then the passages that fit what is
+    left (once a reference list of about 12 tokens per document is counted), then the references."""
+    chunk_budget = total_budget - header_tokens - sum(section.tokens for section in graph) - 40
     chunk_lines = [json.dumps({"reference_id": 0, "content": c.content}, ensure_ascii=False) for c in chunks]
     c_keep, c_used = fit(chunk_lines, chunk_budget - 12 * min(len(chunks), 10), tokenizer) if chunks else ([], 0)
     kept_chunks = [chunks[i] for i in c_keep]
@@ -128,10 +136,14 @@ def assemble(header: str, header_tokens: int, entities: Section, relations: Sect
     text = "\n\n".join(sections)
     # counted by parts (each line's count is cached): recounting 10k+ tokens per turn costs ~10 ms
     chunk_tokens = sum(c + 1 for c in tokenizer.count_many(passage_lines))
+    by_kind = {section.kind: section for section in graph}
+    empty = Section("", "", [], [], 0)
+    entities, relations = by_kind.get("entities", empty), by_kind.get("relations", empty)
+    communities = by_kind.get("communities", empty)
     tokens = {"instructions": header_tokens, "entities": entities.tokens, "relations": relations.tokens,
-              "chunks": chunk_tokens}
+              **({"communities": communities.tokens} if communities.items else {}), "chunks": chunk_tokens}
     tokens["total"] = sum(tokens.values()) + tokenizer.count(reference_text) + 8 * (len(sections) - 1)
-    return Context(text, entities.items, relations.items, kept_chunks, references, tokens)
+    return Context(text, entities.items, relations.items, kept_chunks, references, tokens, communities.items)
 
 
 def context_summary(context: Context) -> dict[str, Any]:

@@ -3,6 +3,7 @@ spent on the facts that carry the answer before long passages.
 
     facts      one short line per relation, best evidence first (``evidence_rank``): its
                description alone when it names both entities, else "A — B: description"
+    communities  the community summaries found (global questions), from the entity budget first
     entities   one short line each, the description cut to its first sentences; left out when its
                description says nothing the facts above do not (nothing twice)
     passages   the chunks, with what the facts and entities left of the budget
@@ -17,10 +18,11 @@ import re
 
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.context import Context, Section, assemble, fit, header_text
-from proxy.retrieval.found import FoundChunk, FoundEntity, FoundRelation
+from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, FoundRelation
 
 RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first notes carry its gist
 ENTITY_TOKENS = 48     # an entity's line is a pointer (type, gist); its facts are the relations'
+COMMUNITY_TOKENS = 200  # a community's summary: its members and what joins them
 
 
 def notes(description: str) -> list[str]:
@@ -37,6 +39,11 @@ def relation_text(r: FoundRelation) -> str:
     return f"- {r.source_name} — {r.target_name}: {description or ', '.join(r.keywords)}"
 
 
+def community_text(c: FoundCommunity) -> str:
+    summary = " ".join(c.summary.split())
+    return f"- {c.title}: {summary}" if c.title else f"- {summary}"
+
+
 def entity_text(e: FoundEntity) -> str:
     description = " ".join(e.description.split())
     return f"- {e.name} ({e.type}): {description}" if description else f"- {e.name} ({e.type})"
@@ -50,9 +57,11 @@ def capped(lines: list[str], limit: int, tokenizer: Tokenizer) -> list[str]:
 
 def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
                            entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
-                           instructions: str | None = None) -> Context:
+                           instructions: str | None = None, communities: list[FoundCommunity] | None = None
+                           ) -> Context:
     header = header_text(instructions)
     header_tokens = tokenizer.count(header)
+    communities = communities or []
     # facts: each distinct statement once
     seen: set[str] = set()
     unique: list[FoundRelation] = []
@@ -65,13 +74,18 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     r_keep, r_used = fit(r_lines, relation_budget, tokenizer) if unique else ([], 0)
     kept_relations = [unique[i] for i in r_keep]
     stated = {note for r in kept_relations for note in notes(r.description)}
+    # communities: their summaries, from the entity budget first (the entities are pointers)
+    c_lines = capped([community_text(c) for c in communities], COMMUNITY_TOKENS, tokenizer)
+    c_keep, c_used = fit(c_lines, entity_budget // 2, tokenizer) if communities else ([], 0)
     # entities: only those whose description adds to the facts
     adding = [e for e in entities if not e.description or not set(notes(e.description)) <= stated]
     e_lines = capped([entity_text(e) for e in adding], ENTITY_TOKENS, tokenizer)
-    e_keep, e_used = fit(e_lines, entity_budget, tokenizer) if adding else ([], 0)
+    e_keep, e_used = fit(e_lines, entity_budget - c_used, tokenizer) if adding else ([], 0)
     kept_entities = [adding[i] for i in e_keep]
-    return assemble(header, header_tokens,
-                    Section("## Entities (knowledge graph)", kept_entities, [e_lines[i] for i in e_keep], e_used),
-                    Section("## Facts (knowledge graph relations)", kept_relations, [r_lines[i] for i in r_keep],
-                            r_used),
-                    chunks, total_budget, tokenizer, facts_first=True)
+    return assemble(header, header_tokens, [
+        Section("relations", "## Facts (knowledge graph relations)", kept_relations, [r_lines[i] for i in r_keep],
+                r_used),
+        Section("communities", "## Communities (summaries of related entities)", [communities[i] for i in c_keep],
+                [c_lines[i] for i in c_keep], c_used),
+        Section("entities", "## Entities (knowledge graph)", kept_entities, [e_lines[i] for i in e_keep], e_used),
+    ], chunks, total_budget, tokenizer)

@@ -15,6 +15,7 @@ class FoundEntity:
     description: str = ""  # read for the candidates only, once they are chosen (``fill_descriptions``)
     score: float = 0.0
     degree: int = 0
+    channels: list[str] = field(default_factory=list)   # the channels that found it (set by the fusion)
 
 
 @dataclass
@@ -31,6 +32,7 @@ class FoundRelation:
     description: str = ""
     score: float = 0.0
     degree: int = 0      # degree(source) + degree(target): how central the edge is
+    channels: list[str] = field(default_factory=list)   # the channels that found it (set by the fusion)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from proxy.retrieval.found import (
     ChunkHit,
     Found,
     FoundChunk,
+    FoundCommunity,
     FoundEntity,
     FoundRelation,
 )
@@ -63,6 +64,7 @@ class Retrieval:
     timings: dict[str, float] = field(default_factory=dict)
     skipped: str | None = None          # why nothing is injected, when nothing is
     rerank: str | None = None           # what the reranker did, or why its order was not used (when there is one)
+    channels: dict[str, dict[str, int]] = field(default_factory=dict)   # each channel's finds, counted
 
     @property
     def empty(self) -> bool:
@@ -87,6 +89,7 @@ class GraphFinds:
     entities: list[FoundEntity]
     relations: list[FoundRelation]
     chunk_lists: list[list[ChunkHit]]   # the channels' own chunk hits, one list per channel that has any
+    communities: list[FoundCommunity] = field(default_factory=list)
 
 
 class Retriever:
@@ -166,7 +169,9 @@ class Retriever:
         with timer.step("context"):
             context = await anyio.to_thread.run_sync(self._build_context, graph, chunks, params, budget)
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
-        return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank)
+        counted = {name: {"entities": len(f.entities), "relations": len(f.relations), "chunks": len(f.chunks),
+                          "communities": len(f.communities)} for name, f in finds.items()}
+        return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank, channels=counted)
 
     async def _start_keywords(self, query: str, history: list[tuple[str, str]],
                               params: QueryParams) -> ArrivingKeywords:
@@ -226,12 +231,14 @@ class Retriever:
         """The channels' entities and relations as one list each (in channel ``order``), described."""
         finds = [named[name] for name in order]
         entities, relations = fuse_graph(finds, question.params.fusion)
+        found_by(named, order, entities, relations)
         fill_descriptions(self.store, entities, relations)
         if question.params.context_layout == "evidence":
             anchors = {e.key: e.score for e in named["linked"].entities} if "linked" in named else {}
             relations = rank_evidence(self.store, question, relations, anchors)
             entities = rank_entities(entities, relations, anchors)
-        return GraphFinds(entities, relations, [f.chunks for f in finds if f.chunks])
+        communities = sorted((c for f in finds for c in f.communities), key=lambda c: -c.score)
+        return GraphFinds(entities, relations, [f.chunks for f in finds if f.chunks], communities)
 
     def _collect_chunks(self, question: Question, finds: GraphFinds) -> list[FoundChunk]:
         lists = [*finds.chunk_lists, *graph_sources(self.store, question, finds.entities, finds.relations)]
@@ -239,7 +246,28 @@ class Retriever:
 
     def _build_context(self, finds: GraphFinds, chunks: list[FoundChunk], params: QueryParams,
                        budget: Budget) -> Context:
-        layout = build_evidence_context if params.context_layout == "evidence" else build_context
-        return layout(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
+        if params.context_layout == "evidence":
+            return build_evidence_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
+                                          relation_budget=budget.relation, total_budget=budget.total,
+                                          tokenizer=self.tokenizer, instructions=params.instructions,
+                                          communities=finds.communities)
+        return build_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                              relation_budget=budget.relation, total_budget=budget.total,
-                             tokenizer=self.tokenizer, instructions=params.instructions)
+                             tokenizer=self.tokenizer, instructions=params.instructions,
+                             communities=finds.communities)
+
+
+def found_by(named: dict[str, Found], order: list[str], entities: list[FoundEntity],
+             relations: list[FoundRelation]) -> None:
+    """Each fused item's ``channels``: which channels found it (what the playground shows)."""
+    entity_channels: dict[str, list[str]] = {}
+    relation_channels: dict[str, list[str]] = {}
+    for name in order:
+        for e in named[name].entities:
+            entity_channels.setdefault(e.key, []).append(name)
+        for r in named[name].relations:
+            relation_channels.setdefault(r.pair, []).append(name)
+    for entity in entities:
+        entity.channels = list(dict.fromkeys(entity_channels.get(entity.key, [])))
+    for relation in relations:
+        relation.channels = list(dict.fromkeys(relation_channels.get(relation.pair, [])))
