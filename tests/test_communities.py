@@ -270,3 +270,12 @@ async def test_reembedding_for_a_new_model_writes_the_summaries_again_from_the_c
         assert await stored(kb) == before and len(summaries.calls) == calls
         assert kb.store.vector_count("communities") == 1
         assert kb.store.vectors_sync("communities", kb.store.vector_keys_sync("communities").tolist()).shape[1] == 128
+
+
+async def test_the_dashboard_shows_the_communities_when_the_job_runs(
+        on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
+    async with gateway(on, fake) as (client, kb):
+        await ingest(client, "nimbus.txt", NIMBUS)
+        await summarised(kb)
+        page = (await client.get("/admin/")).text
+        assert re.search(r'id="count-communities">1<', page) and "0 to summarise" in page
