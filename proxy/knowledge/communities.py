@@ -20,6 +20,7 @@ The job runs in the background, never in the way of documents or chats:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -53,6 +54,7 @@ NAMED_MEMBERS = 60       # members named at all in a prompt
 PROMPT_RELATIONS = 30    # relations among the described members in a prompt, heaviest first
 DESCRIPTION_CHARS = 300  # of each description in a prompt
 BATCH = 8                # summaries committed together
+PLAN_BATCH = 1000        # communities planned per hold of the store's memory lock
 RETRY_SECONDS = 30.0     # first wait before a failed summary is tried again; doubled each time
 RETRY_MAX_SECONDS = 3600.0
 
@@ -174,6 +176,7 @@ class CommunitySummaries:
     async def run(self) -> None:
         if not self.settings.community_summaries:
             return
+        broken = False
         while True:
             await self.pipeline.wait_idle()
             if self.store.generation == self._seen and not self._retry_due():
@@ -183,8 +186,11 @@ class CommunitySummaries:
                 continue
             try:
                 await self.run_once()
+                broken = False
             except Exception as exc:  # noqa: BLE001 - a background job: it must never end the service
-                log.exception("community summaries could not be updated; trying again later")
+                if not broken:   # once, not at every try (a full disk fails every run until it is freed)
+                    log.exception("community summaries could not be updated; trying again later")
+                broken = True
                 self.status.last_error = f"{type(exc).__name__}: {exc}"
                 self.status.state = "waiting"
                 await anyio.sleep(self.retry_seconds)
@@ -208,7 +214,10 @@ class CommunitySummaries:
         communities = await anyio.to_thread.run_sync(
             lambda: self.store.communities_sync(min_size=MIN_MEMBERS, max_size=MAX_MEMBERS, previous=previous))
         self.status.partition_seconds = round(time.monotonic() - started, 3)
-        planned = await self.store.read_memory(lambda rows, graph: self._plan(rows, graph, communities))
+        planned: list[Planned] = []
+        for start in range(0, len(communities), PLAN_BATCH):   # the lock held for a slice at a time
+            planned += await self.store.read_memory(functools.partial(
+                self._plan, communities=communities[start:start + PLAN_BATCH]))
         wanted = {p.id: p for p in planned}
         todo = [p for p in planned if p.id not in stored or stored[p.id][0] != p.digest]
         self._failed = {k: f for k, f in self._failed.items() if k in wanted and f.digest == wanted[k].digest}
