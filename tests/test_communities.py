@@ -3,8 +3,8 @@ extraction model when the pipeline is idle, durable, embedded and searchable by 
 channel; only changed communities are summarised again; a failed summary is retried later and
 never fails a document. Real engines, the fake upstream.
 
-/rag/query does not show communities yet (the context's "Communities" section is the retriever's
-to add), so the searches go through the channel itself, over the running gateway's store."""
+The channel is searched directly (over the running gateway's store) to see what it finds; a
+global /rag/query with the knob on shows the summaries in its context."""
 
 from __future__ import annotations
 
@@ -142,14 +142,18 @@ async def test_communities_are_summarised_when_idle_and_found_by_the_channel(
         stats = (await client.get("/rag/stats")).json()
         assert stats["communities"]["count"] == stats["communities"]["indexed"] == 2
         assert stats["communities"]["job"]["summary_calls"] == 2 and stats["communities"]["job"]["pending"] == 0
-        # the channel runs in global, hybrid and mix when the knob is on; a global query with it on
-        # answers (the context's use of the communities is the retriever's to add)
+        # the channel runs in global, hybrid and mix when the knob is on
         knob_on = QueryParams.from_settings(Settings(), communities="on")
         for mode in (Mode.GLOBAL, Mode.HYBRID, Mode.MIX):
             assert any(isinstance(c, CommunityChannel) for c in channels_for(mode, knob_on))
             assert not any(isinstance(c, CommunityChannel) for c in channels_for(mode, QueryParams()))
         assert not any(isinstance(c, CommunityChannel) for c in channels_for(Mode.LOCAL, knob_on))
-        await query(client, query="Which products does Nimbus Labs develop?", mode="global", communities="on")
+        answer = await query(client, query="Which products does Nimbus Labs develop?", mode="global",
+                             communities="on", hl_keywords=["Nimbus Labs Cirrus Engine Stratus Board products"])
+        assert "Around " in answer["context"] and "belong together" in answer["context"]
+        plain = await query(client, query="Which products does Nimbus Labs develop?", mode="global",
+                            hl_keywords=["Nimbus Labs Cirrus Engine Stratus Board products"])
+        assert "belong together" not in plain["context"]
 
 
 async def test_an_upload_that_leaves_a_community_alone_does_not_summarise_it_again(
