@@ -1,5 +1,7 @@
 """The playground: ``/rag/query`` from a form, every knob at hand, every step shown (keywords,
-entities, relations, chunks, the context, token counts, timings, budget); optionally the answer.
+entities, relations, chunks, the context, token counts, budget); optionally the answer. Its stages
+panel shows what each retrieval stage contributed: the timings, each channel's finds, where the
+keywords came from, what the reranker did; each entity and relation its channels and fused rank.
 
 Retrieval runs exactly as ``POST /rag/query`` runs it (``knowledge.query``); the form's knobs,
 their bounds, choices and help come from the settings table (``proxy.retrieval.params``). An htmx
@@ -41,6 +43,7 @@ RECONNECT_MS = 86_400_000   # an EventSource whose stream ended must not come ba
 
 NUMBERS = tuple(setting.name for setting in NUMBER_KNOBS)
 CHOICES = {setting.name: knob_of(setting).choices for setting in CHOICE_KNOBS}
+CHOICE_HELP = {setting.name: setting.help for setting in CHOICE_KNOBS}   # the select's tooltip
 TEXT_FIELDS = ("query", "num_ctx", "hl_keywords", "ll_keywords", "history", "model", "answer")
 
 
@@ -144,11 +147,16 @@ def escaped(piece: str) -> str:
 
 # --- routes ---
 
+def form(settings: Settings) -> dict[str, Any]:
+    """What the full page's form needs besides its values."""
+    return {"knobs": knobs(), "choices": CHOICES, "choice_help": CHOICE_HELP, "chat_model": settings.llm_model}
+
+
 async def page(request: Request) -> Response:
     gateway = request.app.state.gateway
     return render(request, "playground.html", {
-        "values": defaults(gateway.settings), "result": None, "answer": None, "knobs": knobs(), "choices": CHOICES,
-        "chat_model": gateway.settings.llm_model, "unavailable": gateway.knowledge_error})
+        "values": defaults(gateway.settings), "result": None, "answer": None, **form(gateway.settings),
+        "unavailable": gateway.knowledge_error})
 
 
 @action
@@ -165,11 +173,12 @@ async def run(request: Request) -> Response:
     if values["answer"] and not outcome.skipped:
         answer = await prepare_answer(request, values["model"], outcome.messages, result["context"],
                                       stream=is_htmx(request))
-    context = {"values": values, "result": result, "answer": answer}
+    # the keyword budget the query ran with, for the stages panel's "late" (a blank field: the setting's)
+    keyword_budget = values["keyword_budget"] or f"{settings.keyword_budget:g}"
+    context = {"values": values, "result": result, "answer": answer, "keyword_budget": keyword_budget}
     if is_htmx(request):
         return render(request, "_playground_result.html", context)
-    return render(request, "playground.html", {**context, "knobs": knobs(), "choices": CHOICES,
-                                               "chat_model": settings.llm_model, "unavailable": None})
+    return render(request, "playground.html", {**context, **form(settings), "unavailable": None})
 
 
 async def prepare_answer(request: Request, model: str, messages: list[dict[str, Any]], context: str, *,

@@ -301,6 +301,7 @@ def _playground(page: Page, fake: FakeOllama) -> None:
     expect(page.locator("#context")).to_contain_text("Berlin")
     expect(page.locator("#timings tbody tr").first).to_be_visible()
     expect(page.locator("#timings tbody")).not_to_contain_text("none")
+    expect(page.locator("#stages #channels tr[data-channel=chunks]")).to_be_visible()  # the stages panel
     expect(result.locator("dt:text-is('Low-level') + dd")).to_have_text("Acme Corp")  # the query's keywords
     expect(result.locator(".answer-final, #answer-stream")).to_have_count(0)  # no answer asked for
 

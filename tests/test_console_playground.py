@@ -12,12 +12,13 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.matching import must_find
-from tests.playground_helpers import run
-from tests.rag_helpers import settle, upload
+from tests.playground_helpers import Summarising, cells, channel_counts, rows, run
+from tests.rag_helpers import query, settle, upload
 
 pytestmark = pytest.mark.anyio
 
@@ -39,10 +40,14 @@ def selected(page: str, name: str) -> str:
     return must_find(r'<option value="([^"]*)" selected>', select.group(1)).group(1)
 
 
-@pytest.fixture
-async def corpus(client: httpx.AsyncClient, facts: KnownFacts) -> httpx.AsyncClient:
+async def ingest(client: httpx.AsyncClient) -> None:
     for name, text in (("team.txt", TEAM), ("city.md", CITY)):
         assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+
+
+@pytest.fixture
+async def corpus(client: httpx.AsyncClient, facts: KnownFacts) -> httpx.AsyncClient:
+    await ingest(client)
     return client
 
 
@@ -73,7 +78,9 @@ async def test_page_shows_every_knob_prefilled_with_the_settings(client: httpx.A
 
 
 async def test_a_run_shows_every_step_and_is_traced(corpus: httpx.AsyncClient) -> None:
-    response = await run(corpus, query="Who leads the Orion project?", mode="mix", top_k="10")
+    # the sections layout, whatever the default: every section of the context has its table
+    response = await run(corpus, query="Who leads the Orion project?", mode="mix", top_k="10",
+                         context_layout="sections")
     assert response.status_code == 200, response.text
     page = response.text
     assert page.startswith("<!doctype html>") and '<textarea name="query"' in page
@@ -99,7 +106,7 @@ async def test_a_run_shows_every_step_and_is_traced(corpus: httpx.AsyncClient) -
     trace = traces[0]
     assert (trace["api"], trace["mode"], trace["query"], trace["augmented"]) == (
         "console", "mix", "Who leads the Orion project?", True)
-    assert set(trace["detail"]) == {"keywords", "tokens", "timings", "budget"}
+    assert set(trace["detail"]) == {"keywords", "tokens", "timings", "budget", "channels"}
 
 
 async def test_htmx_gets_the_fragment_only(corpus: httpx.AsyncClient) -> None:
@@ -217,3 +224,117 @@ async def test_unknown_or_expired_tokens_are_404(client: httpx.AsyncClient) -> N
     store[token].expires = 0
     assert (await client.get(f"/admin/playground/answer/{token}")).status_code == 404
     assert token not in store
+
+
+# --- the stages panel: what each retrieval stage contributed (issue 18, item 8) ---
+
+# the channels named, whatever the settings' defaults: linking on, the other switched channels off
+STAGES = {"mode": "mix", "linking": "on", "expansion": "off", "keyword_search": "off", "communities": "off",
+          "context_layout": "sections"}
+QUESTION = "Who leads the Orion project?"
+
+
+def keyword_source(page: str) -> str:
+    return must_find(r'<dd id="keyword-source">(.*?)</dd>', page, re.DOTALL).group(1)
+
+
+async def test_the_stages_panel_shows_what_each_channel_found(corpus: httpx.AsyncClient) -> None:
+    recorded = capture_traces(corpus)
+    page = (await run(corpus, htmx=True, query=QUESTION, **STAGES)).text
+    counted = channel_counts(page)
+    # Orion is named: the linked channel finds it without the model; the low-level keywords' and
+    # the question's own vector searches run too (no high-level keywords here: no relation search)
+    assert {"linked", "entities", "chunks"} <= set(counted) <= {"linked", "entities", "relations", "chunks"}
+    assert counted["linked"]["entities"] >= 1 and counted["chunks"]["chunks"] >= 1
+    assert counted["chunks"]["entities"] == counted["chunks"]["relations"] == 0
+    assert '<span class="badge">llm</span>' in keyword_source(page)
+    assert "back within the keyword budget" in keyword_source(page)
+    assert "no re-ranking server" in must_find(r'<dd id="rerank">(.*?)</dd>', page, re.DOTALL).group(1)
+    timings = must_find(r'<table id="timings">.*?</table>', page, re.DOTALL).group(0)
+    assert all(f"<td>{step}</td>" in timings for step in ("embedding", "graph", "fusion", "chunks", "total"))
+    assert '<meter min="0" max="' in timings
+
+    # the same query through /rag/query: the same channels, and each item's finders and fused rank
+    result = await query(corpus, query=QUESTION, **STAGES)
+    assert result["channels"] == counted
+    assert recorded[0].detail["channels"] == counted   # the trace keeps them
+    for kind in ("entities", "relations"):
+        items = result[kind]
+        assert items and [item["rank"] for item in items] == list(range(1, len(items) + 1))
+        assert all(item["channels"] and set(item["channels"]) <= set(counted) for item in items)
+    orion = next(e for e in result["entities"] if e["name"] == "Orion")
+    assert "linked" in orion["channels"]
+    assert any("linked" in r["channels"] and "Orion" in (r["source"], r["target"]) for r in result["relations"])
+    # ... as the page shows them: rank and "found by" per row
+    entities = cells(page, "result-entities")
+    assert {name: (row[2], row[3]) for name, row in entities.items()} == {
+        e["name"]: (str(e["rank"]), " ".join(e["channels"])) for e in result["entities"]}
+    relations = [(row[0], row[1], row[3], row[4]) for row in rows(page, "result-relations")]
+    assert relations == [(r["source"], r["target"], str(r["rank"]), " ".join(r["channels"]))
+                         for r in result["relations"]]
+    assert "communities" not in result and 'id="result-communities"' not in page
+
+
+async def test_naive_mode_shows_only_the_chunk_channel(corpus: httpx.AsyncClient) -> None:
+    page = (await run(corpus, htmx=True, query="Where is Acme Corp?", **{**STAGES, "mode": "naive"})).text
+    counted = channel_counts(page)
+    assert list(counted) == ["chunks"] and counted["chunks"]["chunks"] >= 1
+    assert "none: naive mode searches the passages with the question's own vector" in keyword_source(page)
+    result = await query(corpus, query="Where is Acme Corp?", **{**STAGES, "mode": "naive"})
+    assert result["channels"] == counted and result["entities"] == result["relations"] == []
+    assert {c["origin"] for c in result["chunks"]} == {"vector"}
+
+
+async def test_a_keyword_call_not_back_within_the_budget_shows_as_late(corpus: httpx.AsyncClient,
+                                                                       fake: FakeOllama) -> None:
+    fake.hold_structured = anyio.Event()   # the keyword call cannot come back until the page is answered
+    try:
+        with anyio.fail_after(10):
+            page = (await run(corpus, htmx=True, query="Who works at Acme Corp?", keyword_budget="0.05",
+                              **STAGES)).text
+    finally:
+        fake.hold_structured.set()
+    source = keyword_source(page)
+    assert '<span class="badge">late</span>' in source
+    assert "the keyword call was not back within the keyword budget (0.05 s)" in html.unescape(source)
+    assert "linked" in channel_counts(page)
+    acme = cells(page, "result-entities")["Acme Corp"]
+    assert "linked" in acme[3].split()   # found by name while the call was out
+
+
+async def test_rerank_scores_are_shown_beside_the_origin(settings: Settings, fake: FakeOllama,
+                                                        facts: KnownFacts) -> None:
+    async with gateway_client(settings.replace(rerank_url="http://rerank.test"), fake) as client:
+        await ingest(client)
+        page = (await run(client, htmx=True, query=QUESTION, **STAGES)).text
+        result = await query(client, query=QUESTION, **STAGES)
+    rerank = must_find(r'<dd id="rerank">(.*?)</dd>', page, re.DOTALL).group(1)
+    assert rerank == result["rerank"] and "re-ranked" in rerank
+    chunks = must_find(r'<table id="result-chunks">.*?</table>', page, re.DOTALL).group(0)
+    assert '<th class="num">Re-rank score</th>' in chunks
+    shown = re.findall(r'<td class="num rerank-score">([^<]*)</td><td>([^<]*)</td>', chunks)
+    assert shown == [(str(c["rerank_score"]), c["origin"]) for c in result["chunks"]]
+
+
+async def test_community_summaries_are_listed_escaped(settings: Settings, fake: FakeOllama,
+                                                      facts: KnownFacts) -> None:
+    fake.structured = Summarising(facts)
+    async with gateway_client(settings.replace(community_summaries=True), fake) as client:
+        kb = client._transport.app.state.gateway.knowledge  # type: ignore[attr-defined]
+        await ingest(client)
+        with anyio.fail_after(10):   # the job summarises when the pipeline is idle
+            while kb.pipeline.busy or not kb.communities.up_to_date or kb.communities.status.pending:
+                await anyio.sleep(0.01)
+        form = {**STAGES, "mode": "global", "communities": "on", "hl_keywords": "Acme Corp, Berlin"}
+        question = "What is around Acme Corp?"
+        page = (await run(client, htmx=True, query=question, **form)).text
+        result = await query(client, query=question, **{**form, "hl_keywords": ["Acme Corp", "Berlin"]})
+    communities = result["communities"]
+    assert communities and all(set(c) == {"title", "summary", "score", "members"} for c in communities)
+    assert all(c["title"].startswith("<b>Around ") and c["members"] >= 2 and c["score"] > 0 for c in communities)
+    assert channel_counts(page)["communities"] == result["channels"]["communities"]
+    assert result["channels"]["communities"]["communities"] == len(communities) == 2   # the budget fits both
+    table = must_find(r'<table id="result-communities">.*?</table>', page, re.DOTALL).group(0)
+    assert "<b>" not in table and "<script>" not in table and "&lt;b&gt;Around " in table
+    assert "&lt;script&gt;x()&lt;/script&gt;" in table
+    assert [row[2] for row in cells(page, "result-communities").values()] == [str(c["members"]) for c in communities]

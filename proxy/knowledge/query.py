@@ -32,7 +32,7 @@ class Knowledge(Protocol):
     def record(self, trace: Trace) -> None: ...
 
 ROLES = ("user", "assistant", "system")
-TRACED = ("keywords", "tokens", "timings", "budget", "rerank")  # what a query's trace keeps of its result
+TRACED = ("keywords", "tokens", "timings", "budget", "rerank", "channels")  # what a query's trace keeps of its result
 
 
 @dataclass
@@ -73,15 +73,21 @@ def plan(knowledge: Knowledge, body: Mapping[str, Any], messages: list[dict[str,
 
 
 def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
+    """What /rag/query answers, and the playground shows: the context's items (each entity and
+    relation with the channels that found it and its fused rank, 1 first) and what each stage did
+    ("channels": every channel that ran, with what it found; "timings" per stage)."""
     context = retrieval.context
     result = {
         "query": retrieval.query, "mode": retrieval.mode, "skipped": retrieval.skipped,
         "keywords": retrieval.keywords.as_dict() if retrieval.keywords else None,
+        "channels": retrieval.channels,
         "entities": [{"name": e.name, "type": e.type, "description": e.description, "score": round(e.score, 4),
-                      "degree": e.degree, "sources": len(e.source_ids)} for e in (context.entities if context else [])],
+                      "degree": e.degree, "sources": len(e.source_ids), "channels": e.channels, "rank": rank}
+                     for rank, e in enumerate(context.entities if context else [], 1)],
         "relations": [{"source": r.source_name, "target": r.target_name, "keywords": r.keywords,
                        "description": r.description, "weight": r.weight, "score": round(r.score, 4),
-                       "degree": r.degree} for r in (context.relations if context else [])],
+                       "degree": r.degree, "channels": r.channels, "rank": rank}
+                      for rank, r in enumerate(context.relations if context else [], 1)],
         "chunks": [{"id": c.id, "content": c.content, "score": round(c.score, 4), "origin": c.origin,
                     "documents": c.documents, **_rerank_score(c)} for c in (context.chunks if context else [])],
         "references": [{"id": n, "document": name} for n, name in (context.references if context else [])],
@@ -91,6 +97,9 @@ def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
     }
     if retrieval.rerank is not None:  # there is a reranker: what it did, or why its order was not used
         result["rerank"] = retrieval.rerank
+    if context and context.communities:  # the communities knob is on and summaries were found
+        result["communities"] = [{"title": c.title, "summary": c.summary, "score": round(c.score, 4),
+                                  "members": len(c.entities)} for c in context.communities]
     return result
 
 
