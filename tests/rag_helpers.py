@@ -45,3 +45,10 @@ async def query(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
     response = await client.post("/rag/query", json=body)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+# LightRAG's classic retrieval: retrieval v2's knobs (entity linking, expansion, question-ranked
+# relations, the evidence layout; on by default) off, for tests that check the classic channels or
+# what one knob changes from them
+CLASSIC: dict[str, str] = {"linking": "off", "expansion": "off", "relation_ranking": "degree",
+                           "context_layout": "sections"}

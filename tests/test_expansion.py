@@ -18,9 +18,9 @@ from proxy.retrieval.params import QueryParams
 from proxy.retrieval.select import keyword_match, word_stems
 from proxy.store.graph_igraph import EntityGraph
 from tests.conftest import gateway_client
-from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.rag_helpers import settle, upload
+from tests.hub_corpus import ENTITY_TYPES, NOVA, PRODUCTS, ZETA, KindedFacts
+from tests.rag_helpers import CLASSIC, settle, upload
 
 pytestmark = pytest.mark.anyio
 
@@ -67,42 +67,19 @@ def test_question_words_match_relation_keywords_by_their_stem() -> None:
 
 
 def test_the_expansion_channel_runs_only_when_the_knob_says_ppr() -> None:
-    on = QueryParams.from_settings(Settings(), expansion="ppr")
+    classic = QueryParams.from_settings(Settings().replace(**CLASSIC))
+    on = QueryParams.from_settings(Settings().replace(**CLASSIC), expansion="ppr")
     assert [c.name for c in channels_for(Mode.LOCAL, on)] == ["expansion", "entities"]
     assert [c.name for c in channels_for(Mode.MIX, on)] == ["expansion", "entities", "relations", "chunks"]
     assert [c.name for c in channels_for(Mode.GLOBAL, on)] == ["relations"]
-    assert all("expansion" not in [c.name for c in channels_for(mode)] for mode in Mode)
+    assert all("expansion" not in [c.name for c in channels_for(mode, classic)] for mode in Mode)
 
 
 # --- through /rag/query ---
 
-PRODUCTS = ("Quillon", "Emberly", "Harrow", "Lumen", "Tessel", "Vantor")
-SUPPLIERS = ("Sable Metals", "Corvid Parts", "Brisk Alloys", "Ferro Tools", "Gantry Steel", "Holm Cables")
-NOVA = ("Nova Works makes sensors. Zeta Labs acquired Nova Works in 2019. "
-        + " ".join(f"{s} supplies components to Nova Works." for s in SUPPLIERS))
-ZETA = (" ".join(f"Zeta Labs develops {p}." for p in PRODUCTS)
-        + " " + " ".join(f"{s} supplies components to Zeta Labs." for s in SUPPLIERS)
-        + " Zeta Labs is headquartered in Lisbon.")
-KINDS = {"develops": ["product", "develops"], "supplies": ["supplier", "supply chain"],
-         "acquired": ["acquisition", "acquired"], "headquartered": ["headquarters", "location"]}
-
-
-class KindedFacts(KnownFacts):
-    """The scripted model, giving each relation its kind's keywords (as a real extractor does)."""
-    def extract(self, passage: str, *, gleaning: bool) -> dict[str, list[dict[str, Any]]]:
-        found = super().extract(passage, gleaning=gleaning)
-        for relation in found["relations"]:
-            kind = next((k for k in KINDS if k in relation["description"]), None)
-            if kind is not None:
-                relation["keywords"] = KINDS[kind]
-        return found
-
-
 @pytest.fixture
 def kinded(fake: FakeOllama) -> KindedFacts:
-    entities = {"Nova Works": "Organization", "Zeta Labs": "Organization", "Lisbon": "Location",
-                **dict.fromkeys(PRODUCTS, "Artifact"), **dict.fromkeys(SUPPLIERS, "Organization")}
-    fake.structured = KindedFacts(entities)
+    fake.structured = KindedFacts(ENTITY_TYPES)
     return fake.structured
 
 
@@ -127,7 +104,7 @@ def other_ends(result: dict[str, Any], entity: str, first: int | None = None) ->
 
 async def test_expansion_brings_the_bridge_and_its_fact_to_a_two_hop_question(
         settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
         await ingest(client)
         # only the named entity seeds (no vector match counts), a few entities: the walk must choose
         body = {"query": "Where is the company that acquired Nova Works headquartered?", "mode": "local",
@@ -145,7 +122,7 @@ async def test_expansion_brings_the_bridge_and_its_fact_to_a_two_hop_question(
 
 async def test_a_hubs_relations_of_the_asked_kind_come_first(
         settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
         await ingest(client)
         body = {"query": "Which products does Zeta Labs develop?", "mode": "local", "keywords": "off",
                 "cosine_threshold": 1.0, "linking": "on", "top_k": len(PRODUCTS)}
@@ -159,7 +136,7 @@ async def test_a_hubs_relations_of_the_asked_kind_come_first(
 
 async def test_both_knobs_off_by_default_change_nothing(
         settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
         await ingest(client)
         for mode in ("local", "global", "hybrid", "mix"):
             for linking in ("off", "on"):

@@ -21,7 +21,7 @@ from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.rag_helpers import query, settle, upload
+from tests.rag_helpers import CLASSIC, query, settle, upload
 
 pytestmark = pytest.mark.anyio
 
@@ -133,7 +133,7 @@ async def ingest(client: httpx.AsyncClient) -> None:
 
 async def test_the_store_links_names_after_ingestion_merges_deletions_and_restarts(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
         store = store_of(client)
         assert store.link_sync("Where is ACME Inc. headquartered?") == []   # nothing ingested yet
         await ingest(client)
@@ -145,7 +145,7 @@ async def test_the_store_links_names_after_ingestion_merges_deletions_and_restar
         assert (await client.delete("/rag/entities/berlin")).status_code == 200
         assert store.link_sync("Carol White in Berlin") == [("carol white", EXACT)]
         live = [store.link_sync(text) for text in ("orion", "acme", "berlin", "bob jones")]
-    async with gateway_client(settings, fake) as client:   # rebuilt at start-up from the tables
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:   # rebuilt at start-up from the tables
         assert [store_of(client).link_sync(text) for text in ("orion", "acme", "berlin", "bob jones")] == live
         assert (await client.delete("/rag/entities/acme corp")).status_code == 200   # drops its aliases too
         assert store_of(client).link_sync("Orion and Acme Corp") == []
@@ -155,16 +155,17 @@ async def test_the_store_links_names_after_ingestion_merges_deletions_and_restar
 
 
 def test_the_linked_channel_runs_only_when_linking_is_on() -> None:
-    on = QueryParams.from_settings(Settings(), linking="on")
+    classic = QueryParams.from_settings(Settings().replace(**CLASSIC))
+    on = QueryParams.from_settings(Settings().replace(**CLASSIC), linking="on")
     assert [c.name for c in channels_for(Mode.LOCAL, on)] == ["linked", "entities"]
     assert [c.name for c in channels_for(Mode.MIX, on)] == ["linked", "entities", "relations", "chunks"]
     assert [c.name for c in channels_for(Mode.GLOBAL, on)] == ["linked", "relations"]
-    assert all("linked" not in [c.name for c in channels_for(mode)] for mode in Mode)
+    assert all("linked" not in [c.name for c in channels_for(mode, classic)] for mode in Mode)
 
 
 async def test_linking_finds_the_entity_a_question_names_without_keywords(
         settings: Settings, fake: FakeOllama, facts: KnownFacts, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
         await ingest(client)
         # no vector match counts (threshold 1), no keyword call: only a link can ground the question
         common = {"query": "Where is ACME Inc. headquartered?", "mode": "local", "keywords": "off",
@@ -195,7 +196,7 @@ async def test_linking_finds_the_entity_a_question_names_without_keywords(
 
 async def test_with_linking_off_retrieval_is_unchanged(settings: Settings, fake: FakeOllama,
                                                        facts: KnownFacts) -> None:
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
         await ingest(client)
         for mode in ("local", "hybrid", "mix"):
             body = {"query": "Who works at Acme Corp in Berlin?", "mode": mode, "keywords": "off"}

@@ -37,8 +37,9 @@ DOCUMENTS = {
     "tax.txt": "Where a company keeps its headquarters is often chosen for taxes more than for the city.",
     "sunday.txt": "Bob Jones plays chess on Sundays with Alice Smith in Berlin.",
 }
+# classic retrieval (no linking or expansion): its fused chunk order is one the re-ranker's differs from
 QUESTION: dict[str, Any] = {"query": "Who founded the Berlin chess club?", "ll_keywords": ["Carol White", "Berlin"],
-            "hl_keywords": ["chess club"], "mode": "mix", "chunk_top_k": 4}
+            "hl_keywords": ["chess club"], "mode": "mix", "chunk_top_k": 4, "linking": "off", "expansion": "off"}
 RERANK_URL = "http://rerank.test"  # in-process the fake upstream's transport serves it too
 
 

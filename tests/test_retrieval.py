@@ -17,14 +17,16 @@ from tests.conftest import gateway_client
 from tests.corpus import CITY, CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, fake_embedding
-from tests.rag_helpers import query, settle, store_of, upload
+from tests.rag_helpers import CLASSIC, query, settle, store_of, upload
 
 pytestmark = pytest.mark.anyio
 
 
+# these tests check LightRAG's classic retrieval against brute-force oracles (CLASSIC);
+# tests/test_retrieval_defaults.py covers the defaults
 @pytest.fixture
 async def kb(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> AsyncIterator[httpx.AsyncClient]:
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
         for name, text in (("team.txt", TEAM), ("city.md", CITY), ("club.txt", CLUB)):
             await settle(client, (await upload(client, name, text))["id"])
         yield client

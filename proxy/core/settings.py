@@ -207,15 +207,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fusion", "GRAPHGATE_FUSION", "roundrobin", Knob(str, choices=("roundrobin", "rrf")),
             "How the channels' lists are merged: `roundrobin` (each list's first, then each list's second...) or "
             "`rrf` (reciprocal rank fusion, k = 60: items found by several channels rise)."),
-    Setting("linking", "GRAPHGATE_LINKING", "off", Knob(str, choices=("on", "off")),
+    Setting("linking", "GRAPHGATE_LINKING", "on", Knob(str, choices=("on", "off")),
             "`on`: the entities a question (or a recent user turn) names, by their names or merge aliases, "
-            "seed local, hybrid and mix retrieval without the model (case, punctuation, legal suffixes and "
+            "seed retrieval in every graph mode without the model (case, punctuation, legal suffixes and "
             "one typo in a long name do not matter)."),
-    Setting("expansion", "GRAPHGATE_EXPANSION", "off", Knob(str, choices=("off", "ppr")),
+    Setting("expansion", "GRAPHGATE_EXPANSION", "ppr", Knob(str, choices=("off", "ppr")),
             "`ppr`: local, hybrid and mix also rank the entities up to two hops from the question's linked and "
             "retrieved entities by personalised PageRank (edges weighted by their relevance to the question) and "
             "add the best with the relations joining them, so a bridge entity's own facts come along."),
-    Setting("relation_ranking", "GRAPHGATE_RELATION_RANKING", "degree", Knob(str, choices=("degree", "question")),
+    Setting("relation_ranking", "GRAPHGATE_RELATION_RANKING", "question", Knob(str, choices=("degree", "question")),
             "How a linked or expanded entity's relations are chosen: `degree` (most central first) or "
             "`question` (those whose keywords and description match the question first, so a hub's "
             "asked-for kind of relation leads)."),
@@ -223,7 +223,7 @@ SETTINGS: tuple[Setting, ...] = (
             "`on`: mix and naive also search the chunks' words (BM25), and local, global and hybrid the "
             "entities' and relations' names and descriptions, so names, codes and identifiers that "
             "embeddings miss are found (the index is built on first use, then kept in step)."),
-    Setting("context_layout", "GRAPHGATE_CONTEXT_LAYOUT", "sections", Knob(str, choices=("sections", "evidence")),
+    Setting("context_layout", "GRAPHGATE_CONTEXT_LAYOUT", "evidence", Knob(str, choices=("sections", "evidence")),
             "How the context spends its budget: `sections` (entities, relations and passages each up to its own "
             "ceiling) or `evidence` (the facts that answer the question first, long passages with what is left)."),
     Setting("communities", "GRAPHGATE_COMMUNITIES", "off", Knob(str, choices=("on", "off")),
@@ -342,11 +342,11 @@ class Settings:
     chunk_selection: str = "vector"
     keywords: str = "llm"
     fusion: str = "roundrobin"
-    linking: str = "off"
-    expansion: str = "off"
-    relation_ranking: str = "degree"
+    linking: str = "on"
+    expansion: str = "ppr"
+    relation_ranking: str = "question"
     keyword_search: str = "off"
-    context_layout: str = "sections"
+    context_layout: str = "evidence"
     communities: str = "off"
     keyword_model: str | None = None
     keyword_budget: float = 0.025

@@ -4,8 +4,8 @@ spent on the facts that carry the answer before long passages.
     facts      one short line per relation, best evidence first (``evidence_rank``): its
                description alone when it names both entities, else "A — B: description"
     communities  the community summaries found (global questions), from the entity budget first
-    entities   one short line each, the description cut to its first sentences; left out when its
-               description says nothing the facts above do not (nothing twice)
+    entities   one short line each: name, type and the description cut to its first sentences,
+               without the description when it says nothing the facts above do not (nothing twice)
     passages   the chunks, with what the facts and entities left of the budget
 
 The sections keep their ceilings (``max_relation_tokens``, ``max_entity_tokens``); what they do
@@ -44,9 +44,12 @@ def community_text(c: FoundCommunity) -> str:
     return f"- {c.title}: {summary}" if c.title else f"- {summary}"
 
 
-def entity_text(e: FoundEntity) -> str:
+def entity_text(e: FoundEntity, stated: set[str]) -> str:
+    """Name and type; the description too unless every note of it is a fact already given."""
     description = " ".join(e.description.split())
-    return f"- {e.name} ({e.type}): {description}" if description else f"- {e.name} ({e.type})"
+    if not description or set(notes(e.description)) <= stated:
+        return f"- {e.name} ({e.type})"
+    return f"- {e.name} ({e.type}): {description}"
 
 
 def capped(lines: list[str], limit: int, tokenizer: Tokenizer) -> list[str]:
@@ -77,11 +80,10 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # communities: their summaries, from the entity budget first (the entities are pointers)
     c_lines = capped([community_text(c) for c in communities], COMMUNITY_TOKENS, tokenizer)
     c_keep, c_used = fit(c_lines, entity_budget // 2, tokenizer) if communities else ([], 0)
-    # entities: only those whose description adds to the facts
-    adding = [e for e in entities if not e.description or not set(notes(e.description)) <= stated]
-    e_lines = capped([entity_text(e) for e in adding], ENTITY_TOKENS, tokenizer)
-    e_keep, e_used = fit(e_lines, entity_budget - c_used, tokenizer) if adding else ([], 0)
-    kept_entities = [adding[i] for i in e_keep]
+    # entities: name and type, and the description only when it adds to the facts
+    e_lines = capped([entity_text(e, stated) for e in entities], ENTITY_TOKENS, tokenizer)
+    e_keep, e_used = fit(e_lines, entity_budget - c_used, tokenizer) if entities else ([], 0)
+    kept_entities = [entities[i] for i in e_keep]
     return assemble(header, header_tokens, [
         Section("relations", "## Facts (knowledge graph relations)", kept_relations, [r_lines[i] for i in r_keep],
                 r_used),
