@@ -125,7 +125,7 @@ async def main():
     store = await KnowledgeStore.open(Path(sys.argv[1]), settings.vector_dtype, settings.db_memory)
     retriever = Retriever(store, None, settings, get_tokenizer())
     rng = np.random.default_rng(11)
-    async def embed(query, keywords, params):  # a local function: the upstream is not timed
+    async def embed(query, keywords, question_vector=None):  # a local function: the upstream is not timed
         v = rng.standard_normal(768).astype(np.float32); v /= np.linalg.norm(v)
         return {"query": v, "low": v, "high": v}
     retriever._embed = embed
