@@ -316,6 +316,8 @@ class Augmenter:
         trace.detail["timings"] = retrieval.timings
         if retrieval.rerank is not None:  # what the reranker did, or why the fused order was kept
             trace.detail["rerank"] = retrieval.rerank
+        if retrieval.shed is not None:  # a stage skipped under a burst of chats
+            trace.detail["shed"] = retrieval.shed
         if retrieval.context is not None:
             trace.detail.update(context_summary(retrieval.context))
 

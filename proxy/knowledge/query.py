@@ -32,7 +32,8 @@ class Knowledge(Protocol):
     def record(self, trace: Trace) -> None: ...
 
 ROLES = ("user", "assistant", "system")
-TRACED = ("keywords", "tokens", "timings", "budget", "rerank", "channels")  # what a query's trace keeps of its result
+# what a query's trace keeps of its result
+TRACED = ("keywords", "tokens", "timings", "budget", "rerank", "channels", "shed")
 
 
 @dataclass
@@ -97,6 +98,8 @@ def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
     }
     if retrieval.rerank is not None:  # there is a reranker: what it did, or why its order was not used
         result["rerank"] = retrieval.rerank
+    if retrieval.shed is not None:  # a stage skipped because many retrievals were in flight
+        result["shed"] = retrieval.shed
     if context and context.communities:  # the communities knob is on and summaries were found
         result["communities"] = [{"title": c.title, "summary": c.summary, "score": round(c.score, 4),
                                   "members": len(c.entities)} for c in context.communities]

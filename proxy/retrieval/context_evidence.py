@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from proxy.core.tokens import Tokenizer
-from proxy.retrieval.context import Context, Section, assemble, fit, header_text
+from proxy.retrieval.context import Context, Section, assemble, header_text
 from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, FoundRelation
 
 RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first notes carry its gist
@@ -52,10 +52,21 @@ def entity_text(e: FoundEntity, stated: set[str]) -> str:
     return f"- {e.name} ({e.type}): {description}"
 
 
-def capped(lines: list[str], limit: int, tokenizer: Tokenizer) -> list[str]:
-    counts = tokenizer.count_many(lines)
-    return [tokenizer.truncate(line, limit) + " …" if count > limit else line for line, count in zip(lines, counts,
-                                                                                                        strict=True)]
+def fit_capped(lines: list[str], limit: int, budget: int, tokenizer: Tokenizer) -> tuple[list[str], int]:
+    """The leading lines that fit ``budget`` (each cut to ``limit`` tokens first), and the tokens
+    they use. Lines past the budget are never counted: a hub gives hundreds, a small budget takes
+    a few dozen."""
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        count = tokenizer.count(line)
+        if count > limit:
+            line, count = tokenizer.truncate(line, limit) + " …", limit + 2
+        if used + count + 1 > budget:
+            break
+        kept.append(line)
+        used += count + 1
+    return kept, used
 
 
 def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
@@ -73,21 +84,19 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
         if text not in seen:
             seen.add(text)
             unique.append(relation)
-    r_lines = capped([relation_text(r) for r in unique], RELATION_TOKENS, tokenizer)
-    r_keep, r_used = fit(r_lines, relation_budget, tokenizer) if unique else ([], 0)
-    kept_relations = [unique[i] for i in r_keep]
+    r_lines, r_used = fit_capped([relation_text(r) for r in unique], RELATION_TOKENS, relation_budget, tokenizer)
+    kept_relations = unique[:len(r_lines)]
     stated = {note for r in kept_relations for note in notes(r.description)}
     # communities: their summaries, from the entity budget first (the entities are pointers)
-    c_lines = capped([community_text(c) for c in communities], COMMUNITY_TOKENS, tokenizer)
-    c_keep, c_used = fit(c_lines, entity_budget // 2, tokenizer) if communities else ([], 0)
+    c_lines, c_used = fit_capped([community_text(c) for c in communities], COMMUNITY_TOKENS, entity_budget // 2,
+                                 tokenizer)
     # entities: name and type, and the description only when it adds to the facts
-    e_lines = capped([entity_text(e, stated) for e in entities], ENTITY_TOKENS, tokenizer)
-    e_keep, e_used = fit(e_lines, entity_budget - c_used, tokenizer) if entities else ([], 0)
-    kept_entities = [entities[i] for i in e_keep]
+    e_lines, e_used = fit_capped([entity_text(e, stated) for e in entities], ENTITY_TOKENS, entity_budget - c_used,
+                                 tokenizer)
+    kept_entities = entities[:len(e_lines)]
     return assemble(header, header_tokens, [
-        Section("relations", "## Facts (knowledge graph relations)", kept_relations, [r_lines[i] for i in r_keep],
-                r_used),
-        Section("communities", "## Communities (summaries of related entities)", [communities[i] for i in c_keep],
-                [c_lines[i] for i in c_keep], c_used),
-        Section("entities", "## Entities (knowledge graph)", kept_entities, [e_lines[i] for i in e_keep], e_used),
+        Section("relations", "## Facts (knowledge graph relations)", kept_relations, r_lines, r_used),
+        Section("communities", "## Communities (summaries of related entities)", communities[:len(c_lines)],
+                c_lines, c_used),
+        Section("entities", "## Entities (knowledge graph)", kept_entities, e_lines, e_used),
     ], chunks, total_budget, tokenizer)

@@ -33,11 +33,17 @@ def answered_words(question: Question, relation: FoundRelation) -> frozenset[str
 
 
 def rank_evidence(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
-                  anchors: dict[str, float]) -> list[FoundRelation]:
+                  anchors: dict[str, float], shortlist: int | None = None) -> list[FoundRelation]:
     """``relations`` best evidence first (ties: their fused order). ``anchors``: the named entities'
-    keys and their linking confidence."""
+    keys and their linking confidence. With ``shortlist``, they are first ranked by their keywords
+    and vectors alone and only that many are read (descriptions) and kept."""
     if not relations:
         return relations
+    if shortlist is not None and len(relations) > shortlist:
+        quick = relation_relevance(store, question, relations, descriptions=False)
+        bonus = [ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0)) for r in relations]
+        top = sorted(range(len(relations)), key=lambda i: (-(quick[i] + bonus[i]), i))[:shortlist]
+        relations = [relations[i] for i in sorted(top)]   # the fused order among them, for the ties
     relevance = relation_relevance(store, question, relations)
     scores = {r.pair: score + ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0))
               for r, score in zip(relations, relevance, strict=True)}

@@ -41,7 +41,10 @@ def relation_relevance(store: KnowledgeStore, question: Question, relations: lis
             for sim, r in zip(similarity, relations, strict=True)]
 
 
-def rank_by_question(store: KnowledgeStore, question: Question, relations: list[FoundRelation]) -> list[FoundRelation]:
-    """The most relevant to the question first, then the most central, then the heaviest."""
-    relevance = dict(zip((r.pair for r in relations), relation_relevance(store, question, relations), strict=True))
+def rank_by_question(store: KnowledgeStore, question: Question, relations: list[FoundRelation], *,
+                     descriptions: bool = True) -> list[FoundRelation]:
+    """The most relevant to the question first, then the most central, then the heaviest (by the
+    keywords and vectors alone without ``descriptions``: no read per relation)."""
+    relevance = dict(zip((r.pair for r in relations),
+                         relation_relevance(store, question, relations, descriptions=descriptions), strict=True))
     return sorted(relations, key=lambda r: (-relevance[r.pair], -r.degree, -r.weight))

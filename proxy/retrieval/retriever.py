@@ -16,11 +16,13 @@ Each blocking stage runs in its own worker-thread call, so async stages sit betw
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio.to_thread
 import numpy as np
@@ -53,6 +55,8 @@ from proxy.store.store import KnowledgeStore
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
 log = logging.getLogger("graphgate")
+LINE_TOKENS = 8        # the shortest a fact or entity line of the evidence layout gets
+SHORTLIST_FLOOR = 40   # relations and entities kept for the evidence ranking at the smallest budgets
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Retrieval:
     skipped: str | None = None          # why nothing is injected, when nothing is
     rerank: str | None = None           # what the reranker did, or why its order was not used (when there is one)
     channels: dict[str, dict[str, int]] = field(default_factory=dict)   # each channel's finds, counted
+    shed: str | None = None             # a stage skipped because many retrievals were in flight, and why
 
     @property
     def empty(self) -> bool:
@@ -102,6 +107,7 @@ class Retriever:
         self.reranker = reranker  # none by default: the fused order is the final one
         # starts a background task (the knowledge service's task group): keyword calls outlive a turn
         self.spawn: Callable[..., object] | None = None
+        self.in_flight = 0   # retrievals under way (on the event loop: no lock needed)
         self.rerank_failure: str | None = None  # the reranker's last failure, logged once
         self.remember: Callable[[CacheEntry], None] = lambda entry: None  # offers new entries to the LLM cache
 
@@ -131,7 +137,25 @@ class Retriever:
 
     async def retrieve(self, query: str, history: list[tuple[str, str]], params: QueryParams,
                        budget: Budget) -> Retrieval:
+        self.in_flight += 1
+        try:
+            return await self._retrieve(query, history, params, budget)
+        finally:
+            self.in_flight -= 1
+
+    def _shed(self, params: QueryParams) -> tuple[QueryParams, str | None]:
+        """Under a burst of chats, the expansion (about half a retrieval's CPU on a dense graph) is
+        skipped: with every turn's retrieval on the same cores, each would otherwise wait for all."""
+        limit = self.settings.expansion_shed_at
+        if params.expansion == "off" or not limit or self.in_flight <= limit:
+            return params, None
+        shed: dict[str, Any] = {"expansion": "off"}   # a knob: generated fields mypy does not see
+        return dataclasses.replace(params, **shed), f"expansion ({self.in_flight} retrievals in flight)"
+
+    async def _retrieve(self, query: str, history: list[tuple[str, str]], params: QueryParams,
+                        budget: Budget) -> Retrieval:
         timer = Timer()
+        params, shed = self._shed(params)
         start = time.perf_counter()
         mode = Mode(params.mode)
         if mode is Mode.BYPASS:
@@ -159,7 +183,7 @@ class Retriever:
                 finds |= await anyio.to_thread.run_sync(self._search_channels, question, wanted)
         with timer.step("fusion"):
             graph = await anyio.to_thread.run_sync(self._fuse_graph, question, finds,
-                                                   [c.name for c in channels if c.name in finds])
+                                                   [c.name for c in channels if c.name in finds], budget)
         with timer.step("chunks"):
             chunks = await anyio.to_thread.run_sync(self._collect_chunks, question, graph)
         rerank = None
@@ -171,7 +195,8 @@ class Retriever:
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
         counted = {name: {"entities": len(f.entities), "relations": len(f.relations), "chunks": len(f.chunks),
                           "communities": len(f.communities)} for name, f in finds.items()}
-        return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank, channels=counted)
+        return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank, channels=counted,
+                         shed=shed)
 
     async def _start_keywords(self, query: str, history: list[tuple[str, str]],
                               params: QueryParams) -> ArrivingKeywords:
@@ -227,16 +252,21 @@ class Retriever:
         return {channel.name: channel.search(self.store, question) for channel in channels
                 if channel.vector in question.vectors}
 
-    def _fuse_graph(self, question: Question, named: dict[str, Found], order: list[str]) -> GraphFinds:
+    def _fuse_graph(self, question: Question, named: dict[str, Found], order: list[str], budget: Budget) -> GraphFinds:
         """The channels' entities and relations as one list each (in channel ``order``), described."""
         finds = [named[name] for name in order]
         entities, relations = fuse_graph(finds, question.params.fusion)
         found_by(named, order, entities, relations)
-        fill_descriptions(self.store, entities, relations)
         if question.params.context_layout == "evidence":
+            # ranked first by what is in memory; only a shortlist the budget could hold is read and
+            # ranked again with its descriptions (a hub's hundreds of relations are not read per turn)
             anchors = {e.key: e.score for e in named["linked"].entities} if "linked" in named else {}
-            relations = rank_evidence(self.store, question, relations, anchors)
-            entities = rank_entities(entities, relations, anchors)
+            relations = rank_evidence(self.store, question, relations, anchors,
+                                      shortlist=max(SHORTLIST_FLOOR, budget.relation // LINE_TOKENS))
+            entities = rank_entities(entities, relations, anchors)[:max(SHORTLIST_FLOOR, budget.entity // LINE_TOKENS)]
+            fill_descriptions(self.store, entities, [])
+        else:
+            fill_descriptions(self.store, entities, relations)
         communities = sorted((c for f in finds for c in f.communities), key=lambda c: -c.score)
         return GraphFinds(entities, relations, [f.chunks for f in finds if f.chunks], communities)
 

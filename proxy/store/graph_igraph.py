@@ -162,10 +162,13 @@ class EntityGraph:
 
     # --- multi-hop expansion (retrieval's personalised PageRank) ---
 
-    def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int) -> list[tuple[str, str]]:
+    def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int,
+                            edge_cap: int | None = None) -> list[tuple[str, str]]:
         """The edges among the seeds and their neighbours up to ``hops`` away, at most ``cap``
         vertices: ring by ring, the best connected of each ring first (a hub's second ring can hold
-        half the graph), so the cost is bounded by ``cap``, not by the graph's size."""
+        half the graph), so the cost is bounded by ``cap``, not by the graph's size. In a dense
+        graph those vertices can share tens of thousands of edges: at most ``edge_cap`` are kept,
+        those nearest the seeds first (an edge ranks by its nearer end's place in that order)."""
         graph = self.g
         starts = [graph.vs.find(name=key).index for key in dict.fromkeys(seeds) if self.has(key)]
         chosen = dict.fromkeys(starts)
@@ -182,7 +185,16 @@ class EntityGraph:
             chosen.update(dict.fromkeys(frontier))
         sub = graph.induced_subgraph(list(chosen))
         names = sub.vs["name"]
-        return [(names[e.source], names[e.target]) for e in sub.es]
+        ends = sub.get_edgelist()
+        if edge_cap is not None and len(ends) > edge_cap:
+            # induced_subgraph keeps the graph's vertex order: each vertex's place in ``chosen`` is looked up
+            place = {vertex: i for i, vertex in enumerate(chosen)}
+            order = np.asarray([place[v] for v in sorted(chosen)], dtype=np.int64)
+            pairs = order[np.asarray(ends, dtype=np.int64)]
+            nearer, farther = pairs.min(axis=1), pairs.max(axis=1)
+            kept = np.sort(np.lexsort((farther, nearer))[:edge_cap])
+            ends = [ends[i] for i in kept.tolist()]
+        return [(names[s], names[t]) for s, t in ends]
 
     def personalized_pagerank(self, seeds: dict[str, float], edges: list[tuple[str, str]], weights: list[float],
                               damping: float) -> dict[str, float]:

@@ -312,14 +312,15 @@ class KnowledgeStore:
     # --- multi-hop expansion (personalised PageRank from seed entities) ---
 
     def expand_sync(self, seeds: dict[str, float], weigh: Callable[[list[tuple[str, str]]], list[float]],
-                    *, hops: int, cap: int, damping: float, limit: int) -> list[tuple[str, float]]:
+                    *, hops: int, cap: int, damping: float, limit: int,
+                    edge_cap: int | None = None) -> list[tuple[str, float]]:
         """(entity key, score) of the ``limit`` entities a personalised PageRank from ``seeds``
         (key -> restart weight) ranks highest, best first, seeds included. It runs over the seeds'
         neighbourhood up to ``hops`` away (at most ``cap`` entities, so its time does not grow
-        with the graph), each edge weighted by ``weigh(pairs)`` (called outside the lock: it may
-        read the store). Blocking."""
+        with the graph; at most ``edge_cap`` edges, those nearest the seeds first), each edge
+        weighted by ``weigh(pairs)`` (called outside the lock: it may read the store). Blocking."""
         with self._memory_lock:
-            edges = self._graph.neighbourhood_edges(list(seeds), hops, cap)
+            edges = self._graph.neighbourhood_edges(list(seeds), hops, cap, edge_cap)
         scores = self._graph.personalized_pagerank(seeds, edges, weigh(edges) if edges else [], damping)
         return sorted(scores.items(), key=lambda item: -item[1])[:limit]
 

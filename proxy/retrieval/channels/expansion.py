@@ -16,13 +16,15 @@ from proxy.retrieval.found import Found, FoundEntity, FoundRelation
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.relevance import relation_relevance
 from proxy.retrieval.stages import Question
-from proxy.store.changes import pair_key
+from proxy.store.changes import pair_key, split_pair
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
 
 HOPS = 2             # the bridge is one hop from a seed, its facts one further
 CAP = 2000           # entities the PageRank runs over at most: its time does not grow with the graph
+EDGE_CAP = 500       # edges weighed at most (nearest the seeds first): in a dense graph 2,000 entities
+                     # share thousands, and weighing each against the question costs ~10 us of Python
 DAMPING = 0.5        # HippoRAG 2's: half the walk restarts at the seeds, so scores stay near them
 VECTOR_SEEDS = 5     # entities nearest the question's vector that seed the walk besides the named ones
 VECTOR_SEED_WEIGHT = 0.5  # a vector neighbour of the question counts half as much as an entity it names
@@ -64,7 +66,8 @@ class ExpansionChannel:
         if not seeds:
             return Found()
         ranked = dict(store.expand_sync(seeds, lambda pairs: edge_weights(store, question, pairs),
-                                        hops=HOPS, cap=CAP, damping=DAMPING, limit=params.top_k))
+                                        hops=HOPS, cap=CAP, damping=DAMPING, limit=params.top_k,
+                                        edge_cap=EDGE_CAP))
         entities = self.entities(store, ranked)
         return Found(entities, self.joining(store, question, ranked)[:params.top_k])
 
@@ -83,11 +86,13 @@ class ExpansionChannel:
         """The relations between two of the ranked entities, by their endpoints' PageRank times their
         relevance to the question: the seed's edge to the bridge, then the bridge's asked-for fact.
         (Discounting each kind's later relations was measured: it cost 2-hop and list recall.)"""
-        pairs = search.incident_pairs(store, list(ranked))
-        relations = [r for r in search.relations_by_pairs(store, pairs).values()
-                     if r.source in ranked and r.target in ranked]
+        pairs = [pair for pair in search.incident_pairs(store, list(ranked))
+                 if all(key in ranked for key in split_pair(pair))]   # read only the edges among them
+        relations = list(search.relations_by_pairs(store, pairs).values())
         search.set_relation_degrees(store, relations)
-        relevance = relation_relevance(store, question, relations)
+        # keywords and vectors only, as for the edge weights: the fused relations are read and ranked
+        # again with their descriptions after the fusion (the evidence layout)
+        relevance = relation_relevance(store, question, relations, descriptions=False)
         for relation, weight in zip(relations, relevance, strict=True):
             relation.score = (ranked[relation.source] + ranked[relation.target]) * (EDGE_FLOOR + weight)
         return sorted(relations, key=lambda r: (-r.score, -r.degree, -r.weight))

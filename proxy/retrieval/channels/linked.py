@@ -67,5 +67,8 @@ def rank_edges(store: KnowledgeStore, question: Question, related: list[FoundRel
     """A linked entity's relations by the ``relation_ranking`` knob: the most central first, or
     those about what the question asks first (a hub's hundreds of relations hide the asked kind)."""
     if question.params.relation_ranking == "question":
-        return rank_by_question(store, question, related)
+        # keywords and vectors only: a hub has hundreds of relations, and reading each one's
+        # description per turn costs more than it sorts; the kept ones are read and ranked again
+        # with them after the fusion (the evidence layout)
+        return rank_by_question(store, question, related, descriptions=False)
     return rank_relations(related, lambda r: r.degree, lambda r: r.weight)

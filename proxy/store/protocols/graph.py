@@ -62,9 +62,10 @@ class Graph(Protocol):
 
     # multi-hop expansion (proxy/retrieval/channels/expansion.py, through store.expand_sync)
 
-    def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int) -> list[tuple[str, str]]:
+    def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int,
+                            edge_cap: int | None = None) -> list[tuple[str, str]]:
         """The edges among the seeds and their neighbours up to ``hops`` away, at most ``cap``
-        vertices (ring by ring, best connected first)."""
+        vertices (ring by ring, best connected first) and ``edge_cap`` edges (nearest the seeds first)."""
 
     def personalized_pagerank(self, seeds: dict[str, float], edges: list[tuple[str, str]], weights: list[float],
                               damping: float) -> dict[str, float]:

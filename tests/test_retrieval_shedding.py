@@ -1,0 +1,54 @@
+"""Under a burst of chats a retrieval sheds its costliest stage, the expansion, so that every turn
+stays quick (GRAPHGATE_EXPANSION_SHED_AT), and says so; alone, it never does."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from proxy.core.settings import Settings
+from tests.chat_helpers import ingest
+from tests.conftest import gateway_client
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.rag_helpers import query
+
+pytestmark = pytest.mark.anyio
+
+QUESTION = {"query": "Who works at Acme Corp?", "mode": "mix", "keywords": "off"}
+
+
+async def while_one_is_held(client: httpx.AsyncClient, fake: FakeOllama, **second: Any) -> dict[str, Any]:
+    """A second query's result while a first waits for its (held) keyword call, in flight."""
+    retriever = client._transport.app.state.gateway.knowledge.retriever  # type: ignore[attr-defined]
+    fake.hold_structured = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(query, client, query="Where is Acme Corp?", mode="mix"))
+        with anyio.fail_after(10):
+            while retriever.in_flight < 1:   # the first is under way, waiting for its keyword call
+                await anyio.sleep(0.01)
+        result = await query(client, **{**QUESTION, **second})
+        fake.hold_structured.set()
+    return result
+
+
+async def test_a_retrieval_beside_others_sheds_the_expansion(settings: Settings, fake: FakeOllama,
+                                                             facts: KnownFacts) -> None:
+    async with gateway_client(settings.replace(expansion_shed_at=1), fake) as client:
+        await ingest(client)
+        alone = await query(client, **QUESTION)
+        assert "shed" not in alone and "expansion" in alone["channels"]
+        busy = await while_one_is_held(client, fake)
+        assert busy["shed"] == "expansion (2 retrievals in flight)" and "expansion" not in busy["channels"]
+        assert busy["context"] and "Acme Corp" in busy["context"]   # still grounded
+
+
+async def test_never_shed_when_the_setting_is_zero(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    async with gateway_client(settings.replace(expansion_shed_at=0), fake) as client:
+        await ingest(client)
+        busy = await while_one_is_held(client, fake)
+        assert "shed" not in busy and "expansion" in busy["channels"]
