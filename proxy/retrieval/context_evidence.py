@@ -14,7 +14,9 @@ not use goes to the passages. The references still name each passage's document.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterable, Iterator
 
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.context import Context, Section, assemble, header_text
@@ -23,6 +25,7 @@ from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, Found
 RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first notes carry its gist
 ENTITY_TOKENS = 48     # an entity's line is a pointer (type, gist); its facts are the relations'
 COMMUNITY_TOKENS = 200  # a community's summary: its members and what joins them
+CHARS_PER_TOKEN_MAX = 12  # more characters than a line's token limit can ever take (cl100k: ~4 a token)
 
 
 def notes(description: str) -> list[str]:
@@ -52,21 +55,27 @@ def entity_text(e: FoundEntity, stated: set[str]) -> str:
     return f"- {e.name} ({e.type}): {description}"
 
 
-def fit_capped(lines: list[str], limit: int, budget: int, tokenizer: Tokenizer) -> tuple[list[str], int]:
+def fit_capped(lines: Iterable[str], limit: int, budget: int, tokenizer: Tokenizer) -> tuple[list[str], int]:
     """The leading lines that fit ``budget`` (each cut to ``limit`` tokens first), and the tokens
-    they use. Lines past the budget are never counted: a hub gives hundreds, a small budget takes
-    a few dozen."""
+    they use. Lines past the budget are never made or counted (``lines`` may be lazy): a hub
+    gives hundreds, a small budget takes a few dozen."""
     kept: list[str] = []
     used = 0
     for line in lines:
+        line = line[:limit * CHARS_PER_TOKEN_MAX]   # a hub's description can be long: never tokenise all of it
         count = tokenizer.count(line)
         if count > limit:
-            line, count = tokenizer.truncate(line, limit) + " …", limit + 2
+            line, count = cut(tokenizer, line, limit) + " …", limit + 2
         if used + count + 1 > budget:
             break
         kept.append(line)
         used += count + 1
     return kept, used
+
+
+@functools.lru_cache(maxsize=4096)   # the same hub's long description is cut turn after turn
+def cut(tokenizer: Tokenizer, line: str, limit: int) -> str:
+    return tokenizer.truncate(line, limit)
 
 
 def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
@@ -77,21 +86,25 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     header_tokens = tokenizer.count(header)
     communities = communities or []
     # facts: each distinct statement once
-    seen: set[str] = set()
     unique: list[FoundRelation] = []
-    for relation in relations:
-        text = relation_text(relation)
-        if text not in seen:
-            seen.add(text)
-            unique.append(relation)
-    r_lines, r_used = fit_capped([relation_text(r) for r in unique], RELATION_TOKENS, relation_budget, tokenizer)
+
+    def distinct() -> Iterator[str]:
+        seen: set[str] = set()
+        for relation in relations:
+            text = relation_text(relation)
+            if text not in seen:
+                seen.add(text)
+                unique.append(relation)
+                yield text
+
+    r_lines, r_used = fit_capped(distinct(), RELATION_TOKENS, relation_budget, tokenizer)
     kept_relations = unique[:len(r_lines)]
     stated = {note for r in kept_relations for note in notes(r.description)}
     # communities: their summaries, from the entity budget first (the entities are pointers)
-    c_lines, c_used = fit_capped([community_text(c) for c in communities], COMMUNITY_TOKENS, entity_budget // 2,
+    c_lines, c_used = fit_capped((community_text(c) for c in communities), COMMUNITY_TOKENS, entity_budget // 2,
                                  tokenizer)
     # entities: name and type, and the description only when it adds to the facts
-    e_lines, e_used = fit_capped([entity_text(e, stated) for e in entities], ENTITY_TOKENS, entity_budget - c_used,
+    e_lines, e_used = fit_capped((entity_text(e, stated) for e in entities), ENTITY_TOKENS, entity_budget - c_used,
                                  tokenizer)
     kept_entities = entities[:len(e_lines)]
     return assemble(header, header_tokens, [

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from proxy.retrieval.found import FoundEntity, FoundRelation
-from proxy.retrieval.relevance import relation_relevance
+from proxy.retrieval.relevance import cosines, relation_relevance
 from proxy.retrieval.select import word_stems
 from proxy.retrieval.stages import Question
 
@@ -39,12 +39,13 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
     and vectors alone and only that many are read (descriptions) and kept."""
     if not relations:
         return relations
+    sims = cosines(store, question, relations)   # read once, for the three passes below
     if shortlist is not None and len(relations) > shortlist:
-        quick = relation_relevance(store, question, relations, descriptions=False)
+        quick = relation_relevance(store, question, relations, descriptions=False, similarity=sims)
         bonus = [ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0)) for r in relations]
         top = sorted(range(len(relations)), key=lambda i: (-(quick[i] + bonus[i]), i))[:shortlist]
         relations = [relations[i] for i in sorted(top)]   # the fused order among them, for the ties
-    relevance = relation_relevance(store, question, relations)
+    relevance = relation_relevance(store, question, relations, similarity=sims)
     scores = {r.pair: score + ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0))
               for r, score in zip(relations, relevance, strict=True)}
     # a next hop: judged by what the hop reaching it left unanswered
@@ -61,7 +62,8 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
             best = max(reaching, key=lambda h: scores[h.pair])
             by_rest.setdefault(residual_text(question, best), []).append(r)
     for rest, onward in by_rest.items():
-        hop = relation_relevance(store, _with_text(question, rest), onward) if rest.strip() else [0.0] * len(onward)
+        hop = (relation_relevance(store, _with_text(question, rest), onward, similarity=sims) if rest.strip()
+               else [0.0] * len(onward))
         scores.update({r.pair: score for r, score in zip(onward, hop, strict=True)})
     order = {r.pair: i for i, r in enumerate(relations)}
     return sorted(relations, key=lambda r: (-scores[r.pair], order[r.pair]))

@@ -22,29 +22,45 @@ if TYPE_CHECKING:
 COSINE_SHARE = 0.2   # the vectors' part: with a hub's name in every one of its edges, words decide
 
 
+def cosines(store: KnowledgeStore, question: Question, relations: list[FoundRelation]) -> dict[str, float]:
+    """Each relation's cosine to the question's vector (0 below zero, or when the index is out of
+    step with the rows: then the words alone decide)."""
+    if not relations:
+        return {}
+    vectors = store.vectors_sync("relations", [r.vector_key for r in relations])
+    if vectors.shape[0] != len(relations):
+        return {}
+    similarity = np.clip(cosine_to(question.vectors["query"], vectors), 0.0, None).tolist()
+    return {r.pair: sim for r, sim in zip(relations, similarity, strict=True)}
+
+
 def relation_relevance(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
-                       *, descriptions: bool = True) -> list[float]:
+                       *, descriptions: bool = True, similarity: dict[str, float] | None = None) -> list[float]:
     """One score per relation, higher for those about what the question asks (reads the
     descriptions of those that have none yet, unless ``descriptions`` is False: then only what
-    is in memory and the vectors count)."""
+    is in memory and the vectors count; ``similarity``: the cosines, when already read)."""
     if not relations:
         return []
     if descriptions:
         fill_descriptions(store, [], [r for r in relations if not r.description])
-    vectors = store.vectors_sync("relations", [r.vector_key for r in relations])
-    if vectors.shape[0] == len(relations):
-        similarity = np.clip(cosine_to(question.vectors["query"], vectors), 0.0, None).tolist()
-    else:  # the index is out of step with the rows: the words alone decide
-        similarity = [0.0] * len(relations)
+    sims = similarity if similarity is not None else cosines(store, question, relations)
     stems = word_stems(question.asked)
-    return [relation_match(stems, r.keywords, r.description, (r.source_name, r.target_name)) + COSINE_SHARE * sim
-            for sim, r in zip(similarity, relations, strict=True)]
+    return [relation_match(stems, r.keywords, r.description, (r.source_name, r.target_name))
+            + COSINE_SHARE * sims.get(r.pair, 0.0) for r in relations]
 
 
-def rank_by_question(store: KnowledgeStore, question: Question, relations: list[FoundRelation], *,
-                     descriptions: bool = True) -> list[FoundRelation]:
-    """The most relevant to the question first, then the most central, then the heaviest (by the
-    keywords and vectors alone without ``descriptions``: no read per relation)."""
-    relevance = dict(zip((r.pair for r in relations),
-                         relation_relevance(store, question, relations, descriptions=descriptions), strict=True))
-    return sorted(relations, key=lambda r: (-relevance[r.pair], -r.degree, -r.weight))
+def edge_relevance(store: KnowledgeStore, question: Question,
+                   facts: dict[str, tuple[tuple[str, ...], str, str, int]]) -> dict[str, float]:
+    """``relation_relevance`` without descriptions, from ``search.edge_facts``: the expansion weighs
+    hundreds of edges per turn, and building a record for each cost more than the walk."""
+    if not facts:
+        return {}
+    pairs = list(facts)
+    vectors = store.vectors_sync("relations", [facts[p][3] for p in pairs])
+    if vectors.shape[0] == len(pairs):
+        similarity = np.clip(cosine_to(question.vectors["query"], vectors), 0.0, None).tolist()
+    else:
+        similarity = [0.0] * len(pairs)
+    stems = word_stems(question.asked)
+    return {pair: relation_match(stems, facts[pair][0], "", facts[pair][1:3]) + COSINE_SHARE * sim
+            for pair, sim in zip(pairs, similarity, strict=True)}

@@ -4,6 +4,8 @@ the store's in-memory rows, degrees and neighbourhoods from its graph, texts fro
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,13 +39,16 @@ def _relation(rows: MemoryRows, meta: RelationMeta) -> FoundRelation:
 
 
 def fill_descriptions(store: KnowledgeStore, entities: list[FoundEntity], relations: list[FoundRelation]) -> None:
-    """Read the descriptions of the chosen entities and relations (two indexed reads)."""
-    text = store.tables.retrieval_rows.descriptions_sync("entities", [(e.vector_key, e.key) for e in entities])
-    for entity in entities:
-        entity.description = text.get(entity.vector_key, "")
-    text = store.tables.retrieval_rows.descriptions_sync("relations", [(r.vector_key, r.pair) for r in relations])
-    for relation in relations:
-        relation.description = text.get(relation.vector_key, "")
+    """Read the descriptions of the chosen entities and relations (an indexed read for each kind
+    there are any of)."""
+    if entities:
+        text = store.tables.retrieval_rows.descriptions_sync("entities", [(e.vector_key, e.key) for e in entities])
+        for entity in entities:
+            entity.description = text.get(entity.vector_key, "")
+    if relations:
+        text = store.tables.retrieval_rows.descriptions_sync("relations", [(r.vector_key, r.pair) for r in relations])
+        for relation in relations:
+            relation.description = text.get(relation.vector_key, "")
 
 
 def entities_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundEntity]:
@@ -97,6 +102,56 @@ def documents_of(store: KnowledgeStore, ids: list[str]) -> dict[str, list[str]]:
 
 def degrees(store: KnowledgeStore, keys: list[str]) -> dict[str, int]:
     return store.read_memory_sync(lambda rows, graph: graph.degrees(keys))
+
+
+def edge_facts(store: KnowledgeStore, pairs: list[str]) -> dict[str, tuple[tuple[str, ...], str, str, int]]:
+    """pair -> (keywords, source name, target name, vector key) of the known ones: what weighing an
+    edge against the question needs, read without building a record per edge."""
+    def read(rows: MemoryRows, graph: Graph) -> dict[str, tuple[tuple[str, ...], str, str, int]]:
+        facts = {}
+        for pair in pairs:
+            meta = rows.relation(pair)
+            if meta is not None:
+                source, target = rows.entity(meta.source), rows.entity(meta.target)
+                facts[pair] = (tuple(meta.keywords), source.name if source else meta.source,
+                               target.name if target else meta.target, meta.key)
+        return facts
+    return store.read_memory_sync(read)
+
+
+def central_incident_relations(store: KnowledgeStore, keys: list[str], count: int,
+                               relevance: Callable[[Sequence[str], str, str], float] | None = None
+                               ) -> list[FoundRelation]:
+    """The ``count`` best relations touching ``keys``: by ``relevance(keywords, source name,
+    target name)`` when given, then the most central (endpoint degrees summed), then the heaviest;
+    ties in the order of ``keys``. Each with its ``degree``. Ranked in one read before any is
+    built: a dense graph's entities touch thousands of relations."""
+    def read(rows: MemoryRows, graph: Graph) -> list[FoundRelation]:
+        pairs: dict[str, tuple[str, str]] = {}
+        for key in keys:
+            for neighbour in graph.neighbourhood(key, 1):
+                if neighbour != key:
+                    pairs.setdefault(pair_key(key, neighbour), (key, neighbour))
+        ends = list({k for pair in pairs.values() for k in pair})
+        degree = graph.degrees(ends) if ends else {}
+        metas = [(i, m) for i, p in enumerate(pairs) if (m := rows.relation(p)) is not None]
+
+        def name(key: str) -> str:
+            entity = rows.entity(key)
+            return entity.name if entity is not None else key
+
+        asked = ({m.pair: relevance(m.keywords, name(m.source), name(m.target)) for _, m in metas}
+                 if relevance is not None else {})
+        ranked = heapq.nsmallest(count, metas, key=lambda item: (
+            -asked.get(item[1].pair, 0.0), -(degree.get(item[1].source, 0) + degree.get(item[1].target, 0)),
+            -item[1].weight, item[0]))
+        found = []
+        for _, meta in ranked:
+            relation = _relation(rows, meta)
+            relation.degree = degree.get(meta.source, 0) + degree.get(meta.target, 0)
+            found.append(relation)
+        return found
+    return store.read_memory_sync(read)
 
 
 def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:

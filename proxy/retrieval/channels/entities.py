@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
 from proxy.retrieval.found import Found
-from proxy.retrieval.select import rank_relations, scored
+from proxy.retrieval.select import scored
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
@@ -26,7 +26,4 @@ class EntityChannel:
         degree = search.degrees(store, [e.key for e in entities])
         for entity in entities:
             entity.degree = degree[entity.key]
-        pairs = search.incident_pairs(store, [e.key for e in entities])
-        related = list(search.relations_by_pairs(store, pairs).values())
-        search.set_relation_degrees(store, related)
-        return Found(entities, rank_relations(related, lambda r: r.degree, lambda r: r.weight)[:params.top_k])
+        return Found(entities, search.central_incident_relations(store, [e.key for e in entities], params.top_k))

@@ -8,13 +8,14 @@ knob is ``ppr``; it needs no keywords.
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
 from proxy.retrieval.channels.linked import linked_keys
 from proxy.retrieval.found import Found, FoundEntity, FoundRelation
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.relevance import relation_relevance
+from proxy.retrieval.relevance import edge_relevance
 from proxy.retrieval.stages import Question
 from proxy.store.changes import pair_key, split_pair
 
@@ -43,14 +44,13 @@ def seeds_of(store: KnowledgeStore, question: Question) -> dict[str, float]:
     return seeds
 
 
-def edge_weights(store: KnowledgeStore, question: Question, pairs: list[tuple[str, str]]) -> list[float]:
-    """Each edge's relevance to the question (``relation_relevance``), never below ``EDGE_FLOOR``."""
+def edge_weights(store: KnowledgeStore, question: Question, pairs: list[tuple[str, str]],
+                 known: dict[str, float]) -> list[float]:
+    """Each edge's relevance to the question (``edge_relevance``), never below ``EDGE_FLOOR``;
+    ``known`` keeps them by pair key (the joining relations are ranked by them too)."""
     keys = [pair_key(source, target) for source, target in pairs]
-    relations = search.relations_by_pairs(store, list(dict.fromkeys(keys)))
-    known = list(relations.values())
-    relevance = dict(zip((r.pair for r in known), relation_relevance(store, question, known, descriptions=False),
-                         strict=True))
-    return [EDGE_FLOOR + relevance.get(key, 0.0) for key in keys]
+    known.update(edge_relevance(store, question, search.edge_facts(store, list(dict.fromkeys(keys)))))
+    return [EDGE_FLOOR + known.get(key, 0.0) for key in keys]
 
 
 class ExpansionChannel:
@@ -65,11 +65,12 @@ class ExpansionChannel:
         seeds = seeds_of(store, question)
         if not seeds:
             return Found()
-        ranked = dict(store.expand_sync(seeds, lambda pairs: edge_weights(store, question, pairs),
+        relevance: dict[str, float] = {}
+        ranked = dict(store.expand_sync(seeds, lambda pairs: edge_weights(store, question, pairs, relevance),
                                         hops=HOPS, cap=CAP, damping=DAMPING, limit=params.top_k,
                                         edge_cap=EDGE_CAP))
         entities = self.entities(store, ranked)
-        return Found(entities, self.joining(store, question, ranked)[:params.top_k])
+        return Found(entities, self.joining(store, question, ranked, relevance))
 
     def entities(self, store: KnowledgeStore, ranked: dict[str, float]) -> list[FoundEntity]:
         found = search.entities_by_name(store, list(ranked))
@@ -82,17 +83,19 @@ class ExpansionChannel:
                 entities.append(entity)
         return entities
 
-    def joining(self, store: KnowledgeStore, question: Question, ranked: dict[str, float]) -> list[FoundRelation]:
+    def joining(self, store: KnowledgeStore, question: Question, ranked: dict[str, float],
+                relevance: dict[str, float]) -> list[FoundRelation]:
         """The relations between two of the ranked entities, by their endpoints' PageRank times their
-        relevance to the question: the seed's edge to the bridge, then the bridge's asked-for fact.
+        relevance to the question (the edge weights, kept from the walk): the seed's edge to the
+        bridge, then the bridge's asked-for fact. Only the best ``top_k`` are read.
         (Discounting each kind's later relations was measured: it cost 2-hop and list recall.)"""
         pairs = [pair for pair in search.incident_pairs(store, list(ranked))
-                 if all(key in ranked for key in split_pair(pair))]   # read only the edges among them
-        relations = list(search.relations_by_pairs(store, pairs).values())
+                 if all(key in ranked for key in split_pair(pair))]   # only the edges among them
+        score = {pair: sum(ranked[key] for key in split_pair(pair)) * (EDGE_FLOOR + relevance.get(pair, 0.0))
+                 for pair in pairs}
+        best = heapq.nsmallest(question.params.top_k, range(len(pairs)), key=lambda i: (-score[pairs[i]], i))
+        relations = list(search.relations_by_pairs(store, [pairs[i] for i in sorted(best)]).values())
         search.set_relation_degrees(store, relations)
-        # keywords and vectors only, as for the edge weights: the fused relations are read and ranked
-        # again with their descriptions after the fusion (the evidence layout)
-        relevance = relation_relevance(store, question, relations, descriptions=False)
-        for relation, weight in zip(relations, relevance, strict=True):
-            relation.score = (ranked[relation.source] + ranked[relation.target]) * (EDGE_FLOOR + weight)
+        for relation in relations:
+            relation.score = score[relation.pair]
         return sorted(relations, key=lambda r: (-r.score, -r.degree, -r.weight))

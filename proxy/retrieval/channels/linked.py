@@ -9,13 +9,13 @@ follow-up ("and where is it based?") keeps the entity the conversation is about.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
-from proxy.retrieval.found import Found, FoundRelation
+from proxy.retrieval.found import Found
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.relevance import rank_by_question
-from proxy.retrieval.select import rank_relations
+from proxy.retrieval.select import relation_match, word_stems
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
@@ -57,18 +57,17 @@ class LinkedChannel:
                 entity = found[key]
                 entity.score, entity.degree = linked[key], degree[key]
                 entities.append(entity)
-        pairs = search.incident_pairs(store, [e.key for e in entities])
-        related = list(search.relations_by_pairs(store, pairs).values())
-        search.set_relation_degrees(store, related)
-        return Found(entities, rank_edges(store, question, related)[:RELATIONS_PER_TOP_K * params.top_k])
+        return Found(entities, search.central_incident_relations(
+            store, [e.key for e in entities], RELATIONS_PER_TOP_K * params.top_k, asked_kind(question)))
 
 
-def rank_edges(store: KnowledgeStore, question: Question, related: list[FoundRelation]) -> list[FoundRelation]:
-    """A linked entity's relations by the ``relation_ranking`` knob: the most central first, or
-    those about what the question asks first (a hub's hundreds of relations hide the asked kind)."""
-    if question.params.relation_ranking == "question":
-        # keywords and vectors only: a hub has hundreds of relations, and reading each one's
-        # description per turn costs more than it sorts; the kept ones are read and ranked again
-        # with them after the fusion (the evidence layout)
-        return rank_by_question(store, question, related, descriptions=False)
-    return rank_relations(related, lambda r: r.degree, lambda r: r.weight)
+def asked_kind(question: Question) -> Callable[[Sequence[str], str, str], float] | None:
+    """How a linked entity's relations rank, by the ``relation_ranking`` knob: the most central
+    first (None), or those whose keywords hold the question's relation words first (a hub's
+    hundreds of relations hide the asked kind). Keywords only: a hub's relations are not built,
+    read or embedded per turn; the kept ones are ranked again with their descriptions and vectors
+    after the fusion (the evidence layout)."""
+    if question.params.relation_ranking != "question":
+        return None
+    stems = word_stems(question.asked)
+    return lambda keywords, source, target: relation_match(stems, keywords, "", (source, target))
