@@ -6,7 +6,10 @@ every commit and rebuilt at start-up, and the linked channel behind the ``linkin
 from __future__ import annotations
 
 import itertools
+import threading
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -206,3 +209,29 @@ async def test_with_linking_off_retrieval_is_unchanged(settings: Settings, fake:
             assert default == off
             on = await query(client, **body, linking="on")
             assert on["entities"][0]["name"] in ("Acme Corp", "Berlin") and on["entities"][0]["score"] == EXACT
+
+
+async def test_the_name_index_is_built_beside_the_turns_and_misses_no_commit(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A big store's name index takes seconds to build: turns meanwhile are grounded without links,
+    never held, and what is committed during the build is in the index once it is in use."""
+    async with gateway_client(settings, fake) as client:
+        await settle(client, (await upload(client, "team.txt", TEAM))["id"])
+        store = store_of(client)
+        release = threading.Event()
+        build = NameIndex.build
+
+        def slow_build(*args: Any) -> NameIndex:
+            assert release.wait(30)
+            return build(*args)
+
+        monkeypatch.setattr(NameIndex, "build", staticmethod(slow_build))
+        await store.rebuild()                      # the rows are reloaded: the index must be built again
+        assert store.link_sync("Acme Corp") == []  # not ready: nothing linked, the turn not held
+        assert not store.names_ready
+        await settle(client, (await upload(client, "city.md", CITY))["id"])   # committed during the build
+        release.set()
+        with anyio.fail_after(30):
+            while not store.names_ready:
+                await anyio.sleep(0.01)
+        assert [key for key, _ in store.link_sync("Acme Corp in Berlin")] == ["acme corp", "berlin"]

@@ -37,6 +37,7 @@ from proxy.upstream.model_calls import CacheEntry, ModelClient
 from proxy.upstream.model_info import ModelInfoCache
 
 log = logging.getLogger("graphgate")
+NAMES_BEFORE_SERVING = 20_000   # entities whose name index is built before the first request (< 1 s)
 
 
 @dataclass
@@ -133,6 +134,12 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
         retriever = Retriever(store, models, settings, tokenizer, reranker)
         model_info = ModelInfoCache(upstream, settings.discovery_timeout)
         async with anyio.create_task_group() as group:
+            # entity linking's name index: built before serving a small store, beside it for a big one
+            # (seconds at 100k entities; until then turns are grounded without links)
+            if store.vector_count("entities") <= NAMES_BEFORE_SERVING:
+                await anyio.to_thread.run_sync(store.build_names_sync)
+            else:
+                group.start_soon(anyio.to_thread.run_sync, store.build_names_sync)
             await pipeline.start(group)
             traces.start(group)
             cache.start(group)

@@ -53,6 +53,9 @@ class KnowledgeStore:
         # entity names and aliases, for linking: built on first use (seconds at 1M entities, and
         # linking is off by default), then kept in step with every commit
         self._names: NameIndex | None = None
+        # while the name index is built (outside the lock), the changes it must replay; None: no build
+        self._names_pending: list[Changeset] | None = None
+        self._names_epoch = 0   # moves when the rows are reloaded: a build begun before is dropped
         # keyword (BM25) indexes: loaded and healed at start-up when saved, else built on first use
         # (12 s at 100k chunks, and keyword search is off by default), then kept in step with every commit
         self._keywords: dict[str, Keywords] = {
@@ -156,7 +159,8 @@ class KnowledgeStore:
             self._graph.load(list(rows.entity_keys), *self.tables.graph_edges_sync())
         finally:
             gc.enable()
-        self._rows, self._names = rows, None
+        self._rows, self._names, self._names_pending = rows, None, None
+        self._names_epoch += 1
 
     def _save_sync(self) -> None:
         with self._vectors_lock:
@@ -243,18 +247,37 @@ class KnowledgeStore:
 
     def _apply_names(self, changes: Changeset) -> None:
         """The name index follows the entities and the aliases, in the order the tables took them."""
-        names, curation = self._names, changes.curation
-        if names is None:  # not built yet: it is built from the rows and tables when first used
+        names = self._names
+        if names is None:  # not built yet: a build under way replays the change once it is done
+            if self._names_pending is not None:
+                self._names_pending.append(changes)
             return
-        for name_key in changes.entities_removed:
-            names.drop_entity(name_key)
-        for e in changes.entities_upserted:
-            names.put_entity(e.name_key)
-        for alias in curation.aliases_dropped:
-            names.drop_alias(alias)
-        for alias, target in curation.aliases.items():
-            names.put_alias(alias, target)
-        names.drop_aliases_into(curation.aliases_into_dropped)
+        apply_names(names, changes)
+
+    @property
+    def names_ready(self) -> bool:
+        """Whether entity linking's name index is built (before, ``link_sync`` links nothing)."""
+        return self._names is not None
+
+    def build_names_sync(self) -> None:
+        """Build the name index entity linking reads, outside the lock (8 s at 50k random names):
+        the changes committed meanwhile are replayed before it is used. Blocking."""
+        with self._memory_lock:
+            if self._names is not None or self._names_pending is not None:
+                return   # built, or being built
+            keys, epoch, self._names_pending = list(self._rows.entity_keys), self._names_epoch, []
+        try:
+            index = NameIndex.build(keys, self.tables.graph_rows.aliases_sync())
+        except BaseException:
+            with self._memory_lock:
+                self._names_pending = None
+            raise
+        with self._memory_lock:
+            if epoch != self._names_epoch:   # reloaded meanwhile: this index is of rows gone
+                return
+            for changes in self._names_pending or []:
+                apply_names(index, changes)
+            self._names, self._names_pending = index, None
 
     def _apply_graph(self, changes: Changeset) -> None:
         self._graph.add_entities(row.name_key for row in changes.entities_upserted)
@@ -278,10 +301,13 @@ class KnowledgeStore:
         any case, punctuation or legal suffix, one typo in a long name), best first. Blocking."""
         words = name_words(text)
         with self._memory_lock:
-            if self._names is None:
-                self._names = NameIndex.build(self._rows.entity_keys, self.tables.graph_rows.aliases_sync())
-            entity_keys = self._rows.entity_keys
-            return [(key, score) for key, score in self._names.link(words) if key in entity_keys]
+            names, building = self._names, self._names_pending is not None
+            if names is not None:
+                entity_keys = self._rows.entity_keys
+                return [(key, score) for key, score in names.link(words) if key in entity_keys]
+        if not building:   # never holds a turn: the index is built beside it, and links the next ones
+            threading.Thread(target=self.build_names_sync, name="name-index", daemon=True).start()
+        return []
 
     def search_sync(self, table: str, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """(vector key, similarity) of the ``count`` nearest rows of ``table``. Blocking."""
@@ -520,3 +546,17 @@ def entity_keyword_text(name: str, description: str) -> str:
 
 def relation_keyword_text(keywords: list[str] | tuple[str, ...], source: str, target: str, description: str) -> str:
     return f"{', '.join(keywords)}\t{source}\t{target}\n{description}"
+
+
+def apply_names(names: NameIndex, changes: Changeset) -> None:
+    """A commit's entities and aliases into the name index, in the order the tables took them."""
+    curation = changes.curation
+    for name_key in changes.entities_removed:
+        names.drop_entity(name_key)
+    for e in changes.entities_upserted:
+        names.put_entity(e.name_key)
+    for alias in curation.aliases_dropped:
+        names.drop_alias(alias)
+    for alias, target in curation.aliases.items():
+        names.put_alias(alias, target)
+    names.drop_aliases_into(curation.aliases_into_dropped)
