@@ -42,11 +42,11 @@ def fill_descriptions(store: KnowledgeStore, entities: list[FoundEntity], relati
     """Read the descriptions of the chosen entities and relations (an indexed read for each kind
     there are any of)."""
     if entities:
-        text = store.tables.retrieval_rows.descriptions_sync("entities", [(e.vector_key, e.key) for e in entities])
+        text = store.descriptions_sync("entities", [(e.vector_key, e.key) for e in entities])
         for entity in entities:
             entity.description = text.get(entity.vector_key, "")
     if relations:
-        text = store.tables.retrieval_rows.descriptions_sync("relations", [(r.vector_key, r.pair) for r in relations])
+        text = store.descriptions_sync("relations", [(r.vector_key, r.pair) for r in relations])
         for relation in relations:
             relation.description = text.get(relation.vector_key, "")
 
@@ -91,7 +91,7 @@ def chunk_ids(store: KnowledgeStore, keys: list[int]) -> dict[int, str]:
 
 def chunk_texts(store: KnowledgeStore, keys: list[int]) -> dict[str, tuple[str, int]]:
     """id -> (content, tokens) of the chunks with these vector keys: the one table read of a chunk list."""
-    return store.tables.retrieval_rows.chunk_texts_sync(keys)
+    return store.chunk_texts_sync(keys)
 
 
 def documents_of(store: KnowledgeStore, ids: list[str]) -> dict[str, list[str]]:

@@ -32,11 +32,13 @@ from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.keywords import Keywords
 from proxy.store.protocols.tables import Tables
 from proxy.store.protocols.vectors import Vectors
+from proxy.store.read_cache import TextCache
 from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
 
 __all__ = ["INDEXED_TABLES", "VECTOR_TABLES", "Community", "KnowledgeStore", "now"]
 
 log = logging.getLogger("graphgate.store")
+TEXTS_CACHED = 100_000   # descriptions and chunk texts kept per kind (a few hundred MB at most)
 T = TypeVar("T")
 
 
@@ -56,6 +58,10 @@ class KnowledgeStore:
         # while the name index is built (outside the lock), the changes it must replay; None: no build
         self._names_pending: list[Changeset] | None = None
         self._names_epoch = 0   # moves when the rows are reloaded: a build begun before is dropped
+        # the texts retrieval reads per turn, by vector key (``read_cache.py``)
+        self._descriptions: dict[str, TextCache[str]] = {"entities": TextCache(TEXTS_CACHED),
+                                                         "relations": TextCache(TEXTS_CACHED)}
+        self._chunk_texts: TextCache[tuple[str, str, int]] = TextCache(TEXTS_CACHED)
         # keyword (BM25) indexes: loaded and healed at start-up when saved, else built on first use
         # (12 s at 100k chunks, and keyword search is off by default), then kept in step with every commit
         self._keywords: dict[str, Keywords] = {
@@ -160,6 +166,9 @@ class KnowledgeStore:
         finally:
             gc.enable()
         self._rows, self._names, self._names_pending = rows, None, None
+        for cache in self._descriptions.values():
+            cache.clear()
+        self._chunk_texts.clear()
         self._names_epoch += 1
 
     def _save_sync(self) -> None:
@@ -231,6 +240,7 @@ class KnowledgeStore:
 
     def _apply_rows(self, changes: Changeset) -> None:
         rows = self._rows
+        self._evict_texts(changes)
         for chunk_id in changes.chunks_removed:
             rows.drop_chunk(chunk_id)
         for chunk in changes.chunks_added:
@@ -244,6 +254,46 @@ class KnowledgeStore:
             rows.drop_relation(pair)
         for r in changes.relations_upserted:
             rows.put_relation(RelationMeta(r.key, r.pair_key, tuple(r.keywords), r.weight, rows.sources(r.source_ids)))
+
+    def _evict_texts(self, changes: Changeset) -> None:
+        """The cached texts of what a commit removes or writes (by its old keys and its new ones)."""
+        rows = self._rows
+        self._chunk_texts.evict(key for chunk_id in changes.chunks_removed
+                                if (key := rows.chunk_keys.get(chunk_id)) is not None)
+        gone = [rows.entity(name_key) for name_key in [*changes.entities_removed,
+                                                      *(e.name_key for e in changes.entities_upserted)]]
+        self._descriptions["entities"].evict([m.key for m in gone if m is not None]
+                                             + [e.key for e in changes.entities_upserted])
+        dropped = [rows.relation(pair) for pair in [*changes.relations_removed,
+                                                    *(r.pair_key for r in changes.relations_upserted)]]
+        self._descriptions["relations"].evict([m.key for m in dropped if m is not None]
+                                              + [r.key for r in changes.relations_upserted])
+
+    def descriptions_sync(self, table: str, wanted: list[tuple[int, str]]) -> dict[int, str]:
+        """Descriptions of entities or relations by vector key (with the name or pair key, to find a
+        row re-keyed since its key was read), from the cache or one table read. Blocking."""
+        cache = self._descriptions[table]
+        found, missing = cache.get_many(key for key, _ in wanted)
+        if missing:
+            absent = set(missing)
+            read = self.tables.retrieval_rows.descriptions_sync(table, [w for w in wanted if w[0] in absent])
+            cache.put_many({key: text for key, text in read.items() if key in absent})
+            found.update(read)
+        return found
+
+    def chunk_texts_sync(self, keys: list[int]) -> dict[str, tuple[str, int]]:
+        """id -> (content, tokens) of the chunks with these vector keys, from the cache or one table
+        read. Blocking."""
+        cached, missing = self._chunk_texts.get_many(keys)
+        if missing:
+            read = self.tables.retrieval_rows.chunk_texts_sync(missing)
+            # under the lock a commit evicts under: a chunk deleted meanwhile is neither cached nor returned
+            with self._memory_lock:
+                keyed = {key: (chunk_id, *read[chunk_id]) for chunk_id in read
+                         if (key := self._rows.chunk_keys.get(chunk_id)) is not None}
+                self._chunk_texts.put_many(keyed)
+            cached.update(keyed)
+        return {chunk_id: (content, tokens) for chunk_id, content, tokens in cached.values()}
 
     def _apply_names(self, changes: Changeset) -> None:
         """The name index follows the entities and the aliases, in the order the tables took them."""
