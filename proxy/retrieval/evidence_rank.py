@@ -33,13 +33,16 @@ def answered_words(question: Question, relation: FoundRelation) -> frozenset[str
 
 
 def rank_evidence(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
-                  anchors: dict[str, float], shortlist: int | None = None) -> list[FoundRelation]:
+                  anchors: dict[str, float], shortlist: int | None = None,
+                  vectors: bool = True) -> list[FoundRelation]:
     """``relations`` best evidence first (ties: their fused order). ``anchors``: the named entities'
     keys and their linking confidence. With ``shortlist``, they are first ranked by their keywords
-    and vectors alone and only that many are read (descriptions) and kept."""
+    and vectors alone and only that many are read (descriptions) and kept. Without ``vectors`` the
+    relations' vectors are not read (their cosine counts for little)."""
     if not relations:
         return relations
-    sims = cosines(store, question, relations)   # read once, for the three passes below
+    # read once, for the three passes below (without ``vectors``, under a burst: words alone)
+    sims = cosines(store, question, relations) if vectors else {}
     if shortlist is not None and len(relations) > shortlist:
         quick = relation_relevance(store, question, relations, descriptions=False, similarity=sims)
         bonus = [ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0)) for r in relations]

@@ -145,12 +145,14 @@ class Retriever:
 
     def _shed(self, params: QueryParams) -> tuple[QueryParams, str | None]:
         """Under a burst of chats, the expansion (about half a retrieval's CPU on a dense graph) is
-        skipped: with every turn's retrieval on the same cores, each would otherwise wait for all."""
+        skipped, and the evidence ranking goes by words alone: every turn's vector reads queue on
+        the index's one lock, and each would otherwise wait for all."""
         limit = self.settings.expansion_shed_at
         if params.expansion == "off" or not limit or self.in_flight <= limit:
             return params, None
         shed: dict[str, Any] = {"expansion": "off"}   # a knob: generated fields mypy does not see
-        return dataclasses.replace(params, **shed), f"expansion ({self.in_flight} retrievals in flight)"
+        return (dataclasses.replace(params, **shed),
+                f"expansion and relation vectors ({self.in_flight} retrievals in flight)")
 
     async def _retrieve(self, query: str, history: list[tuple[str, str]], params: QueryParams,
                         budget: Budget) -> Retrieval:
@@ -183,7 +185,8 @@ class Retriever:
                 finds |= await anyio.to_thread.run_sync(self._search_channels, question, wanted)
         with timer.step("fusion"):
             graph = await anyio.to_thread.run_sync(self._fuse_graph, question, finds,
-                                                   [c.name for c in channels if c.name in finds], budget)
+                                                   [c.name for c in channels if c.name in finds], budget,
+                                                   shed is None)
         with timer.step("chunks"):
             chunks = await anyio.to_thread.run_sync(self._collect_chunks, question, graph)
         rerank = None
@@ -252,7 +255,8 @@ class Retriever:
         return {channel.name: channel.search(self.store, question) for channel in channels
                 if channel.vector in question.vectors}
 
-    def _fuse_graph(self, question: Question, named: dict[str, Found], order: list[str], budget: Budget) -> GraphFinds:
+    def _fuse_graph(self, question: Question, named: dict[str, Found], order: list[str], budget: Budget,
+                    vectors: bool = True) -> GraphFinds:
         """The channels' entities and relations as one list each (in channel ``order``), described."""
         finds = [named[name] for name in order]
         entities, relations = fuse_graph(finds, question.params.fusion)
@@ -262,7 +266,7 @@ class Retriever:
             # ranked again with its descriptions (a hub's hundreds of relations are not read per turn)
             anchors = {e.key: e.score for e in named["linked"].entities} if "linked" in named else {}
             relations = rank_evidence(self.store, question, relations, anchors,
-                                      shortlist=max(SHORTLIST_FLOOR, budget.relation // LINE_TOKENS))
+                                      shortlist=max(SHORTLIST_FLOOR, budget.relation // LINE_TOKENS), vectors=vectors)
             entities = rank_entities(entities, relations, anchors)[:max(SHORTLIST_FLOOR, budget.entity // LINE_TOKENS)]
             fill_descriptions(self.store, entities, [])
         else:
