@@ -1,5 +1,6 @@
-"""Under a burst of chats a retrieval sheds its costliest stage, the expansion, so that every turn
-stays quick (GRAPHGATE_EXPANSION_SHED_AT), and says so; alone, it never does."""
+"""Under a burst of chats a retrieval runs light (GRAPHGATE_BURST_RETRIEVALS): the expansion, the
+keyword call and the vector reads beyond the searches are shed, so that every turn stays quick,
+and it says so; alone, it never does."""
 
 from __future__ import annotations
 
@@ -36,20 +37,20 @@ async def while_one_is_held(client: httpx.AsyncClient, fake: FakeOllama, **secon
     return result
 
 
-async def test_a_retrieval_beside_others_sheds_the_expansion(settings: Settings, fake: FakeOllama,
+async def test_a_retrieval_beside_others_runs_light(settings: Settings, fake: FakeOllama,
                                                              facts: KnownFacts) -> None:
-    async with gateway_client(settings.replace(expansion_shed_at=1), fake) as client:
+    async with gateway_client(settings.replace(burst_retrievals=1), fake) as client:
         await ingest(client)
         alone = await query(client, **QUESTION)
         assert "shed" not in alone and "expansion" in alone["channels"]
         busy = await while_one_is_held(client, fake)
-        assert busy["shed"] == "expansion and relation vectors (2 retrievals in flight)"
+        assert busy["shed"] == "expansion, chunk_selection and relation vectors (2 retrievals in flight)"
         assert "expansion" not in busy["channels"]
         assert busy["context"] and "Acme Corp" in busy["context"]   # still grounded
 
 
 async def test_never_shed_when_the_setting_is_zero(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
-    async with gateway_client(settings.replace(expansion_shed_at=0), fake) as client:
+    async with gateway_client(settings.replace(burst_retrievals=0), fake) as client:
         await ingest(client)
         busy = await while_one_is_held(client, fake)
         assert "shed" not in busy and "expansion" in busy["channels"]

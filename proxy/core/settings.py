@@ -243,10 +243,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("history_turns", "GRAPHGATE_HISTORY_TURNS", "3", int_between(0, 50),
             "Previous conversation turns the keyword extraction (and entity linking) sees, so follow-up "
             "questions resolve."),
-    Setting("expansion_shed_at", "GRAPHGATE_EXPANSION_SHED_AT", "6", int_between(0, 10_000),
-            "Retrievals in flight at once from which a new one skips the expansion (its costliest stage, "
-            "about half its CPU): under a burst of chats each turn stays quick, and its trace says the "
-            "expansion was shed. 0: never shed."),
+    Setting("burst_retrievals", "GRAPHGATE_BURST_RETRIEVALS", "2", int_between(0, 10_000),
+            "Retrievals in flight beyond which a new one runs light: no expansion, no keyword call, evidence "
+            "ranked by words and source chunks picked by weighted polling (no vector reads beyond the "
+            "searches). Under a burst of chats each turn stays quick; its trace says what was shed. 0: never."),
     Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,
             "Seconds retrieval may take before the turn is forwarded without context."),
     Setting("rerank_url", "GRAPHGATE_RERANK_URL", "", parse_optional_url,
@@ -356,7 +356,7 @@ class Settings:
     keyword_budget: float = 0.025
     keyword_wait: float = 1.0
     history_turns: int = 3
-    expansion_shed_at: int = 6
+    burst_retrievals: int = 2
     retrieval_timeout: float = 10.0
     rerank_url: str | None = None
     rerank_model: str | None = None

@@ -144,15 +144,19 @@ class Retriever:
             self.in_flight -= 1
 
     def _shed(self, params: QueryParams) -> tuple[QueryParams, str | None]:
-        """Under a burst of chats, the expansion (about half a retrieval's CPU on a dense graph) is
-        skipped, and the evidence ranking goes by words alone: every turn's vector reads queue on
-        the index's one lock, and each would otherwise wait for all."""
-        limit = self.settings.expansion_shed_at
-        if params.expansion == "off" or not limit or self.in_flight <= limit:
+        """Under a burst of chats (more than ``burst_retrievals`` in flight) a retrieval runs light:
+        the expansion (half a retrieval's CPU on a dense graph), the keyword call (not waited for
+        anyway, and a burst keeps the model busy) and the vector reads beyond the searches (every
+        turn's reads queue on the index's one lock) are shed; what remains grounds the turn."""
+        limit = self.settings.burst_retrievals
+        if not limit or self.in_flight <= limit:
             return params, None
-        shed: dict[str, Any] = {"expansion": "off"}   # a knob: generated fields mypy does not see
-        return (dataclasses.replace(params, **shed),
-                f"expansion and relation vectors ({self.in_flight} retrievals in flight)")
+        light: dict[str, Any] = {"expansion": "off", "keywords": "off", "chunk_selection": "weight"}
+        shed = [name for name, value in light.items() if getattr(params, name) != value]
+        if not shed:
+            return params, None
+        return (dataclasses.replace(params, **light),
+                f"{', '.join(shed)} and relation vectors ({self.in_flight} retrievals in flight)")
 
     async def _retrieve(self, query: str, history: list[tuple[str, str]], params: QueryParams,
                         budget: Budget) -> Retrieval:
