@@ -127,11 +127,7 @@ def central_incident_relations(store: KnowledgeStore, keys: list[str], count: in
     ties in the order of ``keys``. Each with its ``degree``. Ranked in one read before any is
     built: a dense graph's entities touch thousands of relations."""
     def read(rows: MemoryRows, graph: Graph) -> list[FoundRelation]:
-        pairs: dict[str, tuple[str, str]] = {}
-        for key in keys:
-            for neighbour in graph.neighbourhood(key, 1):
-                if neighbour != key:
-                    pairs.setdefault(pair_key(key, neighbour), (key, neighbour))
+        pairs = edges_touching(graph, keys)
         ends = list({k for pair in pairs.values() for k in pair})
         degree = graph.degrees(ends) if ends else {}
         metas = [(i, m) for i, p in enumerate(pairs) if (m := rows.relation(p)) is not None]
@@ -154,16 +150,20 @@ def central_incident_relations(store: KnowledgeStore, keys: list[str], count: in
     return store.read_memory_sync(read)
 
 
+def edges_touching(graph: Graph, keys: list[str]) -> dict[str, tuple[str, str]]:
+    """Pair key -> (key, neighbour) of every edge touching ``keys``, in the order of ``keys``
+    (the first end met first). Called under the store's lock."""
+    pairs: dict[str, tuple[str, str]] = {}
+    for key in keys:
+        for neighbour in graph.neighbourhood(key, 1):
+            if neighbour != key:
+                pairs.setdefault(pair_key(key, neighbour), (key, neighbour))
+    return pairs
+
+
 def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:
     """Pair keys of every edge touching ``keys``, in the order of ``keys``."""
-    def read(rows: MemoryRows, graph: Graph) -> list[str]:
-        pairs: dict[str, None] = {}
-        for key in keys:
-            for neighbour in graph.neighbourhood(key, 1):
-                if neighbour != key:
-                    pairs[pair_key(key, neighbour)] = None
-        return list(pairs)
-    return store.read_memory_sync(read)
+    return store.read_memory_sync(lambda rows, graph: list(edges_touching(graph, keys)))
 
 
 def chunk_vectors(store: KnowledgeStore, keys: list[int]) -> np.ndarray:
