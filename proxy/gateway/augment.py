@@ -25,7 +25,7 @@ from proxy.core.responses import json_bytes
 from proxy.gateway.budget_window import window_for
 from proxy.gateway.chat import ChatTurn
 from proxy.gateway.forward import forward
-from proxy.gateway.prefixes import TurnControl, header_mode, parse_prefix
+from proxy.gateway.prefixes import TurnControl, header_filter, header_mode, parse_prefix
 from proxy.gateway.synthetic import ollama_reply, openai_reply
 from proxy.knowledge.traces import Trace
 from proxy.retrieval.budget import Budget, conversation_tokens, message_text, plan_budget
@@ -209,6 +209,8 @@ class Augmenter:
         prefixed = first_text(turn.messages[-1])
         control = parse_prefix(prefixed)
         header = None if control.mode else header_mode(turn.headers.get("x-graphgate-mode"))
+        if control.filters is None:
+            control = replace(control, filters=header_filter(turn.headers.get("x-graphgate-filter")))
         mode = control.mode or header or self.gateway.settings.mode
         if control.text != prefixed:
             turn = turn.with_messages([*turn.messages[:-1], with_text(turn.messages[-1], control.text)])
@@ -267,7 +269,8 @@ class Augmenter:
             log.info("not augmenting a %s turn: %s", turn.model, budget.reason)
             self._finish(turn, trace, budget.reason)
             return self._context_reply(turn, NO_CONTEXT, started) if control.context_only else turn
-        params = QueryParams.from_settings(settings, mode=mode, instructions=control.instructions)
+        params = QueryParams.from_settings(settings, mode=mode, instructions=control.instructions,
+                                           filters=control.filters)
         try:
             with anyio.fail_after(settings.retrieval_timeout):
                 retrieval = await knowledge.retrieve(query, history_of(turn.messages), params, budget)
@@ -318,6 +321,8 @@ class Augmenter:
             trace.detail["rerank"] = retrieval.rerank
         if retrieval.shed is not None:  # a stage skipped under a burst of chats
             trace.detail["shed"] = retrieval.shed
+        if retrieval.filtered is not None:  # the turn's metadata filter (header or prefix)
+            trace.detail["filtered"] = retrieval.filtered
         if retrieval.context is not None:
             trace.detail.update(context_summary(retrieval.context))
 

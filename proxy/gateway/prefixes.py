@@ -3,19 +3,27 @@
     /local /global /hybrid /naive /mix /bypass  the mode for this turn
     /context, /{mode}context                    answer with the retrieved context itself
     /[instructions] q, /{mode}[instructions] q  extra instructions for the answer
+    /{"category": "hr"} q                       only documents whose metadata match (a filter,
+                                                proxy/core/metadata.py), after the mode and
+                                                context parts, before the instructions:
+                                                /local{"year": {"$gte": 2024}}[be brief] q
 
-The prefix is stripped before the message goes upstream.
+The prefix is stripped before the message goes upstream. The ``X-GraphGate-Filter`` header gives
+a filter too (the prefix's wins).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 from proxy.core.errors import BadRequest
+from proxy.core.metadata import Filter, parse_filter
 from proxy.core.modes import MODES
 
-_PREFIX = re.compile(r"^/(local|global|hybrid|naive|mix|bypass)?(context)?(?:\[([^\]]*)\])?(?:\s+|$)", re.S)
+_HEAD = re.compile(r"^/(local|global|hybrid|naive|mix|bypass)?(context)?")
+_TAIL = re.compile(r"(?:\[([^\]]*)\])?(?:\s+|$)", re.S)
 
 
 @dataclass(frozen=True)
@@ -24,14 +32,36 @@ class TurnControl:
     context_only: bool
     instructions: str | None
     text: str                    # the message without its prefix
+    filters: Filter | None = None
 
 
 def parse_prefix(text: str) -> TurnControl:
-    match = _PREFIX.match(text)
-    if not match or not any(match.groups()[:2]) and match.group(3) is None:
+    """The turn's prefix; a text that merely starts with "/" is no prefix. A prefix's filter that is
+    not a valid filter is a 400 (the user meant one: its braces follow the slash)."""
+    head = _HEAD.match(text)
+    if head is None:
         return TurnControl(None, False, None, text)
-    mode, context, instructions = match.groups()
-    return TurnControl(mode, bool(context), (instructions or "").strip() or None, text[match.end():])
+    end, filters = head.end(), None
+    if text.startswith("{", end):
+        try:
+            value, end = json.JSONDecoder().raw_decode(text, end)
+        except ValueError:
+            return TurnControl(None, False, None, text)   # not JSON: an ordinary message
+        filters = parse_filter(value, where="the prefix's filter")
+    tail = _TAIL.match(text, end)
+    if tail is None:
+        return TurnControl(None, False, None, text)
+    mode, context = head.groups()
+    instructions = tail.group(1)
+    if not (mode or context or instructions is not None or end > head.end()):
+        return TurnControl(None, False, None, text)
+    return TurnControl(mode, bool(context), (instructions or "").strip() or None, text[tail.end():], filters)
+
+
+def header_filter(value: str | None) -> Filter | None:
+    if value is None or not value.strip():
+        return None
+    return parse_filter(value, where="X-GraphGate-Filter")
 
 
 def header_mode(value: str | None) -> str | None:

@@ -206,8 +206,10 @@ class Pipeline:
 
     # --- submitting, retrying, deleting ---
 
-    async def submit(self, parsed: ParsedDocument) -> tuple[dict[str, Any], str]:
-        """Store the document durably and queue it; ("accepted" | "duplicate" | "replaced")."""
+    async def submit(self, parsed: ParsedDocument,
+                     metadata: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+        """Store the document durably and queue it; ("accepted" | "duplicate" | "replaced").
+        ``metadata`` (checked by the caller): a new version without any keeps its older one's."""
         document_id = "doc-" + hashlib.sha256(parsed.text.encode()).hexdigest()
         pending = None
         keys = (document_id, parsed.name)
@@ -231,13 +233,15 @@ class Pipeline:
                 # (that can take seconds of summaries and embeddings); the insert itself is
                 # awaited outside the lock, so that uploads in flight together commit together
                 record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
-                          "replaces": olders[-1]["id"] if olders else None, "created_at": now()}
+                          "replaces": olders[-1]["id"] if olders else None, "created_at": now(),
+                          "metadata": inherited(metadata, olders)}
                 pending = self.upload_writer.submit((record, parsed.text))
                 self.inserting[document_id] = self.inserting[parsed.name] = pending
             else:
                 try:
                     async with self.merger.exclusive():  # an unfinished older version may be merging now
-                        await self._insert(document_id, parsed, await self.documents.named(parsed.name))
+                        await self._insert(document_id, parsed, await self.documents.named(parsed.name),
+                                           metadata)
                 finally:
                     self._stored(keys)
         # shielded: an insert handed to the writer is committed even if this upload is cancelled,
@@ -285,7 +289,9 @@ class Pipeline:
             self._stored_at[key] = self.stored_seq
         self.stored_seq += 1
 
-    async def _insert(self, document_id: str, parsed: ParsedDocument, olders: list[dict[str, Any]]) -> None:
+    async def _insert(self, document_id: str, parsed: ParsedDocument, olders: list[dict[str, Any]],
+                      metadata: dict[str, Any] | None) -> None:
+        kept = inherited(metadata, olders)
         replaces = None
         for older in olders:
             if older["status"] == "processed":
@@ -294,7 +300,7 @@ class Pipeline:
                 self._cancel(older["id"])
                 await self.documents.delete_unprocessed(older["id"])
         record = {"id": document_id, "name": parsed.name, "mime": parsed.mime, "size": parsed.size,
-                  "replaces": replaces}
+                  "replaces": replaces, "metadata": kept}
         await self.documents.insert(record, parsed.text)
 
     async def retry(self, document_id: str) -> dict[str, Any]:
@@ -401,3 +407,9 @@ class Pipeline:
                     "embed_waiting": self.models.embed_limiter.waiting},
         }
 
+
+def inherited(metadata: dict[str, Any] | None, olders: list[dict[str, Any]]) -> dict[str, Any]:
+    """A document's metadata: as given, else (a new version given none) its newest older version's."""
+    if metadata:
+        return metadata
+    return dict(olders[-1].get("metadata") or {}) if olders else {}

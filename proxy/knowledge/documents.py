@@ -14,7 +14,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from proxy.core.errors import BadRequest
+from proxy.core.errors import BadRequest, NotFound
+from proxy.core.metadata import Filter, check_metadata
 from proxy.extraction.results import ExtractionResult
 from proxy.ingest.pipeline import Pipeline
 from proxy.parsing.files import ParsedDocument
@@ -45,9 +46,22 @@ class DocumentService:
 
     # --- uploading, retrying, deleting ---
 
-    async def submit(self, parsed: ParsedDocument) -> tuple[dict[str, Any], str]:
-        """Store the parsed document and queue it: (its row, "accepted" | "duplicate" | "replaced")."""
-        return await self.pipeline.submit(parsed)
+    async def submit(self, parsed: ParsedDocument, metadata: Any = None) -> tuple[dict[str, Any], str]:
+        """Store the parsed document and queue it: (its row, "accepted" | "duplicate" | "replaced").
+        ``metadata``: a JSON object (or its text) of string keys and string/number/list values,
+        checked here (400 when bad); a new version given none keeps the older one's; a duplicate's
+        stays as it was."""
+        return await self.pipeline.submit(parsed, check_metadata(metadata))
+
+    async def set_metadata(self, document_id: str, metadata: Any) -> dict[str, Any]:
+        """Replace the document's metadata (checked: 400 when bad; 404 for no such document). The
+        next filtered retrieval sees it."""
+        checked = check_metadata(metadata)
+        await self.get(document_id)   # NotFound before anything is written
+        row = await self.tables.set_metadata(document_id, checked)
+        if row is None:   # deleted meanwhile
+            raise NotFound(f"document {document_id} not found")
+        return self.pipeline.as_known(row)
 
     async def retry(self, document_id: str) -> dict[str, Any]:
         return await self.pipeline.retry(document_id)
@@ -68,11 +82,15 @@ class DocumentService:
             raise BadRequest(f"status must be one of {', '.join(STATUSES)}")
 
     async def page(self, *, status: str | None, search: str | None, sort: str, descending: bool, limit: int,
-                   offset: int) -> tuple[list[dict[str, Any]], int]:
-        """One page of documents (filtered by status and a name search) and how many match."""
+                   offset: int, where: Filter | None = None) -> tuple[list[dict[str, Any]], int]:
+        """One page of documents (filtered by status, a name search and a metadata filter) and how
+        many match."""
         self.check_status(status)
+        ids = None
+        if where is not None:
+            ids = [i for i, (name, values) in (await self.tables.metadata_of()).items() if where.matches(name, values)]
         rows, total = await self.tables.page(status=status, search=search, sort=sort, descending=descending,
-                                             limit=limit, offset=offset)
+                                             limit=limit, offset=offset, ids=ids)
         return [self.pipeline.as_known(r) for r in rows], total
 
     async def get(self, document_id: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ class Knowledge(Protocol):
 
 ROLES = ("user", "assistant", "system")
 # what a query's trace keeps of its result
-TRACED = ("keywords", "tokens", "timings", "budget", "rerank", "channels", "shed")
+TRACED = ("keywords", "tokens", "timings", "budget", "rerank", "channels", "shed", "filtered")
 
 
 @dataclass
@@ -100,6 +100,8 @@ def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
         result["rerank"] = retrieval.rerank
     if retrieval.shed is not None:  # a stage skipped because many retrievals were in flight
         result["shed"] = retrieval.shed
+    if retrieval.filtered is not None:  # a metadata filter: its canonical JSON, the documents it matched
+        result["filtered"] = retrieval.filtered
     if context and context.communities:  # the communities knob is on and summaries were found
         result["communities"] = [{"title": c.title, "summary": c.summary, "score": round(c.score, 4),
                                   "members": len(c.entities)} for c in context.communities]

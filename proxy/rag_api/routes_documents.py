@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge
+from proxy.core.metadata import check_metadata, parse_filter
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.parsing.files import ParsedDocument
@@ -24,14 +25,17 @@ async def _parse(request: Request, name: str, data: bytes) -> ParsedDocument:
     return await parse_isolated(name, data, request.app.state.gateway.settings)  # in a worker, with bounds
 
 
-async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | GraphGateError]]:
-    """(name, bytes or the reason it was refused) for each uploaded file or JSON text."""
+async def _uploaded(request: Request, limit: int) -> tuple[list[tuple[str, bytes | GraphGateError]], dict[str, Any]]:
+    """(name, bytes or the reason it was refused) for each uploaded file or JSON text, and the
+    metadata they all get (a ``metadata`` form field or JSON key; checked before anything is stored)."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         form = await read_form(request, max_files=MAX_FILES, max_fields=MAX_FILES, max_part_size=1024 * 1024)
         files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
         if not files:
             raise BadRequest("no files in the upload (send them as multipart form fields)")
+        field = form.get("metadata")
+        metadata = check_metadata(field if isinstance(field, str) else None)
         out: list[tuple[str, bytes | GraphGateError]] = []
         for upload in files:
             data = await upload.read(limit + 1)
@@ -39,12 +43,12 @@ async def _uploaded(request: Request, limit: int) -> list[tuple[str, bytes | Gra
             out.append((name, PayloadTooLarge(f"file '{name}' exceeds the limit of {limit} bytes")
                         if len(data) > limit else data))
         await form.close()
-        return out
+        return out, metadata
     body = parse_object(await read_body(request, limit + 64 * 1024))
     given_name, text = body.get("name"), body.get("text")
     if not isinstance(given_name, str) or not isinstance(text, str):
-        raise BadRequest('expected multipart files, or JSON {"name": "...", "text": "..."}')
-    return [(given_name, text.encode())]
+        raise BadRequest('expected multipart files, or JSON {"name": "...", "text": "...", "metadata": {...}}')
+    return [(given_name, text.encode())], check_metadata(body.get("metadata"))
 
 
 async def submit_uploads(request: Request) -> list[dict[str, Any]]:
@@ -53,12 +57,13 @@ async def submit_uploads(request: Request) -> list[dict[str, Any]]:
     kb = knowledge(request)
     limit = request.app.state.gateway.settings.max_upload_bytes
     results: list[dict[str, Any]] = []
-    for name, data in await _uploaded(request, limit):
+    uploaded, metadata = await _uploaded(request, limit)
+    for name, data in uploaded:
         try:
             if isinstance(data, GraphGateError):
                 raise data
             parsed = await _parse(request, name, data)
-            document, outcome = await kb.documents.submit(parsed)
+            document, outcome = await kb.documents.submit(parsed, metadata)
             result = {"name": parsed.name, "outcome": outcome, "id": document["id"], "status": document["status"]}
             if outcome == "duplicate":
                 result["duplicate_of"] = document["name"]
@@ -99,7 +104,9 @@ async def list_documents(request: Request) -> Response:
     rows, total = await kb.documents.page(status=status, search=request.query_params.get("search") or None,
                                           sort=request.query_params.get("sort", "created_at"),
                                           descending=request.query_params.get("order", "desc") != "asc",
-                                          limit=limit, offset=offset)
+                                          limit=limit, offset=offset,
+                                          where=parse_filter(request.query_params.get("filter") or None,
+                                                             where="filter"))
     return json_response({"documents": rows, "total": total, "limit": limit, "offset": offset})
 
 
@@ -108,6 +115,15 @@ async def get_document(request: Request) -> Response:
     document = await kb.documents.get(request.path_params["id"])
     document["counts"] = await kb.documents.counts(document["id"])
     return json_response(document)
+
+
+async def update_document(request: Request) -> Response:
+    """``PATCH /rag/documents/{id}`` with ``{"metadata": {...}}``: the document's new metadata (whole)."""
+    body = parse_object(await read_body(request, 64 * 1024))
+    if "metadata" not in body or set(body) - {"metadata"}:
+        raise BadRequest('expected {"metadata": {...}} (the only field a document can change)')
+    return json_response(await knowledge(request).documents.set_metadata(request.path_params["id"],
+                                                                         body["metadata"] or {}))
 
 
 async def delete_document(request: Request) -> Response:
@@ -131,6 +147,7 @@ ROUTES = [
     Route("/rag/documents", list_documents, methods=["GET"]),
     Route("/rag/documents/{id}", get_document, methods=["GET"]),
     Route("/rag/documents/{id}", delete_document, methods=["DELETE"]),
+    Route("/rag/documents/{id}", update_document, methods=["PATCH"]),
     Route("/rag/documents/{id}/retry", retry_document, methods=["POST"]),
     Route("/rag/pipeline", pipeline_status, methods=["GET"]),
     Route("/rag/stats", stats, methods=["GET"]),

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from proxy.core.errors import BadRequest
+from proxy.core.metadata import Filter, parse_filter
 from proxy.core.settings import SETTINGS, Knob, Setting, Settings
 
 KNOBS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.knob is not None)
@@ -30,6 +31,7 @@ class QueryRequest:
     hl_keywords: tuple[str, ...] | None = None   # given keywords skip the extraction call
     ll_keywords: tuple[str, ...] | None = None
     instructions: str | None = None               # from the /[...] prefix
+    filters: Filter | None = None                 # only the matching documents' chunks, entities, relations
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -54,6 +56,8 @@ class QueryRequest:
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     raise BadRequest(f"{name} must be a list of strings")
                 changes[name] = tuple(v.strip() for v in value if v.strip())
+        if body.get("filters") is not None:
+            changes["filters"] = parse_filter(body["filters"])
         return dataclasses.replace(self, **changes)
 
 

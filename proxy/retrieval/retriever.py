@@ -48,6 +48,7 @@ from proxy.retrieval.found import (
 from proxy.retrieval.fusion import fuse_chunks, fuse_graph, read_chunks
 from proxy.retrieval.keywords import ArrivingKeywords, Keywords, extract_keywords, fallback
 from proxy.retrieval.params import QueryParams
+from proxy.retrieval.scope import Scope, ScopeCache, ScopedStore
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.sources import graph_sources
 from proxy.retrieval.stages import KEYWORD_VECTORS, Channel, Question, Reranker
@@ -70,6 +71,7 @@ class Retrieval:
     rerank: str | None = None           # what the reranker did, or why its order was not used (when there is one)
     channels: dict[str, dict[str, int]] = field(default_factory=dict)   # each channel's finds, counted
     shed: str | None = None             # a stage skipped because many retrievals were in flight, and why
+    filtered: dict[str, Any] | None = None  # the metadata filter and how many documents it let through
 
     @property
     def empty(self) -> bool:
@@ -110,6 +112,7 @@ class Retriever:
         self.in_flight = 0   # retrievals under way (on the event loop: no lock needed)
         self.rerank_failure: str | None = None  # the reranker's last failure, logged once
         self.remember: Callable[[CacheEntry], None] = lambda entry: None  # offers new entries to the LLM cache
+        self.scopes = ScopeCache()
 
     def has_chunks(self) -> bool:
         """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
@@ -166,12 +169,20 @@ class Retriever:
         mode = Mode(params.mode)
         if mode is Mode.BYPASS:
             return Retrieval(query, params.mode, None, None, skipped="bypass mode")
+        scope, filtered = None, None
+        if params.filters is not None:
+            with timer.step("filter"):
+                scope = await self._scope(params)
+            filtered = {"filters": params.filters.text, "documents": len(scope.documents)}
+            if scope.empty:   # never an error: the filter simply leaves nothing to ground the turn in
+                return Retrieval(query, params.mode, None, None, timer.timings, filtered=filtered,
+                                 skipped="no searchable document matches the filter")
         channels = channels_for(mode, params)
         wanted = [channel for channel in channels if channel.vector in KEYWORD_VECTORS]
         arriving = await self._start_keywords(query, history, params) if wanted else None
         with timer.step("embedding"):
             vectors = await self._embed(query, None)
-        question = Question(query, params, vectors, self.user_turns(history))
+        question = Question(query, params, vectors, self.user_turns(history), scope=scope)
         own = [channel for channel in channels if channel.vector not in KEYWORD_VECTORS]
         with timer.step("graph"):
             finds = await anyio.to_thread.run_sync(self._search_channels, question, own)
@@ -184,7 +195,7 @@ class Retriever:
                                  skipped="no keywords in a long question")
             with timer.step("keyword embedding"):
                 question = Question(query, params, await self._embed(query, keywords, vectors["query"]),
-                                    question.turns, keywords.high)
+                                    question.turns, keywords.high, scope)
             with timer.step("keyword search"):
                 finds |= await anyio.to_thread.run_sync(self._search_channels, question, wanted)
         with timer.step("fusion"):
@@ -203,7 +214,19 @@ class Retriever:
         counted = {name: {"entities": len(f.entities), "relations": len(f.relations), "chunks": len(f.chunks),
                           "communities": len(f.communities)} for name, f in finds.items()}
         return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank, channels=counted,
-                         shed=shed)
+                         shed=shed, filtered=filtered)
+
+    async def _scope(self, params: QueryParams) -> Scope:
+        """What the request's filter lets through: the processed documents it matches, then their
+        chunks and the entities and relations those source (cached per commit)."""
+        assert params.filters is not None
+        metadata = await self.store.tables.documents.searchable_metadata()
+        names = frozenset(name for name, values in metadata if params.filters.matches(name, values))
+        return await anyio.to_thread.run_sync(self.scopes.get, self.store, names)
+
+    def _view(self, question: Question) -> KnowledgeStore:
+        """The store as this question may see it: all of it, or a filter's scope."""
+        return self.store if question.scope is None else ScopedStore(self.store, question.scope).as_store()
 
     async def _start_keywords(self, query: str, history: list[tuple[str, str]],
                               params: QueryParams) -> ArrivingKeywords:
@@ -256,8 +279,10 @@ class Retriever:
 
     def _search_channels(self, question: Question, channels: list[Channel]) -> dict[str, Found]:
         """The channels whose vector the question has (no low-level keywords: no entity search)."""
-        return {channel.name: channel.search(self.store, question) for channel in channels
-                if channel.vector in question.vectors}
+        store, scope = self._view(question), question.scope
+        return {channel.name: channel.search(store, question) if scope is None
+                else scope.restrict(channel.search(store, question))
+                for channel in channels if channel.vector in question.vectors}
 
     def _fuse_graph(self, question: Question, named: dict[str, Found], order: list[str], budget: Budget,
                     vectors: bool = True) -> GraphFinds:
@@ -269,17 +294,17 @@ class Retriever:
             # ranked first by what is in memory; only a shortlist the budget could hold is read and
             # ranked again with its descriptions (a hub's hundreds of relations are not read per turn)
             anchors = {e.key: e.score for e in named["linked"].entities} if "linked" in named else {}
-            relations = rank_evidence(self.store, question, relations, anchors,
+            relations = rank_evidence(self._view(question), question, relations, anchors,
                                       shortlist=max(SHORTLIST_FLOOR, budget.relation // LINE_TOKENS), vectors=vectors)
             entities = rank_entities(entities, relations, anchors)[:max(SHORTLIST_FLOOR, budget.entity // LINE_TOKENS)]
-            fill_descriptions(self.store, entities, [])
+            fill_descriptions(self._view(question), entities, [])
         else:
-            fill_descriptions(self.store, entities, relations)
+            fill_descriptions(self._view(question), entities, relations)
         communities = sorted((c for f in finds for c in f.communities), key=lambda c: -c.score)
         return GraphFinds(entities, relations, [f.chunks for f in finds if f.chunks], communities)
 
     def _collect_chunks(self, question: Question, finds: GraphFinds) -> list[FoundChunk]:
-        lists = [*finds.chunk_lists, *graph_sources(self.store, question, finds.entities, finds.relations)]
+        lists = [*finds.chunk_lists, *graph_sources(self._view(question), question, finds.entities, finds.relations)]
         return read_chunks(self.store, fuse_chunks(lists, question.params.chunk_top_k, question.params.fusion))
 
     def _build_context(self, finds: GraphFinds, chunks: list[FoundChunk], params: QueryParams,

@@ -22,6 +22,7 @@ from proxy.retrieval.found import Found, FoundChunk
 from proxy.retrieval.params import QueryParams
 
 if TYPE_CHECKING:
+    from proxy.retrieval.scope import Scope
     from proxy.store.store import KnowledgeStore
 
 KEYWORD_VECTORS = ("low", "high")  # the vectors of the extracted keywords; "query" is the question's own
@@ -35,6 +36,7 @@ class Question:
     vectors: dict[str, np.ndarray]   # "query", and "low" / "high" when there are keywords
     turns: tuple[str, ...] = ()       # the recent user turns before it, oldest first
     themes: tuple[str, ...] = ()      # the high-level keywords, when the keyword call gave them in time
+    scope: Scope | None = None        # what a metadata filter lets the retrieval see (None: everything)
 
     @property
     def asked(self) -> str:

@@ -281,6 +281,10 @@ class KnowledgeStore:
             found.update(read)
         return found
 
+    def extractions_sync(self, chunk_ids: list[str]) -> dict[str, str]:
+        """Chunk id -> what extraction found in it (ExtractionResult JSON). Blocking."""
+        return self.tables.retrieval_rows.extractions_sync(chunk_ids)
+
     def chunk_texts_sync(self, keys: list[int]) -> dict[str, tuple[str, int]]:
         """id -> (content, tokens) of the chunks with these vector keys, from the cache or one table
         read. Blocking."""

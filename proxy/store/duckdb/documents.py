@@ -29,11 +29,12 @@ from proxy.store.protocols.documents import (
 )
 
 _COLUMNS = ("id", "name", "mime", "size", "status", "error", "chunks_total", "chunks_done", "replaces",
-            "created_at", "updated_at", "processed_at")
+            "created_at", "updated_at", "processed_at", "metadata")
 
 
 def _row(values: tuple[Any, ...]) -> dict[str, Any]:
     doc = dict(zip(_COLUMNS, values, strict=True))
+    doc["metadata"] = json.loads(doc["metadata"]) if isinstance(doc["metadata"], str) else doc["metadata"]
     for stamp in ("created_at", "updated_at", "processed_at"):
         if isinstance(doc[stamp], datetime):
             doc[stamp] = doc[stamp].isoformat(timespec="milliseconds") + "Z"
@@ -81,8 +82,12 @@ def documents_named(con: Con, name: str) -> list[dict[str, Any]]:
 
 
 def list_documents(con: Con, *, status: str | None, search: str | None, sort: str, descending: bool,
-                   limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-    where, args = [], []
+                   limit: int, offset: int, ids: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+    where: list[str] = []
+    args: list[Any] = []
+    if ids is not None:   # a metadata filter's matches
+        where.append("id = ANY(?::VARCHAR[])")
+        args.append(ids)
     if status:
         where.append("status = ?")
         args.append(status)
@@ -117,20 +122,43 @@ def new_document_row(record: dict[str, Any]) -> dict[str, Any]:
     ``get_document`` would read it back."""
     stamp = record["created_at"]
     return _row((record["id"], record["name"], record["mime"], record["size"], "pending", None, 0, 0,
-                 record.get("replaces"), stamp, stamp, None))
+                 record.get("replaces"), stamp, stamp, None, record.get("metadata") or {}))
 
 
 def insert_documents(con: Con, items: list[tuple[dict[str, Any], str]]) -> None:
     """New documents, pending, in one statement (uploads arriving together share a transaction)."""
     stamp = now()
     stamps = [d.get("created_at") or stamp for d, _ in items]
-    con.execute("INSERT INTO documents (id, name, mime, size, status, text, replaces, created_at, updated_at) "
-                "SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), unnest($4::BIGINT[]), "
-                "'pending', unnest($5::VARCHAR[]), unnest($6::VARCHAR[]), unnest($7::TIMESTAMP[]), "
-                "unnest($7::TIMESTAMP[])",
+    con.execute("INSERT INTO documents (id, name, mime, size, status, text, replaces, created_at, updated_at, "
+                "metadata) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), "
+                "unnest($4::BIGINT[]), 'pending', unnest($5::VARCHAR[]), unnest($6::VARCHAR[]), "
+                "unnest($7::TIMESTAMP[]), unnest($7::TIMESTAMP[]), unnest($8::VARCHAR[])",
                 [[d["id"] for d, _ in items], [d["name"] for d, _ in items], [d["mime"] for d, _ in items],
                  [d["size"] for d, _ in items], [text for _, text in items], [d.get("replaces") for d, _ in items],
-                 stamps])
+                 stamps, [json.dumps(d.get("metadata") or {}, ensure_ascii=False) for d, _ in items]])
+
+
+def set_metadata(con: Con, document_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """Replace the document's metadata; its row as now stored (None: no such document)."""
+    con.execute("UPDATE documents SET metadata = ?, updated_at = ? WHERE id = ?",
+                [json.dumps(metadata, ensure_ascii=False), now(), document_id])
+    return get_document(con, document_id)
+
+
+def searchable_metadata(con: Con) -> list[tuple[str, dict[str, Any]]]:
+    """(name, metadata) of every processed document: what retrieval's filters match against (the
+    in-memory rows know a chunk's documents by name)."""
+    return [(name, json.loads(metadata)) for name, metadata in con.execute(
+        "SELECT name, metadata FROM documents WHERE status = 'processed'").fetchall()]
+
+
+def metadata_of(con: Con, ids: list[str] | None = None) -> dict[str, tuple[str, dict[str, Any]]]:
+    """id -> (name, metadata) of the documents (all of them when ``ids`` is None)."""
+    if ids is None:
+        rows = con.execute("SELECT id, name, metadata FROM documents").fetchall()
+    else:
+        rows = con.execute("SELECT id, name, metadata FROM documents WHERE id = ANY(?::VARCHAR[])", [ids]).fetchall()
+    return {i: (name, json.loads(metadata)) for i, name, metadata in rows}
 
 
 def delete_unprocessed(con: Con, document_id: str) -> None:
@@ -298,9 +326,10 @@ class DuckDBDocuments:
         return await self.db.read(document_and_versions, document_id, name)
 
     async def page(self, *, status: str | None, search: str | None, sort: str, descending: bool,
-                   limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+                   limit: int, offset: int, ids: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
         return await self.db.read(lambda con: list_documents(con, status=status, search=search, sort=sort,
-                                                             descending=descending, limit=limit, offset=offset))
+                                                             descending=descending, limit=limit, offset=offset,
+                                                             ids=ids))
 
     async def unfinished_ids(self) -> list[str]:
         return await self.db.read(unfinished_ids)
@@ -313,6 +342,15 @@ class DuckDBDocuments:
 
     async def delete_unprocessed(self, document_id: str) -> None:
         await self.db.write(delete_unprocessed, document_id)
+
+    async def set_metadata(self, document_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
+        return await self.db.write(set_metadata, document_id, metadata)
+
+    async def searchable_metadata(self) -> list[tuple[str, dict[str, Any]]]:
+        return await self.db.read(searchable_metadata)
+
+    async def metadata_of(self, ids: list[str] | None = None) -> dict[str, tuple[str, dict[str, Any]]]:
+        return await self.db.read(metadata_of, ids)
 
     async def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
         await self.db.write(set_status, document_id, status, error)

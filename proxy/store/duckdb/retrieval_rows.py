@@ -34,6 +34,13 @@ def chunk_texts(con: Con, keys: list[int]) -> dict[str, tuple[str, int]]:
     return {r[0]: (r[1], r[2]) for r in rows}
 
 
+def extractions(con: Con, chunk_ids: list[str]) -> dict[str, str]:
+    if not chunk_ids:
+        return {}
+    return dict(con.execute("SELECT chunk_id, result FROM extractions WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))",
+                            [chunk_ids]).fetchall())
+
+
 class DuckDBRetrievalRows:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -43,3 +50,6 @@ class DuckDBRetrievalRows:
 
     def chunk_texts_sync(self, keys: list[int]) -> dict[str, tuple[str, int]]:
         return self.db.read_sync(chunk_texts, keys)
+
+    def extractions_sync(self, chunk_ids: list[str]) -> dict[str, str]:
+        return self.db.read_sync(extractions, chunk_ids)

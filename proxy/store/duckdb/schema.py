@@ -166,7 +166,12 @@ CREATE TABLE communities (
 CREATE INDEX communities_key ON communities (key);
 """
 
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5)
+# v6: each document's metadata (a small JSON object: source, category...), which retrieval filters on
+V6 = """
+ALTER TABLE documents ADD COLUMN metadata VARCHAR NOT NULL DEFAULT '{}';
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

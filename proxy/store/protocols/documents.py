@@ -82,7 +82,8 @@ class DocumentTables(Protocol):
     async def and_versions(self, document_id: str, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The document with this id, if stored, and the other documents with this name (oldest first)."""
     async def page(self, *, status: str | None, search: str | None, sort: str, descending: bool,
-                   limit: int, offset: int) -> tuple[list[dict[str, Any]], int]: ...
+                   limit: int, offset: int, ids: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+        """A page of documents (``ids``: only these) and how many match."""
     async def unfinished_ids(self) -> list[str]: ...
     def new_row(self, record: dict[str, Any]) -> dict[str, Any]:
         """The row ``uploads`` stores for ``record`` (with its ``created_at``), as ``get`` reads it."""
@@ -90,6 +91,12 @@ class DocumentTables(Protocol):
     # --- writing documents ---
     async def insert(self, record: dict[str, Any], text: str) -> None: ...
     async def delete_unprocessed(self, document_id: str) -> None: ...
+    async def set_metadata(self, document_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
+        """Replace the document's metadata; its row (None: no such document)."""
+    async def searchable_metadata(self) -> list[tuple[str, dict[str, Any]]]:
+        """(name, metadata) of every processed document (retrieval's filters match against them)."""
+    async def metadata_of(self, ids: list[str] | None = None) -> dict[str, tuple[str, dict[str, Any]]]:
+        """id -> (name, metadata) of these documents (all when None)."""
     async def set_status(self, document_id: str, status: str, error: str | None = None) -> None: ...
     async def start(self, items: list[Started]) -> None:
         """Mark documents still on their way processing, with their chunk counts."""

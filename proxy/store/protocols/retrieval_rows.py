@@ -17,3 +17,8 @@ class RetrievalRows(Protocol):
     def chunk_texts_sync(self, keys: list[int]) -> dict[str, tuple[str, int]]:
         """Chunk id -> (content, tokens) of the chunks with these vector keys."""
         ...
+
+    def extractions_sync(self, chunk_ids: list[str]) -> dict[str, str]:
+        """Chunk id -> its extraction result (normalised ExtractionResult JSON): what each chunk
+        alone says of its entities and relations (a filtered retrieval's descriptions)."""
+        ...
