@@ -25,6 +25,8 @@ from proxy.gateway.chat import ChatPipeline
 from proxy.guards.body_limit import BodyLimitMiddleware
 from proxy.guards.middleware import build_middleware
 from proxy.knowledge.service import run_knowledge
+from proxy.monitoring import route as metrics_route
+from proxy.monitoring.metrics import Metrics
 from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_query
 from proxy.state import Gateway
 from proxy.upstream.client import Upstream
@@ -80,7 +82,7 @@ def create_app(settings: Settings | None = None, *,
                                   chosen_model=lambda: gateway.knowledge.models.chosen_chat_model
                                   if gateway.knowledge else None)
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
-                          watcher=watcher)
+                          watcher=watcher, metrics=Metrics(lambda: gateway.knowledge))
         gateway.store_probe = anyio.CapacityLimiter(1)
         gateway.augmenter = Augmenter(gateway)
         gateway.chat.stages.append(gateway.augmenter)
@@ -90,7 +92,8 @@ def create_app(settings: Settings | None = None, *,
                 if watch_seconds:  # says at once when the upstream is not there
                     await stack.enter_async_context(watcher.watching())
                 try:
-                    gateway.knowledge = await stack.enter_async_context(run_knowledge(settings, upstream))
+                    gateway.knowledge = await stack.enter_async_context(
+                        run_knowledge(settings, upstream, gateway.metrics))
                 except (StoreUnavailable, OSError) as exc:
                     # the gateway keeps proxying (unaugmented) even when the store cannot open
                     gateway.knowledge_error = (exc.message if isinstance(exc, StoreUnavailable)
@@ -102,7 +105,8 @@ def create_app(settings: Settings | None = None, *,
 
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_documents.ROUTES,
-                *routes_query.ROUTES, *routes_graph.ROUTES, *admin_mount()],
+                *routes_query.ROUTES, *routes_graph.ROUTES, *metrics_route.ROUTES,
+                *admin_mount()],
         middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware)],  # innermost: after auth
         exception_handlers={
             GraphGateError: on_graphgate_error,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from proxy.gateway.chat import ChatPipeline
     from proxy.guards.auth import Auth
     from proxy.knowledge.service import Knowledge
+    from proxy.monitoring.metrics import Metrics
     from proxy.upstream.client import Upstream
     from proxy.upstream.watch import UpstreamWatcher
 
@@ -35,6 +36,7 @@ class Gateway:
     settings: Settings
     upstream: Upstream
     chat: ChatPipeline
+    metrics: Metrics   # GET /metrics; every part records its events here
     knowledge: Knowledge | None = None
     augmenter: Augmenter | None = None
     knowledge_error: str | None = None  # why the knowledge store is unavailable, when it is

@@ -109,6 +109,9 @@ SETTINGS: tuple[Setting, ...] = (
             "rebinding) and, when set, on any bind."),
     Setting("api_key", "GRAPHGATE_API_KEY", "", parse_optional_str,
             "When set, every /api/* and /v1/* request needs `Authorization: Bearer <key>`.", secret=True),
+    Setting("metrics_require_key", "GRAPHGATE_METRICS_REQUIRE_KEY", "false", parse_bool,
+            "Make GET /metrics (Prometheus) need the API key too. Off by default: a scrape job usually sends "
+            "no credentials, and the metrics hold counts and latencies, never documents or questions."),
     Setting("max_body_bytes", "GRAPHGATE_MAX_BODY_BYTES", "64MiB", parse_size,
             "Largest request body accepted on JSON endpoints (blob uploads are streamed and exempt)."),
     Setting("connect_timeout", "GRAPHGATE_CONNECT_TIMEOUT", "10", parse_positive_float,
@@ -305,6 +308,7 @@ class Settings:
     data_dir: Path = field(default_factory=user_data_dir)
     allowed_hosts: tuple[str, ...] = ()
     api_key: str | None = None
+    metrics_require_key: bool = False
     max_body_bytes: int = 64 * 1024**2
     connect_timeout: float = 10.0
     read_timeout: float = 600.0

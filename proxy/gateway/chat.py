@@ -9,6 +9,7 @@ may be rewritten before forwarding; a turn no stage changed reaches the upstream
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp
 from proxy.core.payloads import parse_object, read_body, require_model
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward
+from proxy.gateway.relay import StreamRelay
 
 Flavour = Literal["ollama", "openai"]
 
@@ -67,6 +69,7 @@ class ChatPipeline:
         self.stages = list(stages)
 
     async def handle(self, request: Request, flavour: Flavour) -> Response | ASGIApp:
+        started = time.perf_counter()
         gateway = request.app.state.gateway
         raw = await read_body(request, gateway.settings.max_body_bytes)
         body = parse_object(raw)
@@ -77,4 +80,9 @@ class ChatPipeline:
             if not isinstance(result, ChatTurn):
                 return result
             turn = result
-        return await forward(request, content=turn.payload())
+        payload = turn.payload()
+        gateway.metrics.chat_forwarded(started)
+        with gateway.metrics.upstream_call("chat_relay") as call:
+            response = await forward(request, content=payload)
+            call.status = response.response.status_code if isinstance(response, StreamRelay) else response.status_code
+        return response

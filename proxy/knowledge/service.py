@@ -27,6 +27,7 @@ from proxy.knowledge.documents import DocumentService
 from proxy.knowledge.graph import GraphService
 from proxy.knowledge.query import QueryOutcome, run_query
 from proxy.knowledge.traces import Trace, TraceService
+from proxy.monitoring.metrics import Metrics
 from proxy.retrieval.budget import Budget
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.rerank_http import HttpReranker
@@ -54,12 +55,15 @@ class Knowledge:
     documents: DocumentService
     graph: GraphService
     communities: CommunitySummaries   # the community summaries' background job
+    metrics: Metrics | None = None    # the gateway's (GET /metrics); None for the CLI's own store
 
     # the chat pipeline's bookkeeping, in the background (its sub-services do the work)
 
     def record(self, trace: Trace) -> None:
         """Keep a chat turn's trace, off the chat's path."""
         self.traces.record(trace)
+        if self.metrics is not None:   # one place per turn and per query: outcome and retrieval timings
+            self.metrics.observe_trace(trace)
 
     def remember(self, entry: CacheEntry) -> None:
         self.cache.remember(entry)
@@ -116,7 +120,8 @@ async def _save_periodically(store: KnowledgeStore, seconds: float) -> None:
 
 
 @asynccontextmanager
-async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator[Knowledge]:
+async def run_knowledge(settings: Settings, upstream: Upstream,
+                        metrics: Metrics | None = None) -> AsyncIterator[Knowledge]:
     store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
     reranker = HttpReranker.from_settings(settings, upstream)  # None unless GRAPHGATE_RERANK_URL is set
     try:
@@ -125,7 +130,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
         cache = CacheService(store.tables.cache)
         traces = TraceService(store.tables.traces)
         models = ModelClient(upstream, limiter, settings, cache_lookup=cache.lookup,
-                             embed_limiter=PriorityLimiter(settings.embed_concurrency))
+                             embed_limiter=PriorityLimiter(settings.embed_concurrency), metrics=metrics)
         models.expected_dim = store.embedding_dim()
         await check_embedding_model(store, models, settings)
         tokenizer = await anyio.to_thread.run_sync(get_tokenizer)
@@ -154,7 +159,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream) -> AsyncIterator
                                       graph=GraphService.build(store, pipeline.integrator,
                                                                pipeline.merger.exclusive),
                                       documents=DocumentService(store, pipeline, communities.snapshot),
-                                      communities=communities)
+                                      communities=communities, metrics=metrics)
                 # merge suggestions take seconds on a big graph: have them ready before anyone asks
                 knowledge.graph.refresh_suggestions(settings.suggest_threshold)
                 retriever.remember = knowledge.remember

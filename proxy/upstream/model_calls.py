@@ -28,6 +28,7 @@ from proxy.core.errors import (
 )
 from proxy.core.limiter import Priority, PriorityLimiter
 from proxy.core.settings import Settings
+from proxy.monitoring.metrics import Metrics, upstream_call
 from proxy.store.protocols.cache import CacheEntry
 from proxy.upstream.client import Upstream, json_kind
 
@@ -82,7 +83,8 @@ async def first_chat_model(entries: Any, capabilities: Callable[[str], Awaitable
 
 class ModelClient:
     def __init__(self, upstream: Upstream, limiter: PriorityLimiter, settings: Settings,
-                 cache_lookup: CacheLookup | None = None, embed_limiter: PriorityLimiter | None = None) -> None:
+                 cache_lookup: CacheLookup | None = None, embed_limiter: PriorityLimiter | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.upstream = upstream
         self.limiter = limiter
         # the embedding model runs beside the chat model upstream: its quick calls never queue
@@ -93,6 +95,7 @@ class ModelClient:
         self._chat_model: str | None = settings.llm_model
         self.expected_dim: int | None = None  # set by the store once it knows its dimension
         self.calls = {"chat": 0, "embed": 0}
+        self.metrics = metrics   # each call to the upstream timed and counted by kind (GET /metrics)
 
     async def with_retries(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         tries = self.settings.llm_retries
@@ -150,7 +153,8 @@ class ModelClient:
         async def call() -> str:
             async with self.limiter.slot(priority, wait=slot_wait):
                 self.calls["chat"] += 1
-                reply = await self.upstream.call_json("POST", "/api/chat", body)
+                with upstream_call(self.metrics, kind):
+                    reply = await self.upstream.call_json("POST", "/api/chat", body)
             return self.upstream.chat_content(reply)
 
         content = await self.with_retries(call, f"{kind} call to {model}")
@@ -184,7 +188,8 @@ class ModelClient:
         async def call() -> Any:
             async with self.embed_limiter.slot(priority):
                 self.calls["embed"] += 1
-                return await self.upstream.call_json("POST", "/api/embed", {"model": model, "input": batch})
+                with upstream_call(self.metrics, "embedding"):
+                    return await self.upstream.call_json("POST", "/api/embed", {"model": model, "input": batch})
 
         reply = await self.with_retries(call, f"embedding call to {model}")
         embeddings = reply.get("embeddings")
