@@ -6,7 +6,12 @@ gateway does (start-up = process start to first answered query), runs Q mix-mode
 the keywords given and the question embedded by a local function (the upstream is not timed),
 and reports p50/p95 latency and peak RSS.
 
-    python bench/retrieval.py [--sizes 10000 100000 1000000] [--queries 200]
+    python bench/retrieval.py [--sizes 10000 100000 1000000] [--queries 200] [--filters]
+
+``--filters`` also times metadata-filtered retrievals (docs/metadata-filters.md): every document
+gets {"part": i % 10}, then a filter keeping a tenth of the store ({"part": 3}: searched by
+over-fetching the indexes) and one keeping a single document (searched exactly) each run Q times;
+"first" is the first query of a filter (its scope computed), the rest reuse the cached scope.
 
 Targets (2 cores): 100k chunks p50 <= 25 ms, p95 <= 60 ms; 1M chunks p50 <= 80 ms; start-up with
 1M chunks <= 15 s; RSS at 1M chunks <= 4 GB.
@@ -132,6 +137,11 @@ async def main():
     budget = Budget(0, "none", 0, 0, 30000, 30000, 6000, 8000)
     params = QueryParams.from_settings(settings, mode="mix", ll_keywords=("entity",), hl_keywords=("works with",),
                                        cosine_threshold=0.0)
+    filters = json.loads(sys.argv[4])
+    if filters:
+        await store.tables.documents.db.write(lambda con: con.execute(
+            "UPDATE documents SET metadata = '{\"part\": ' || "
+            "(CAST(regexp_extract(id, '[0-9]+') AS INTEGER) % 10) || '}'"))
     first = await retriever.retrieve("q", [], params, budget)
     startup = time.perf_counter() - started
     while not store.names_ready:   # entity linking's name index is built beside the first queries
@@ -143,7 +153,22 @@ async def main():
         r = await retriever.retrieve("q", [], params, budget)
         times.append((time.perf_counter() - t) * 1000)
     times.sort()
-    print(json.dumps({"startup": startup, "names": names, "p50": times[len(times) // 2],
+    filtered = {}
+    for spec in filters:
+        wanted = params.with_overrides({"filters": spec})
+        t = time.perf_counter()
+        r = await retriever.retrieve("q", [], wanted, budget)
+        cold = (time.perf_counter() - t) * 1000
+        warm = []
+        for _ in range(int(sys.argv[3])):
+            t = time.perf_counter()
+            r = await retriever.retrieve("q", [], wanted, budget)
+            warm.append((time.perf_counter() - t) * 1000)
+        warm.sort()
+        filtered[json.dumps(spec)] = {"first": cold, "p50": warm[len(warm) // 2], "p95": warm[int(len(warm) * 0.95)],
+                                      "documents": r.filtered["documents"], "chunks": len(r.context.chunks),
+                                      "cited": sorted({d for c in r.context.chunks for d in c.documents})[:3]}
+    print(json.dumps({"filtered": filtered, "startup": startup, "names": names, "p50": times[len(times) // 2],
                       "p95": times[int(len(times) * 0.95)],
                       # VmHWM, not ru_maxrss: the latter is inherited from the parent that built the store
                       "rss_mb": int(next(line for line in open("/proc/self/status")
@@ -160,6 +185,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--filters", action="store_true", help="also time metadata-filtered retrievals")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="build each store in DIR/<size> and keep it; a store already there is reused")
     args = parser.parse_args()
@@ -173,7 +199,9 @@ def main() -> None:
                 build(data, size)
             built = time.perf_counter() - t
             disk = sum(p.stat().st_size for p in data.iterdir() if p.is_file()) / 1e9
-            out = subprocess.run([sys.executable, "-c", MEASURE, str(data), str(ROOT), str(args.queries)],
+            filters = [{"part": 3}, {"$document": "doc-5.txt"}] if args.filters else []
+            out = subprocess.run([sys.executable, "-c", MEASURE, str(data), str(ROOT), str(args.queries),
+                                  json.dumps(filters)],
                                  capture_output=True, text=True, env=env, check=True).stdout
             m = json.loads(out)
             print(f"{size:>9,} chunks: mix p50 {m['p50']:6.1f} ms, p95 {m['p95']:6.1f} ms; "
@@ -182,6 +210,10 @@ def main() -> None:
                   f"{disk:.2f} GB on disk; context "
                   f"{m['entities']} entities, {m['relations']} relations, {m['chunks']} chunks, {m['tokens']} tokens",
                   flush=True)
+            for spec, f in m["filtered"].items():
+                print(f"{'':>9}  filter {spec}: {f['documents']} documents; first {f['first']:6.1f} ms, "
+                      f"then p50 {f['p50']:6.1f} ms, p95 {f['p95']:6.1f} ms; {f['chunks']} chunks from {f['cited']}",
+                      flush=True)
         finally:
             if not args.keep:
                 shutil.rmtree(data, ignore_errors=True)
