@@ -29,7 +29,7 @@ from proxy.store.changes import pair_key
 
 if TYPE_CHECKING:
     from proxy.store.protocols.graph import Graph
-    from proxy.store.store import KnowledgeStore, MemoryRows
+    from proxy.store.store import EntityMeta, KnowledgeStore, MemoryRows, RelationMeta
 
 T = TypeVar("T")
 EXACT_MAX = 4096      # a scope this small is searched exactly: its vectors read and compared (~1 ms)
@@ -62,19 +62,23 @@ class Scope:
 
 
 def compute_scope(store: KnowledgeStore, documents: frozenset[str]) -> Scope:
-    """The scope of the documents named ``documents``, read from the store's in-memory rows (one
-    pass over them: ~0.1 s at 100k entities, hence ``ScopeCache``). Blocking."""
-    def read(rows: MemoryRows, graph: Graph) -> Scope:
-        chunks = frozenset(c for c, names in rows.chunk_documents.items() if any(n in documents for n in names))
-        entity_rows = [m for m in rows.entities.values() if any(c in chunks for c in m.source_ids)]
-        relation_rows = [m for m in rows.relations.values() if any(c in chunks for c in m.source_ids)]
-        return Scope(documents, chunks, frozenset(m.name_key for m in entity_rows),
-                     frozenset(m.pair for m in relation_rows),
-                     {"chunks": frozenset(rows.chunk_keys[c] for c in chunks if c in rows.chunk_keys),
-                      "entities": frozenset(m.key for m in entity_rows),
-                      "relations": frozenset(m.key for m in relation_rows),
-                      "communities": frozenset()})
-    return store.read_memory_sync(read)
+    """The scope of the documents named ``documents``, from the store's in-memory rows: copied under
+    the store's lock (a few ms at 100k entities; the records are never changed in place), then
+    scanned outside it, so that commits do not wait for the scan. Blocking."""
+    def copy(rows: MemoryRows, graph: Graph) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, int],
+                                                     list[EntityMeta], list[RelationMeta]]:
+        return (list(rows.chunk_documents.items()), dict(rows.chunk_keys), list(rows.entities.values()),
+                list(rows.relations.values()))
+    cited, chunk_keys, entity_rows, relation_rows = store.read_memory_sync(copy)
+    chunks = frozenset(c for c, names in cited if not documents.isdisjoint(names))
+    entity_rows = [m for m in entity_rows if not chunks.isdisjoint(m.source_ids)]
+    relation_rows = [m for m in relation_rows if not chunks.isdisjoint(m.source_ids)]
+    return Scope(documents, chunks, frozenset(m.name_key for m in entity_rows),
+                 frozenset(m.pair for m in relation_rows),
+                 {"chunks": frozenset(chunk_keys[c] for c in chunks if c in chunk_keys),
+                  "entities": frozenset(m.key for m in entity_rows),
+                  "relations": frozenset(m.key for m in relation_rows),
+                  "communities": frozenset()})
 
 
 class ScopeCache:
