@@ -1,7 +1,8 @@
 """The playground: ``/rag/query`` from a form, every knob at hand, every step shown (keywords,
-entities, relations, chunks, the context, token counts, budget); optionally the answer. Its stages
-panel shows what each retrieval stage contributed: the timings, each channel's finds, where the
-keywords came from, what the reranker did; each entity and relation its channels and fused rank.
+entities, relations, chunks, the context, token counts, budget, what a metadata filter matched);
+optionally the answer. Its stages panel shows what each retrieval stage contributed: the timings,
+each channel's finds, where the keywords came from, what the reranker did; each entity and
+relation its channels and fused rank.
 
 Retrieval runs exactly as ``POST /rag/query`` runs it (``knowledge.query``); the form's knobs,
 their bounds, choices and help come from the settings table (``proxy.retrieval.params``). An htmx
@@ -44,7 +45,7 @@ RECONNECT_MS = 86_400_000   # an EventSource whose stream ended must not come ba
 NUMBERS = tuple(setting.name for setting in NUMBER_KNOBS)
 CHOICES = {setting.name: knob_of(setting).choices for setting in CHOICE_KNOBS}
 CHOICE_HELP = {setting.name: setting.help for setting in CHOICE_KNOBS}   # the select's tooltip
-TEXT_FIELDS = ("query", "num_ctx", "hl_keywords", "ll_keywords", "history", "model", "answer")
+TEXT_FIELDS = ("query", "num_ctx", "hl_keywords", "ll_keywords", "filters", "history", "model", "answer")
 
 
 def knobs() -> list[dict[str, Any]]:
@@ -83,6 +84,8 @@ def overrides(values: dict[str, str]) -> dict[str, Any]:
     body: dict[str, Any] = {name: _number(values[name]) for name in (*NUMBERS, "num_ctx") if values[name]}
     body.update({name: values[name] for name in CHOICES if values[name]})
     body.update({name: values[name].split(",") for name in ("hl_keywords", "ll_keywords") if values[name]})
+    if values["filters"]:  # the metadata filter's JSON text, read (and refused) as the API reads it
+        body["filters"] = values["filters"]
     return body
 
 
