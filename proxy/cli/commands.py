@@ -1,4 +1,4 @@
-"""``graphgate ingest``, ``status`` and ``reindex``.
+"""``graphgate ingest``, ``status``, ``query`` and ``reindex``.
 
 ``ingest`` and ``status`` talk to the running gateway over its /rag API; when none answers they
 start the gateway in-process (same code, same API) for the duration of the command, since only
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,7 +23,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from proxy.core.data_dir import DATABASE_FILE, has_store
-from proxy.core.errors import GraphGateError, StoreUnavailable
+from proxy.core.errors import BadRequest, GraphGateError, StoreUnavailable
+from proxy.core.metadata import check_metadata, parse_filter
 from proxy.core.settings import Settings
 from proxy.parsing.files import SUPPORTED_TYPES
 
@@ -101,14 +104,57 @@ UPLOADS_IN_FLIGHT = 16  # uploads that reach the gateway together are stored in 
 # the gateway waiting on its writer between rounds; more holds more files in memory at once)
 
 
-async def _upload(client: httpx.AsyncClient, files: list[Path]) -> list[dict[str, Any]]:
+JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+
+def _meta_value(text: str) -> str | int | float:
+    """``--meta``'s value: a number when it reads as a JSON number ("2024", "0.5"), else the text
+    ("007" and "1e999" stay text: a number would lose what was typed)."""
+    if JSON_NUMBER.fullmatch(text):
+        number = json.loads(text)
+        if not isinstance(number, float) or math.isfinite(number):
+            return number
+    return text
+
+
+def upload_metadata(text: str | None, pairs: list[str] | None) -> dict[str, Any] | None:
+    """``--metadata``'s JSON object with the ``--meta KEY=VALUE`` pairs over it (a key given again
+    makes a list), checked as the gateway checks it; None when neither flag was given."""
+    if text is None and not pairs:
+        return None
+    try:
+        metadata: dict[str, Any] = dict(check_metadata(text, where="--metadata")) if text is not None else {}
+        given: dict[str, list[str | int | float]] = {}
+        for pair in pairs or []:
+            key, equals, value = pair.partition("=")
+            if not equals:
+                raise CommandError(f"--meta takes KEY=VALUE, not {pair!r}")
+            given.setdefault(key.strip(), []).append(_meta_value(value.strip()))
+        metadata.update({key: values[0] if len(values) == 1 else values for key, values in given.items()})
+        return check_metadata(metadata, where="the metadata (--metadata, --meta)")
+    except BadRequest as exc:
+        raise CommandError(exc.message) from None
+
+
+def query_filter(text: str) -> Any:
+    """``--filter``'s JSON object, checked here so that a typo stops before any gateway is asked."""
+    try:
+        parse_filter(text, where="--filter")
+    except BadRequest as exc:
+        raise CommandError(exc.message) from None
+    return json.loads(text) if text.strip() else {}
+
+
+async def _upload(client: httpx.AsyncClient, files: list[Path],
+                  metadata: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = [{} for _ in files]
     limiter = anyio.CapacityLimiter(UPLOADS_IN_FLIGHT)
+    fields = None if metadata is None else {"metadata": json.dumps(metadata, ensure_ascii=False)}
 
     async def one(i: int, path: Path) -> None:
         async with limiter:
             data = await anyio.to_thread.run_sync(path.read_bytes)
-            response = await client.post("/rag/documents", files={"file": (path.name, data)})
+            response = await client.post("/rag/documents", files={"file": (path.name, data)}, data=fields)
         body = response.json()
         result = (body.get("documents") or [{"name": path.name, "outcome": "rejected", "error": body.get("error")}])[0]
         result["path"] = str(path)
@@ -150,13 +196,15 @@ async def _follow(client: httpx.AsyncClient, ids: list[str]) -> dict[str, dict[s
     return final
 
 
-async def ingest(settings: Settings, paths: list[str], create: bool = False) -> int:
+async def ingest(settings: Settings, paths: list[str], create: bool = False, metadata_json: str | None = None,
+                 meta_pairs: list[str] | None = None) -> int:
+    metadata = upload_metadata(metadata_json, meta_pairs)  # a bad flag stops before anything is sent
     files = collect_files(paths)
     if not files:
         console.print("nothing to ingest (supported: " + ", ".join(SUPPORTED_TYPES) + ")")
         return 1
     async with rag_client(settings, create=create, offer_create=True) as client:
-        results = await _upload(client, files)
+        results = await _upload(client, files, metadata)
         waiting = [r["id"] for r in results if r["outcome"] in ("accepted", "replaced")]
         final = await _follow(client, waiting)
     counts = {"processed": 0, "failed": 0, "duplicate": 0, "rejected": 0, "superseded": 0}
@@ -176,6 +224,8 @@ async def status(settings: Settings) -> int:
 
 
 async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> int:
+    if isinstance(request.get("filters"), str):
+        request = {**request, "filters": query_filter(request["filters"])}
     async with rag_client(settings) as client:
         response = await client.post("/rag/query", json=request)
     result = response.json()
@@ -190,6 +240,8 @@ async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> i
           f"high {keywords.get('high_level', [])}")
     print(f"{len(result['entities'])} entities, {len(result['relations'])} relations, {len(result['chunks'])} chunks; "
           f"tokens {result['tokens']}; timings (ms) {result['timings']}")
+    if "filtered" in result:
+        print(f"filter {result['filtered']['filters']}: {result['filtered']['documents']} documents match")
     print()
     print(result["context"] or f"(no context: {result['skipped']})")
     if "answer" in result:

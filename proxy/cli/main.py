@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--create", action="store_true",
                         help="when no gateway answers and no store exists yet, create a new store (in "
                              "GRAPHGATE_DATA_DIR) instead of stopping")
+    ingest.add_argument("--metadata", metavar="JSON",
+                        help='metadata for every file, a JSON object: \'{"category": "hr", "year": 2024}\'')
+    ingest.add_argument("--meta", action="append", metavar="KEY=VALUE",
+                        help="one metadata value (repeatable; a number reads as a number, a key given again makes "
+                             "a list; over --metadata's same key)")
     _add_setting_flags(ingest)
     status = commands.add_parser("status", help="print the store's counts and the pipeline's work")
     _add_setting_flags(status)
@@ -47,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--num-ctx", type=int, help="simulate a model context window of this many tokens")
     query.add_argument("--answer", action="store_true", help="also generate the answer")
     query.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    query.add_argument("--filter", metavar="JSON",
+                       help='only documents whose metadata match, a JSON object: \'{"category": "hr"}\'')
     _add_setting_flags(query)
     reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; re-embed "
                                                   "everything if the embedding model changed")
@@ -121,12 +128,13 @@ def _main(argv: Sequence[str] | None) -> int:
     for notice in settings.notices:
         log.warning("%s", notice)
     if args.command == "ingest":
-        return cli_commands.run(cli_commands.ingest, settings, args.paths, args.create)
+        return cli_commands.run(cli_commands.ingest, settings, args.paths, args.create, args.metadata, args.meta)
     if args.command == "status":
         return cli_commands.run(cli_commands.status, settings)
     if args.command == "query":
         # --mode (GRAPHGATE_MODE) picks the retrieval mode, as it does for the gateway
-        request = {"query": args.text, "mode": settings.mode, "num_ctx": args.num_ctx, "answer": args.answer}
+        request = {"query": args.text, "mode": settings.mode, "num_ctx": args.num_ctx, "answer": args.answer,
+                   "filters": args.filter}
         return cli_commands.run(cli_commands.query, settings, {k: v for k, v in request.items() if v is not None},
                                 args.json)
     if args.command == "reindex":
