@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +41,8 @@ __all__ = ["INDEXED_TABLES", "VECTOR_TABLES", "Community", "KnowledgeStore", "no
 log = logging.getLogger("graphgate.store")
 TEXTS_CACHED = 100_000   # descriptions and chunk texts kept per kind (a few hundred MB at most)
 T = TypeVar("T")
+STATS_PATIENCE = 5.0        # seconds a stats read is made again while commits land between its parts
+STATS_RETRY_SECONDS = 0.01
 
 
 class KnowledgeStore:
@@ -438,12 +441,23 @@ class KnowledgeStore:
         return await anyio.to_thread.run_sync(self.rebuild_sync)
 
     def stats_sync(self) -> dict[str, Any]:
-        counts = self.tables.counts_sync()
-        with self._vectors_lock:
-            counts["index_sizes"] = {name: len(self._indexes[name]) for name in INDEXED_TABLES}
-            counts["communities"] = {"count": counts["communities"], "indexed": len(self._indexes["communities"])}
-        with self._memory_lock:
-            counts["graph"] = {"vertices": self._graph.vertex_count, "edges": self._graph.edge_count}
+        """The tables' counts, the index sizes and the graph's, all at one generation: a commit
+        reaches the tables before the rows, graph and indexes, so a read that straddles one (the
+        tables already a commit ahead) is made again, for up to STATS_PATIENCE seconds of
+        back-to-back commits (then the last read is given). Blocking."""
+        deadline = time.monotonic() + STATS_PATIENCE
+        while True:
+            seen = self.generation
+            counts = self.tables.counts_sync()
+            with self._vectors_lock:
+                counts["index_sizes"] = {name: len(self._indexes[name]) for name in INDEXED_TABLES}
+                indexed_communities = len(self._indexes["communities"])
+            with self._memory_lock:
+                counts["graph"] = {"vertices": self._graph.vertex_count, "edges": self._graph.edge_count}
+            if counts.pop("table_generation") == seen == self.generation or time.monotonic() > deadline:
+                break
+            time.sleep(STATS_RETRY_SECONDS)
+        counts["communities"] = {"count": counts["communities"], "indexed": indexed_communities}
         counts["generation"] = self.generation
         counts["bytes_on_disk"] = sum(p.stat().st_size for p in self.data_dir.glob("*") if p.is_file())
         return counts

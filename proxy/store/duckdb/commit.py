@@ -49,6 +49,7 @@ def embeddings_for(con: Con, table: str, keys: np.ndarray,
 
 
 def table_counts(con: Con) -> dict[str, Any]:
+    generation = int(get_meta(con, "generation", "0") or 0)
     by_status = dict(con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall())
 
     def one(sql: str) -> Any:
@@ -57,7 +58,7 @@ def table_counts(con: Con) -> dict[str, Any]:
             raise RuntimeError(f"no row from {sql}")
         return row[0]
 
-    return {
+    counts = {
         "documents": {s: by_status.get(s, 0) for s in ("pending", "processing", "processed", "failed")},
         "chunks": one("SELECT count(*) FROM chunks"),
         "entities": one("SELECT count(*) FROM entities"),
@@ -66,6 +67,10 @@ def table_counts(con: Con) -> dict[str, Any]:
         "cache_entries": one("SELECT count(*) FROM llm_cache"),
         "communities": one("SELECT count(*) FROM communities"),
     }
+    # the commit these counts are from (a commit's rows and its generation land in one transaction;
+    # the statements above are not one, so a commit between them gives -1: read again)
+    counts["table_generation"] = generation if int(get_meta(con, "generation", "0") or 0) == generation else -1
+    return counts
 
 
 def write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], int]:
