@@ -59,10 +59,6 @@ def keyword_messages(query: str, history: list[tuple[str, str]]) -> list[dict[st
             {"role": "user", "content": f"{earlier}Latest question: {query}"}]
 
 
-def normalise_query(query: str) -> str:
-    return " ".join(query.split()).casefold()
-
-
 def _clean(values: Any) -> tuple[str, ...]:
     if not isinstance(values, list):
         return ()
