@@ -1,18 +1,21 @@
 """Document metadata in the console, in-process: the upload form's metadata field, the table's
 chips and metadata filter (kept in the paging and polling links; a bad filter is a readable 400),
 the document page's metadata and its edit form (CSRF-checked; bad JSON refused, nothing changed),
-and the playground's filter (sent as /rag/query's ``filters``; what it matched is shown)."""
+and the playground's filter (sent as /rag/query's ``filters``; what it matched is shown). One
+journey in a real browser (Debian's chromium, as tests/test_console_browser.py drives it)."""
 
 from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
+from playwright.sync_api import FilePayload, Page, expect, sync_playwright
 
 from proxy.core.settings import Settings
 from tests.conftest import gateway_client
@@ -22,6 +25,7 @@ from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.playground_helpers import rows, run
 from tests.rag_helpers import store_snapshot_of
+from tests.test_console_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, Watcher
 
 pytestmark = pytest.mark.anyio
 
@@ -224,3 +228,65 @@ async def test_the_playground_sends_the_filter_and_shows_what_it_matched(console
     bad = await run(console, htmx=True, query=question, filters='{"year": {"$gt": [1]}}')
     assert bad.status_code == 400 and bad.headers["hx-retarget"] == "#flash"
     assert "$gt takes a string or a number" in html.unescape(bad.text)
+
+
+def test_metadata_in_a_real_browser(live_gateway: str, facts: KnownFacts) -> None:
+    """Chromium: upload two files with their metadata, filter the table by it (htmx, no reload),
+    edit one document's metadata on its page, and see the filter find it afterwards."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)")
+    watcher = Watcher(origin=live_gateway)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(base_url=live_gateway)
+            context.set_default_timeout(TIMEOUT_MS)
+            expect.set_options(timeout=TIMEOUT_MS)
+            page = context.new_page()
+            page.on("console", watcher.console)
+            page.on("pageerror", watcher.page_error)
+            page.on("request", watcher.request)
+            _upload_filter_and_edit(page)
+        finally:
+            browser.close()
+    assert watcher.errors == [], "\n".join(watcher.errors)
+    assert watcher.foreign() == [], f"the page talked to something other than the gateway: {watcher.foreign()}"
+
+
+def _upload_filter_and_edit(page: Page) -> None:
+    page.goto("/admin/documents")
+    expect(page.locator("#document-table")).to_contain_text("No documents yet")
+    for name, text, meta in (("team.txt", TEAM, TEAM_META), ("city.md", CITY, CITY_META)):
+        page.get_by_label("Metadata", exact=True).fill(json.dumps(meta))
+        page.locator("input[type=file][name=files]").set_input_files(
+            [FilePayload(name=name, mimeType="text/plain", buffer=text.encode())])
+        page.get_by_role("button", name="Upload", exact=True).click()
+        expect(page.locator("#upload-results li").filter(has_text=name).locator(".badge")).to_have_text("accepted")
+    rows_shown = page.locator("#documents tbody tr")
+    expect(page.locator('#documents tr[data-status="processed"]')).to_have_count(2, timeout=30_000)
+    expect(rows_shown.filter(has_text="team.txt").locator(".chip")).to_have_text(
+        ["category: projects", "year: 2024", "tags: orion, staff"])
+    expect(rows_shown.filter(has_text="city.md").locator(".chip")).to_have_text(["category: places", "year: 2023"])
+
+    page.evaluate("() => { window.__same_page = true; }")
+    page.get_by_label("Metadata filter").fill('{"category": "places"}')
+    page.get_by_label("Metadata filter").press("Enter")
+    expect(page).to_have_url(re.compile(r"/admin/documents\?.*filter=%7B%22category%22"))  # pushed by htmx
+    expect(rows_shown).to_have_count(1)
+    expect(rows_shown.get_by_role("link")).to_have_text("city.md")
+    assert page.evaluate("() => window.__same_page === true"), "filtering reloaded the page"
+
+    rows_shown.get_by_role("link", name="city.md").click()
+    expect(page).to_have_url(re.compile(r"/admin/documents/doc-[^/?]+$"))
+    expect(page.locator("#metadata-chips .chip")).to_have_text(["category: places", "year: 2023"])
+    box = page.locator("textarea[name=metadata]")
+    assert json.loads(box.input_value()) == CITY_META
+    box.fill('{"category": "projects", "year": 2023, "source": "atlas"}')
+    page.get_by_role("button", name="Save metadata", exact=True).click()
+    expect(page.locator("#metadata-chips .chip")).to_have_text(["category: projects", "year: 2023", "source: atlas"])
+    expect(page.locator("#metadata-error")).to_have_count(0)
+
+    page.goto("/admin/documents?" + urlencode({"filter": '{"category": "projects"}', "sort": "name", "order": "asc"}))
+    expect(rows_shown).to_have_count(2)
+    expect(rows_shown.get_by_role("link")).to_have_text(["city.md", "team.txt"])
+    expect(page.get_by_label("Metadata filter")).to_have_value('{"category": "projects"}')
