@@ -20,11 +20,9 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from proxy.core.modes import MODES
 from proxy.monitoring.knowledge_gauges import KnowledgeGauges, KnowledgeView, read_documents
 from proxy.monitoring.reasons import REASONS, reason_label
 
-SEARCHING_MODES = tuple(mode for mode in MODES if mode != "bypass")   # bypass retrieves nothing
 CHAT_APIS = frozenset({"ollama", "openai"})   # a trace's api for a chat turn (else /rag/query, the playground, ...)
 
 # the retriever's timing names (proxy/retrieval/retriever.py, ``Timer.step``) -> the stage counted.
@@ -103,8 +101,10 @@ class Metrics:
                           buckets=STAGE_BUCKETS)
         self.rerank = Histogram("graphgate_rerank_duration_seconds", "Re-ranking latency (a re-ranking server is "
                                 "set): seed 004's rerank_latency.", registry=self.registry, buckets=RERANK_BUCKETS)
-        self.query = {mode: query.labels(mode) for mode in SEARCHING_MODES}
-        self.stages = {mode: {name: stage.labels(mode, name) for name in STAGE_NAMES} for mode in SEARCHING_MODES}
+        # a mode's series appear with its first retrieval: most gateways use one or two, and each
+        # mode's histograms are over a hundred lines every scrape renders
+        self.query: dict[str, Histogram] = {}
+        self.stages: dict[str, dict[str, Histogram]] = {}
         self._query_family, self._stage_family = query, stage
         self.augmented = Counter("graphgate_chat_turns_augmented_total", "Chat turns sent upstream with "
                                  "context from the knowledge base.", registry=self.registry)
@@ -140,7 +140,7 @@ class Metrics:
     def observe_timings(self, mode: str, timings: Mapping[str, float]) -> None:
         """A retrieval's timings (milliseconds per step, proxy/retrieval/retriever.py)."""
         stages = self.stages.get(mode)
-        if stages is None:   # not one of LightRAG's modes: labelled as given
+        if stages is None:   # the mode's first retrieval
             stages = self.stages[mode] = {name: self._stage_family.labels(mode, name) for name in STAGE_NAMES}
             self.query[mode] = self._query_family.labels(mode)
         spent: dict[str, float] = {}
