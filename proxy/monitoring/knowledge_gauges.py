@@ -121,7 +121,7 @@ class KnowledgeGauges(Collector):
         if knowledge is None:
             return
         store = knowledge.store
-        for table, help_text in (("chunks", "Text chunks retrieval can find (doc_count's chunks)."),
+        for table, help_text in (("chunks", "Text chunks retrieval can find."),
                                  ("entities", "Entities in the graph's vector index."),
                                  ("relations", "Relations in the graph's vector index.")):
             yield GaugeMetricFamily(f"graphgate_{table}", help_text, value=store.vector_count(table))

@@ -42,9 +42,9 @@ STAGE_NAMES = tuple(dict.fromkeys(STAGES.values()))
 KIND_NAMES: Mapping[str, str] = {"extract": "extraction", "community": "community_summary"}
 KINDS = ("chat_relay", "extraction", "summary", "keywords", "community_summary", "embedding")
 
-QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # 2 s: seed 004's alert
+QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # 2 s: an alert's bound
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
-RERANK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)   # 500 ms: seed 004's alert
+RERANK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)   # 500 ms: an alert's bound
 UPSTREAM_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -88,19 +88,19 @@ class UpstreamCall:
 
 
 class Metrics:
-    def __init__(self, knowledge: Callable[[], KnowledgeView | None] = lambda: None) -> None:
+    def __init__(self, knowledge: Callable[[], KnowledgeView | None]) -> None:
         """``knowledge``: the knowledge service when the store is open (read at scrape time)."""
         self.registry = CollectorRegistry()
         self.gauges = KnowledgeGauges(knowledge)
         self.registry.register(self.gauges)
         query = Histogram("graphgate_query_duration_seconds", "Retrieval latency per mode (chat turns and "
-                          "/rag/query): seed 004's query_latency.", ["mode"], registry=self.registry,
+                          "/rag/query).", ["mode"], registry=self.registry,
                           buckets=QUERY_BUCKETS)
         stage = Histogram("graphgate_query_stage_duration_seconds", "Retrieval latency per mode and stage "
                           "(search includes entity linking).", ["mode", "stage"], registry=self.registry,
                           buckets=STAGE_BUCKETS)
         self.rerank = Histogram("graphgate_rerank_duration_seconds", "Re-ranking latency (a re-ranking server is "
-                                "set): seed 004's rerank_latency.", registry=self.registry, buckets=RERANK_BUCKETS)
+                                "set).", registry=self.registry, buckets=RERANK_BUCKETS)
         # a mode's series appear with its first retrieval: most gateways use one or two, and each
         # mode's histograms are over a hundred lines every scrape renders
         self.query: dict[str, Histogram] = {}
