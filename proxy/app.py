@@ -25,6 +25,7 @@ from proxy.gateway.chat import ChatPipeline
 from proxy.guards.body_limit import BodyLimitMiddleware
 from proxy.guards.middleware import build_middleware
 from proxy.knowledge.service import run_knowledge
+from proxy.mcp_server.http import McpEndpoint
 from proxy.monitoring import route as metrics_route
 from proxy.monitoring.metrics import Metrics
 from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_query
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None, *,
     settings = settings or Settings.load()
     if watch_seconds is None:
         watch_seconds = 0 if upstream_transport is not None else WATCH_SECONDS
+    mcp = McpEndpoint(settings)  # /mcp: its server is built and run in the lifespan
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -99,13 +101,14 @@ def create_app(settings: Settings | None = None, *,
                     gateway.knowledge_error = (exc.message if isinstance(exc, StoreUnavailable)
                                                else f"{type(exc).__name__}: {exc}")
                     log.error("knowledge store at %s unavailable: %s", settings.data_dir, gateway.knowledge_error)
+                await stack.enter_async_context(mcp.serving(gateway))  # ends its calls before the store closes
                 yield
         finally:
             await upstream.aclose()
 
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_documents.ROUTES,
-                *routes_query.ROUTES, *routes_graph.ROUTES, *metrics_route.ROUTES,
+                *routes_query.ROUTES, *routes_graph.ROUTES, mcp.route(), *metrics_route.ROUTES,
                 *admin_mount()],
         middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware)],  # innermost: after auth
         exception_handlers={

@@ -222,6 +222,8 @@ def _surface(path: str) -> str:
         return "openai"
     if path.startswith("/rag/"):
         return "rag"
+    if path == "/mcp":
+        return "mcp"
     return "ollama"
 
 
@@ -241,6 +243,10 @@ def check_error_shape(sent: Sent, response: httpx.Response) -> None:
     body = response.json()
     assert isinstance(body, dict), (sent, body)
     error = body.get("error")
+    if surface == "mcp":  # MCP clients read a JSON-RPC error; the gateway's own guards answer {"error": "..."}
+        assert isinstance(error, str) and error or isinstance(error, dict) and isinstance(error.get("message"), str) \
+            and error["message"], (sent, body)
+        return
     if surface == "openai":
         assert isinstance(error, dict), (sent, body)
         assert isinstance(error.get("message"), str) and error["message"], (sent, body)

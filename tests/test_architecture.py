@@ -1,6 +1,6 @@
 """The layout's rules, read from the product's own source (docs/architecture.md states them):
 only the store touches its engines, no module imports another in a circle, the surfaces (the /rag
-API, the console, the CLI, the chat gateway) reach the knowledge base through the knowledge
+API, the console, the CLI, the chat gateway, the MCP server) reach the knowledge base through the knowledge
 service, and nothing reaches into another object's private parts."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("duckdb", "usearch", "igraph", "pyarrow", "bm25s")
-SURFACES = ("proxy.rag_api", "proxy.gateway", "proxy.cli", "admin")
+SURFACES = ("proxy.rag_api", "proxy.gateway", "proxy.cli", "proxy.mcp_server", "admin")
 # what sits behind the knowledge service: a surface importing one of these goes around it
 BEHIND_THE_SERVICE = ("proxy.store.store", "proxy.store.duckdb", "proxy.store.backends", "proxy.store.graph_igraph",
                       "proxy.store.vectors_usearch", "proxy.store.rows_memory", "proxy.ingest", "proxy.merging")

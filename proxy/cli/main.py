@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; re-embed "
                                                   "everything if the embedding model changed")
     _add_setting_flags(reindex)
+    mcp = commands.add_parser("mcp", help="serve the knowledge base to an MCP client over stdio (Claude Desktop...): "
+                                          "through the running gateway, else on the store itself (docs/mcp.md)")
+    mcp.add_argument("--create", action="store_true",
+                     help="when no gateway answers and no store exists yet, create a new store (in "
+                          "GRAPHGATE_DATA_DIR) instead of stopping")
+    _add_setting_flags(mcp)
     return parser
 
 
@@ -122,6 +128,14 @@ def _main(argv: Sequence[str] | None) -> int:
         return serve(settings)
     if args.command == "settings":
         return print_settings(settings, markdown=args.markdown)
+    if args.command == "mcp":  # stdout is the protocol's channel: logs go to stderr
+        from proxy.mcp_server import stdio as mcp_stdio
+
+        logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for notice in settings.notices:
+            log.warning("%s", notice)
+        return mcp_stdio.run(settings, args.create)
     from proxy.cli import commands as cli_commands
 
     logging.basicConfig(level=max(logging.WARNING, logging.getLevelName(settings.log_level.upper())))

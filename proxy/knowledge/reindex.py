@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 
+from proxy.core.errors import Conflict
 from proxy.core.limiter import Priority, PriorityLimiter
 from proxy.core.settings import Settings
 from proxy.merging.rules import embed_hash, entity_text, relation_text
@@ -17,6 +19,9 @@ from proxy.store.changes import Changeset
 from proxy.store.store import INDEXED_TABLES, KnowledgeStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.model_calls import ModelClient
+
+if TYPE_CHECKING:
+    from proxy.knowledge.service import Knowledge
 
 log = logging.getLogger("graphgate.reindex")
 BATCH = 256
@@ -62,6 +67,19 @@ async def reindex(store: KnowledgeStore, models: ModelClient, settings: Settings
     sizes = await store.rebuild()
     progress("rebuilding indexes and graph", 1, 1)
     return sizes
+
+
+async def rebuild_live(knowledge: Knowledge, settings: Settings, progress: Progress) -> dict[str, int]:
+    """Rebuild the vector indexes and the graph of the store a running service holds (the MCP
+    rebuild_index tool): no merge, curation or other commit runs meanwhile, and retrievals wait for
+    the rebuilt indexes. Re-embedding is refused here (Conflict): a new embedding model changes the
+    vectors' dimension under the chats being served; ``graphgate reindex`` does it with the store to itself."""
+    recorded = await knowledge.store.tables.reembed.recorded_model()
+    if recorded not in (None, settings.embed_model):
+        raise Conflict(f"the store's vectors come from {recorded}, not the configured {settings.embed_model}: "
+                       "re-embedding needs the store to itself (stop the gateway and run `graphgate reindex`)")
+    async with knowledge.pipeline.merger.exclusive(), knowledge.store.apply_lock:
+        return await reindex(knowledge.store, knowledge.models, settings, progress)
 
 
 @contextlib.asynccontextmanager
