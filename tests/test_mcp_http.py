@@ -288,3 +288,29 @@ async def test_what_stateless_serving_refuses_it_refuses_at_once_in_json_rpcs_sh
         body = response.json()
         assert body["jsonrpc"] == "2.0" and body["id"] is None and body["error"]["message"], body
     assert "mcp-session-id" not in broken.headers
+
+
+async def test_query_filters_restrict_it_to_the_matching_documents_as_rag_query_does(world: dict[str, Any]) -> None:
+    url = world["url"]
+    question = "Who founded the Berlin chess club, and who works at Acme Corp?"
+    async with http_session(url, KEY) as client:
+        batch = structured(await client.call_tool("batch_insert", {"documents": [
+            {"name": "club.md", "text": "Carol White founded the Berlin chess club.", "metadata": {"topic": "club"}},
+            {"name": "staff.md", "text": "Bob Jones works at Acme Corp. Bob Jones plays chess.",
+             "metadata": {"topic": ["work", "people"], "year": 2024}}]}))
+        await settled(url, [d["id"] for d in batch["documents"]], AUTH)
+        everything = structured(await client.call_tool("query", {"question": question}))
+        club = structured(await client.call_tool("query", {"question": question, "filters": {"topic": "club"}}))
+        recent = structured(await client.call_tool("query", {"question": question,
+                                                             "filters": {"year": {"$gte": 2020}}}))
+        nothing = structured(await client.call_tool("query", {"question": question, "filters": {"topic": "none"}}))
+        bad = await client.call_tool("query", {"question": question, "filters": {"year": {"$near": 1}}})
+    async with httpx.AsyncClient(base_url=url, headers=AUTH) as http:
+        direct = (await http.post("/rag/query", json={"query": question, "filters": {"topic": "club"}})).json()
+    assert club["context"] == direct["context"] and club["filtered"] == direct["filtered"]
+    assert {r["document"] for r in club["references"]} == {"club.md"}
+    assert {r["document"] for r in recent["references"]} == {"staff.md"}
+    assert len({r["document"] for r in everything["references"]}) > 1 and everything["filtered"] is None
+    assert club["context"] != everything["context"] != recent["context"]
+    assert nothing["context"] == "" and nothing["filtered"]["documents"] == 0
+    assert "$near" in error_text(bad)

@@ -54,6 +54,11 @@ class Reference(BaseModel):
     document: str = Field(description="the document's name")
 
 
+class Filtered(BaseModel):
+    filters: str = Field(description="the filter as it ran (canonical JSON)")
+    documents: int = Field(description="how many documents it let through (0: the context is empty)")
+
+
 class QueryResult(BaseModel):
     query: str
     mode: str
@@ -64,6 +69,7 @@ class QueryResult(BaseModel):
     chunks: list[QueryChunk]
     references: list[Reference]
     skipped: str | None = Field(description="why no context was retrieved, when none was")
+    filtered: Filtered | None = Field(default=None, description="the metadata filter that ran, when one did")
     timings: dict[str, float] = Field(description="milliseconds per retrieval stage")
 
 
