@@ -13,16 +13,11 @@ from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge
 from proxy.core.metadata import check_metadata, parse_filter
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
-from proxy.parsing.files import ParsedDocument
-from proxy.parsing.workers import parse_isolated
+from proxy.knowledge.intake import add_document
 from proxy.rag_api.forms import read_form
 from proxy.state import knowledge
 
 MAX_FILES = 100
-
-
-async def _parse(request: Request, name: str, data: bytes) -> ParsedDocument:
-    return await parse_isolated(name, data, request.app.state.gateway.settings)  # in a worker, with bounds
 
 
 async def _uploaded(request: Request, limit: int) -> tuple[list[tuple[str, bytes | GraphGateError]], dict[str, Any]]:
@@ -55,19 +50,14 @@ async def submit_uploads(request: Request) -> list[dict[str, Any]]:
     """Parse and queue every uploaded file; one result per file (accepted, replaced, duplicate or
     rejected with the reason and its status code)."""
     kb = knowledge(request)
-    limit = request.app.state.gateway.settings.max_upload_bytes
+    settings = request.app.state.gateway.settings
     results: list[dict[str, Any]] = []
-    uploaded, metadata = await _uploaded(request, limit)
+    uploaded, metadata = await _uploaded(request, settings.max_upload_bytes)
     for name, data in uploaded:
         try:
             if isinstance(data, GraphGateError):
                 raise data
-            parsed = await _parse(request, name, data)
-            document, outcome = await kb.documents.submit(parsed, metadata)
-            result = {"name": parsed.name, "outcome": outcome, "id": document["id"], "status": document["status"]}
-            if outcome == "duplicate":
-                result["duplicate_of"] = document["name"]
-            results.append(result)
+            results.append(await add_document(kb, settings, name, data, metadata))  # parsed in a worker, bounded
         except GraphGateError as exc:
             results.append({"name": name, "outcome": "rejected", "error": exc.message, "status_code": exc.status})
     return results
