@@ -211,13 +211,15 @@ async def test_stats_and_rebuild_index_with_progress_notifications(world: dict[s
         stats = structured(await client.call_tool("stats", {}))
         rebuilt = structured(await client.call_tool("rebuild_index", {}, progress_callback=on_progress))
         after = structured(await client.call_tool("query", {"question": "Who works at Acme Corp?"}))
+    async with http_session(world["url"], KEY, mode="legacy") as client:   # progress on a stateless 2025 call
+        structured(await client.call_tool("rebuild_index", {}, progress_callback=on_progress))
     async with httpx.AsyncClient(base_url=world["url"], headers=AUTH) as http:
         rag = (await http.get("/rag/stats")).json()
     assert stats["entities"] == rag["entities"] and stats["chunks"] == rag["chunks"] > 0
     assert stats["documents"]["processed"] >= 2 and stats["index_sizes"] == rag["index_sizes"]
     assert rebuilt["index_sizes"]["chunks"] == rag["index_sizes"]["chunks"]
-    assert [m for _, _, m in seen] == ["rebuilding indexes and graph: 0/1", "rebuilding indexes and graph: 1/1"]
-    assert [v for v, _, _ in seen] == [1, 2]
+    assert [m for _, _, m in seen] == ["rebuilding indexes and graph: 0/1", "rebuilding indexes and graph: 1/1"] * 2
+    assert [v for v, _, _ in seen] == [1, 2, 1, 2]
     assert "Bob Jones" in after["context"]
 
 
@@ -314,3 +316,15 @@ async def test_query_filters_restrict_it_to_the_matching_documents_as_rag_query_
     assert club["context"] != everything["context"] != recent["context"]
     assert nothing["context"] == "" and nothing["filtered"]["documents"] == 0
     assert "$near" in error_text(bad)
+
+
+async def test_the_gateways_host_check_and_cors_stand_in_front_of_mcp(world: dict[str, Any]) -> None:
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    accept = {"accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(base_url=world["url"], headers={**AUTH, **accept}) as http:
+        rebound = await http.post("/mcp", json=message, headers={"host": "attacker.example"})
+        foreign = await http.post("/mcp", json=message, headers={"origin": "https://attacker.example"})
+        local = await http.post("/mcp", json=message, headers={"origin": "http://localhost:3000"})
+    assert rebound.status_code == 403 and "attacker.example" in rebound.json()["error"]
+    assert foreign.status_code == 403 and "not allowed" in foreign.json()["error"]
+    assert local.status_code == 200 and local.headers["access-control-allow-origin"] == "http://localhost:3000"
