@@ -89,7 +89,7 @@ class Neighbourhood:
     entities: list[dict[str, Any]]       # name, type, degree: the entity and its neighbours
     relations: list[dict[str, Any]]      # source, target, keywords, weight, description
     relation_total: int                  # relations among those entities before the cap
-    capped: bool                         # the neighbours or the relations were cut at the cap
+    capped: bool                         # the cap was reached: neighbours or relations may have been left out
 
 
 def _around(key: str, depth: int, cap: int, rows: MemoryRows,

@@ -108,7 +108,8 @@ class Relations(BaseModel):
     entities: list[NeighbourEntity] = Field(description="the entity and its neighbours within the depth")
     relations: list[Relation] = Field(description="its own relations first, then the heaviest")
     relation_total: int = Field(description="relations among those entities before the limit")
-    capped: bool = Field(description="the limit cut neighbours or relations: ask for fewer hops or a higher limit")
+    capped: bool = Field(description="the limit was reached (neighbours or relations): there may be more; ask "
+                                     "with fewer hops or a higher limit")
 
 
 # --- documents ---

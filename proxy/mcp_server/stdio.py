@@ -37,13 +37,14 @@ def gateway_url(settings: Settings) -> str:
 
 
 async def gateway_answers(url: str) -> bool:
-    """Whether a gateway answers at ``url`` (its public health read: no key needed)."""
+    """Whether a GraphGate gateway answers at ``url`` (its public health read, 200 or 503 with its
+    JSON: no key needed)."""
     try:
         async with httpx.AsyncClient(timeout=PROBE_SECONDS, trust_env=False) as client:
-            await client.get(url + "/rag/health")
-    except httpx.HTTPError:
+            response = await client.get(url + "/rag/health")
+            return "status" in response.json()
+    except (httpx.HTTPError, ValueError, TypeError):
         return False
-    return True
 
 
 async def serve_own_store(settings: Settings, create: bool) -> None:
