@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal
 
@@ -18,6 +20,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resources import ResourceSecurity
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
@@ -44,6 +47,20 @@ from proxy.mcp_server.schemas import (
 )
 
 KnowledgeSource = Callable[[], Knowledge]   # the service, or a GraphGateError saying why there is none
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a server's tools work on: its lifespan state, found by each call in its context."""
+    knowledge: KnowledgeSource
+    settings: Settings
+
+
+def served(ctx: Context) -> Served:
+    state = ctx.request_context.lifespan_context
+    assert isinstance(state, Served)
+    return state
+
 
 TOP_K = next(s.knob for s in SETTINGS if s.name == "top_k")
 assert TOP_K is not None
@@ -96,181 +113,185 @@ def document_bytes(text: str | None, content_base64: str | None) -> bytes:
         raise BadRequest("content_base64 is not valid base64") from None
 
 
-class KnowledgeTools:
-    """The tools, bound to the knowledge service they call."""
+async def query(
+        ctx: Context,
+        question: Annotated[str, Field(min_length=1, description="the question, in natural language")],
+        mode: Annotated[Mode | None, Field(description=(
+            "retrieval mode: mix (default: graph and passages), hybrid (entities and relations), local "
+            "(entities named in the question and their relations), global (themes across documents), naive "
+            "(passages only), bypass (nothing)"))] = None,
+        top_k: Annotated[int | None, Field(ge=int(TOP_K.low), le=int(TOP_K.high), description=(
+            "entities and relations taken from the vector search (default: the gateway's setting)"))] = None,
+        filters: Annotated[dict[str, Any] | None, Field(description=(
+            'restrict the search to documents whose metadata matches, e.g. {"category": "hr"}, '
+            '{"year": {"$gte": 2020}}, {"$document": "handbook.pdf"}; a filter that matches nothing gives '
+            "an empty context"))] = None) -> QueryResult:
+    """Search the knowledge base for a question and return the grounding context a chat turn would get:
+    the relevant entities, relations and passages, and the documents they come from as numbered
+    references ([n] in the context). Use it before answering a question about the user's documents."""
+    body: dict[str, Any] = {"query": question, "mode": mode, "top_k": top_k, "filters": filters}
+    with tool_errors():
+        outcome = await served(ctx).knowledge().query({k: v for k, v in body.items() if v is not None}, api="mcp")
+    return QueryResult.model_validate(outcome.result)
 
-    def __init__(self, knowledge: KnowledgeSource, settings: Settings) -> None:
-        self.knowledge = knowledge
-        self.settings = settings
 
-    async def query(
-            self,
-            question: Annotated[str, Field(min_length=1, description="the question, in natural language")],
-            mode: Annotated[Mode | None, Field(description=(
-                "retrieval mode: mix (default: graph and passages), hybrid (entities and relations), local "
-                "(entities named in the question and their relations), global (themes across documents), naive "
-                "(passages only), bypass (nothing)"))] = None,
-            top_k: Annotated[int | None, Field(ge=int(TOP_K.low), le=int(TOP_K.high), description=(
-                "entities and relations taken from the vector search (default: the gateway's setting)"))] = None,
-            filters: Annotated[dict[str, Any] | None, Field(description=(
-                'restrict the search to documents whose metadata matches, e.g. {"category": "hr"}, '
-                '{"year": {"$gte": 2020}}, {"$document": "handbook.pdf"}; a filter that matches nothing gives '
-                "an empty context"))] = None) -> QueryResult:
-        """Search the knowledge base for a question and return the grounding context a chat turn would get:
-        the relevant entities, relations and passages, and the documents they come from as numbered
-        references ([n] in the context). Use it before answering a question about the user's documents."""
-        body: dict[str, Any] = {"query": question, "mode": mode, "top_k": top_k, "filters": filters}
-        with tool_errors():
-            outcome = await self.knowledge().query({k: v for k, v in body.items() if v is not None}, api="mcp")
-        return QueryResult.model_validate(outcome.result)
+async def get_entities(
+        ctx: Context,
+        query: Annotated[str, Field(min_length=1, description="a name, or part of one (by name); or any text "
+                                                              "(by similarity)")],
+        by: Annotated[Literal["name", "similarity"], Field(description=(
+            "name: entities whose name contains the text, best connected first; similarity: entities whose "
+            "name and description mean nearest to the text, nearest first"))] = "name",
+        type: Annotated[str | None, Field(description="only entities of this type (Person, Organization, "
+                                                      "...)")] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_ENTITIES, description="at most this many")] = 10) -> Entities:
+    """Find entities of the knowledge graph by name or by meaning, optionally of one type. Each comes with
+    its description, its number of relations and how many passages mention it."""
+    with tool_errors():
+        search = lookup.entities_by_name if by == "name" else lookup.entities_by_similarity
+        found = await search(served(ctx).knowledge(), query, type or "", limit)
+    return Entities(entities=[Entity(name=e.name, type=e.type, description=e.description, degree=e.degree,
+                                     sources=e.sources, score=e.score) for e in found])
 
-    async def get_entities(
-            self,
-            query: Annotated[str, Field(min_length=1, description="a name, or part of one (by name); or any text "
-                                                                  "(by similarity)")],
-            by: Annotated[Literal["name", "similarity"], Field(description=(
-                "name: entities whose name contains the text, best connected first; similarity: entities whose "
-                "name and description mean nearest to the text, nearest first"))] = "name",
-            type: Annotated[str | None, Field(description="only entities of this type (Person, Organization, "
-                                                          "...)")] = None,
-            limit: Annotated[int, Field(ge=1, le=MAX_ENTITIES, description="at most this many")] = 10) -> Entities:
-        """Find entities of the knowledge graph by name or by meaning, optionally of one type. Each comes with
-        its description, its number of relations and how many passages mention it."""
-        with tool_errors():
-            search = lookup.entities_by_name if by == "name" else lookup.entities_by_similarity
-            found = await search(self.knowledge(), query, type or "", limit)
-        return Entities(entities=[Entity(name=e.name, type=e.type, description=e.description, degree=e.degree,
-                                         sources=e.sources, score=e.score) for e in found])
 
-    async def get_relations(
-            self,
-            entity: Annotated[str, Field(min_length=1, description="the entity's name (case-insensitive)")],
-            depth: Annotated[int, Field(ge=1, le=3, description="hops from the entity: 1 = its own relations, "
-                                                                "2 = also its neighbours' relations, ...")] = 1,
-            limit: Annotated[int, Field(ge=1, le=MAX_RELATIONS, description=(
-                "at most this many relations, and this many neighbours (best connected first)"))] = 50,
-    ) -> Relations:
-        """The relations of an entity and, with depth 2 or 3, of its neighbours: who or what it is connected to
-        and how (keywords, description, weight). An unknown entity is an error naming it."""
-        with tool_errors():
-            found = await lookup.neighbourhood(self.knowledge(), entity, depth, limit)
-        return Relations.model_validate(found, from_attributes=True)
+async def get_relations(
+        ctx: Context,
+        entity: Annotated[str, Field(min_length=1, description="the entity's name (case-insensitive)")],
+        depth: Annotated[int, Field(ge=1, le=3, description="hops from the entity: 1 = its own relations, "
+                                                            "2 = also its neighbours' relations, ...")] = 1,
+        limit: Annotated[int, Field(ge=1, le=MAX_RELATIONS, description=(
+            "at most this many relations, and this many neighbours (best connected first)"))] = 50,
+) -> Relations:
+    """The relations of an entity and, with depth 2 or 3, of its neighbours: who or what it is connected to
+    and how (keywords, description, weight). An unknown entity is an error naming it."""
+    with tool_errors():
+        found = await lookup.neighbourhood(served(ctx).knowledge(), entity, depth, limit)
+    return Relations.model_validate(found, from_attributes=True)
 
-    async def _insert(self, item: DocumentInput) -> Inserted:
-        data = document_bytes(item.text, item.content_base64)
-        return Inserted.model_validate(await add_document(self.knowledge(), self.settings, item.name, data,
-                                                          item.metadata))
 
-    async def insert(
-            self,
-            name: Annotated[str, Field(min_length=1, description=(
-                "the document's name with its file extension (notes.md, manual.pdf); inserting a name that is "
-                "already stored makes this the new version of that document"))],
-            text: Annotated[str | None, Field(description="the document's text (plain text, Markdown, HTML)")] = None,
-            content_base64: Annotated[str | None, Field(description=(
-                "or: the file's bytes in base64 (PDF, DOCX, ...)"))] = None,
-            metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None) -> Inserted:
-        """Add one document to the knowledge base, given as text or as a file's bytes (base64). It is parsed
-        at once (an unreadable file is an error) and ingested in the background: its entities, relations and
-        passages become searchable when its status is processed."""
-        with tool_errors():
-            return await self._insert(DocumentInput(name=name, text=text, content_base64=content_base64,
-                                                    metadata=metadata))
+async def _insert(ctx: Context, item: DocumentInput) -> Inserted:
+    data = document_bytes(item.text, item.content_base64)
+    return Inserted.model_validate(await add_document(served(ctx).knowledge(), served(ctx).settings, item.name, data,
+                                                      item.metadata))
 
-    async def batch_insert(
-            self,
-            documents: Annotated[list[DocumentInput], Field(min_length=1, max_length=MAX_BATCH, description=(
-                "the documents, each with a name and either text or content_base64, and optional metadata"))],
-    ) -> Batch:
-        """Add several documents at once (as insert does for one). Each gets its own outcome: a document that
-        cannot be taken is reported as rejected with the reason, and the others still go in. Only when every
-        one is rejected is the call an error."""
-        results = []
-        for item in documents:
-            try:
-                results.append(await self._insert(item))
-            except GraphGateError as exc:
-                results.append(Inserted(name=item.name, outcome="rejected", error=exc.message))
-        if all(r.outcome == "rejected" for r in results):
-            raise ToolError("; ".join(f"{r.name}: {r.error}" for r in results))
-        return Batch(documents=results)
 
-    async def update(
-            self,
-            document_id: Annotated[str, Field(min_length=1, description="the id of the stored document (from "
-                                                                        "insert, or a document resource)")],
-            text: Annotated[str | None, Field(description="the new version's text")] = None,
-            content_base64: Annotated[str | None, Field(description="or: the new version's file bytes, "
-                                                                    "base64")] = None,
-            metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None) -> Inserted:
-        """Replace a document with a new version of its content (same name). The old version stays searchable
-        until the new one is processed, then its passages and what only it said leave the graph. The same
-        content again is reported as a duplicate and changes nothing."""
-        with tool_errors():
-            knowledge = self.knowledge()
-            document = await knowledge.documents.get(document_id)
-            return await self._insert(DocumentInput(name=document["name"], text=text, content_base64=content_base64,
-                                                    metadata=metadata))
+async def insert(
+        ctx: Context,
+        name: Annotated[str, Field(min_length=1, description=(
+            "the document's name with its file extension (notes.md, manual.pdf); inserting a name that is "
+            "already stored makes this the new version of that document"))],
+        text: Annotated[str | None, Field(description="the document's text (plain text, Markdown, HTML)")] = None,
+        content_base64: Annotated[str | None, Field(description=(
+            "or: the file's bytes in base64 (PDF, DOCX, ...)"))] = None,
+        metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None) -> Inserted:
+    """Add one document to the knowledge base, given as text or as a file's bytes (base64). It is parsed
+    at once (an unreadable file is an error) and ingested in the background: its entities, relations and
+    passages become searchable when its status is processed."""
+    with tool_errors():
+        return await _insert(ctx, DocumentInput(name=name, text=text, content_base64=content_base64,
+                                                metadata=metadata))
 
-    async def delete(
-            self,
-            document_id: Annotated[str, Field(min_length=1, description="the id of the document to delete")],
-    ) -> Deleted:
-        """Delete a document: its passages go, and so do the entities and relations only it mentioned; the
-        others are rebuilt from their remaining sources. Cannot be undone."""
-        with tool_errors():
-            return Deleted.model_validate(await self.knowledge().documents.delete(document_id))
 
-    async def stats(self) -> Stats:
-        """How big the knowledge base is and what the ingestion pipeline is doing: documents by status
-        (pending, processing, processed, failed), passages, entities, relations, queued and running work."""
-        with tool_errors():
-            knowledge = self.knowledge()
-            counts = await knowledge.documents.stats()
-            pipeline = knowledge.documents.status()
-        return Stats(documents=counts["documents"], chunks=counts["chunks"], entities=counts["entities"],
-                     relations=counts["relations"], queued=len(pipeline["queued"]),
-                     running=len(pipeline["running"]), generation=counts["generation"],
-                     index_sizes=counts["index_sizes"], bytes_on_disk=counts["bytes_on_disk"])
+async def batch_insert(
+        ctx: Context,
+        documents: Annotated[list[DocumentInput], Field(min_length=1, max_length=MAX_BATCH, description=(
+            "the documents, each with a name and either text or content_base64, and optional metadata"))],
+) -> Batch:
+    """Add several documents at once (as insert does for one). Each gets its own outcome: a document that
+    cannot be taken is reported as rejected with the reason, and the others still go in. Only when every
+    one is rejected is the call an error."""
+    results = []
+    for item in documents:
+        try:
+            results.append(await _insert(ctx, item))
+        except GraphGateError as exc:
+            results.append(Inserted(name=item.name, outcome="rejected", error=exc.message))
+    if all(r.outcome == "rejected" for r in results):
+        raise ToolError("; ".join(f"{r.name}: {r.error}" for r in results))
+    return Batch(documents=results)
 
-    async def rebuild_index(self, ctx: Context) -> Rebuilt:
-        """Rebuild the vector indexes and the graph from the stored tables (after a crash left them out of
-        step, or to compact them). Searches wait while it runs; send a progress token to follow it."""
-        send, receive = anyio.create_memory_object_stream[str](math.inf)
-        steps = 0
 
-        async def forward() -> None:
-            nonlocal steps
-            async with receive:
-                async for message in receive:
-                    steps += 1
-                    await ctx.report_progress(steps, message=message)
+async def update(
+        ctx: Context,
+        document_id: Annotated[str, Field(min_length=1, description="the id of the stored document (from "
+                                                                    "insert, or a document resource)")],
+        text: Annotated[str | None, Field(description="the new version's text")] = None,
+        content_base64: Annotated[str | None, Field(description="or: the new version's file bytes, "
+                                                                "base64")] = None,
+        metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None) -> Inserted:
+    """Replace a document with a new version of its content (same name). The old version stays searchable
+    until the new one is processed, then its passages and what only it said leave the graph. The same
+    content again is reported as a duplicate and changes nothing."""
+    with tool_errors():
+        knowledge = served(ctx).knowledge()
+        document = await knowledge.documents.get(document_id)
+        return await _insert(ctx, DocumentInput(name=document["name"], text=text, content_base64=content_base64,
+                                                metadata=metadata))
 
-        def report(what: str, done: int, total: int) -> None:
-            send.send_nowait(f"{what}: {done}/{total}")
 
-        with tool_errors():
-            async with anyio.create_task_group() as group:
-                group.start_soon(forward)
-                with send:
-                    sizes = await rebuild_live(self.knowledge(), self.settings, report)
-        return Rebuilt(index_sizes=sizes)
+async def delete(
+        ctx: Context,
+        document_id: Annotated[str, Field(min_length=1, description="the id of the document to delete")],
+) -> Deleted:
+    """Delete a document: its passages go, and so do the entities and relations only it mentioned; the
+    others are rebuilt from their remaining sources. Cannot be undone."""
+    with tool_errors():
+        return Deleted.model_validate(await served(ctx).knowledge().documents.delete(document_id))
 
-    # --- resources ---
 
-    async def document(self, document_id: str) -> str:
-        with resource_errors():
-            found = await lookup.document_with_text(self.knowledge(), document_id)
-        return json.dumps(found, ensure_ascii=False, default=str)
+async def stats(ctx: Context) -> Stats:
+    """How big the knowledge base is and what the ingestion pipeline is doing: documents by status
+    (pending, processing, processed, failed), passages, entities, relations, queued and running work."""
+    with tool_errors():
+        knowledge = served(ctx).knowledge()
+        counts = await knowledge.documents.stats()
+        pipeline = knowledge.documents.status()
+    return Stats(documents=counts["documents"], chunks=counts["chunks"], entities=counts["entities"],
+                 relations=counts["relations"], queued=len(pipeline["queued"]),
+                 running=len(pipeline["running"]), generation=counts["generation"],
+                 index_sizes=counts["index_sizes"], bytes_on_disk=counts["bytes_on_disk"])
 
-    async def entity(self, name: str) -> str:
-        with resource_errors():
-            knowledge = self.knowledge()
-            key = await lookup.resolve_entity(knowledge, name)
-            found = await knowledge.graph.entity(key)
-            around = await lookup.neighbourhood(knowledge, key, 1, MAX_RELATIONS)
-        found["relations"] = around.relations
-        return json.dumps(found, ensure_ascii=False)
+
+async def rebuild_index(ctx: Context) -> Rebuilt:
+    """Rebuild the vector indexes and the graph from the stored tables (after a crash left them out of
+    step, or to compact them). Searches wait while it runs; send a progress token to follow it."""
+    send, receive = anyio.create_memory_object_stream[str](math.inf)
+    steps = 0
+
+    async def forward() -> None:
+        nonlocal steps
+        async with receive:
+            async for message in receive:
+                steps += 1
+                await ctx.report_progress(steps, message=message)
+
+    def report(what: str, done: int, total: int) -> None:
+        send.send_nowait(f"{what}: {done}/{total}")
+
+    with tool_errors():
+        async with anyio.create_task_group() as group:
+            group.start_soon(forward)
+            with send:
+                sizes = await rebuild_live(served(ctx).knowledge(), served(ctx).settings, report)
+    return Rebuilt(index_sizes=sizes)
+
+
+# --- resources ---
+
+async def document(ctx: Context, document_id: str) -> str:
+    with resource_errors():
+        found = await lookup.document_with_text(served(ctx).knowledge(), document_id)
+    return json.dumps(found, ensure_ascii=False, default=str)
+
+
+async def entity(ctx: Context, name: str) -> str:
+    with resource_errors():
+        knowledge = served(ctx).knowledge()
+        key = await lookup.resolve_entity(knowledge, name)
+        found = await knowledge.graph.entity(key)
+        around = await lookup.neighbourhood(knowledge, key, 1, MAX_RELATIONS)
+    found["relations"] = around.relations
+    return json.dumps(found, ensure_ascii=False)
 
 
 def _version() -> str:
@@ -280,20 +301,31 @@ def _version() -> str:
         return ""
 
 
-def build_server(knowledge: KnowledgeSource, settings: Settings) -> MCPServer:
+@functools.cache
+def tool_set() -> tuple[Tool, ...]:
+    """The tools, made once per process (their schemas and validators take ~25 ms to build) and
+    shared by every server: each call finds its knowledge service in its server's ``Served``."""
+    return tuple(Tool.from_function(fn, annotations=hints, structured_output=True) for fn, hints in (
+        (query, READ_ONLY), (get_entities, READ_ONLY), (get_relations, READ_ONLY), (insert, ADDS),
+        (batch_insert, ADDS), (update, REPLACES), (delete, REPLACES), (stats, READ_ONLY), (rebuild_index, ADDS)))
+
+
+def build_server(knowledge: KnowledgeSource, settings: Settings) -> MCPServer[Served]:
     """The MCP server over ``knowledge`` (called per request: the gateway's service can be absent)."""
-    server: MCPServer = MCPServer("graphgate", title="GraphGate knowledge base", instructions=INSTRUCTIONS,
-                                  version=_version(), log_level="WARNING")
-    tools = KnowledgeTools(knowledge, settings)
-    for fn, hints in ((tools.query, READ_ONLY), (tools.get_entities, READ_ONLY), (tools.get_relations, READ_ONLY),
-                      (tools.insert, ADDS), (tools.batch_insert, ADDS), (tools.update, REPLACES),
-                      (tools.delete, REPLACES), (tools.stats, READ_ONLY), (tools.rebuild_index, ADDS)):
-        server.add_tool(fn, annotations=hints, structured_output=True)
+    state = Served(knowledge, settings)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[Served]) -> AsyncIterator[Served]:
+        yield state
+
+    server: MCPServer[Served] = MCPServer("graphgate", title="GraphGate knowledge base", instructions=INSTRUCTIONS,
+                                          version=_version(), log_level="WARNING", tools=list(tool_set()),
+                                          lifespan=lifespan)
     server.resource("graphgate://documents/{document_id}", name="document", mime_type="application/json",
                     description="A document: its status, metadata, counts of passages, entities and relations, "
-                                "and its text")(tools.document)
+                                "and its text")(document)
     server.resource("graphgate://entities/{name}", name="entity", mime_type="application/json",
                     description="An entity of the graph: type, description, sources, degree and its relations "
                                 "(the name URL-encoded)",
-                    security=ResourceSecurity(exempt_params=frozenset({"name"})))(tools.entity)
+                    security=ResourceSecurity(exempt_params=frozenset({"name"})))(entity)
     return server
