@@ -110,3 +110,16 @@ def test_the_command_is_listed() -> None:
 
     shown = subprocess.run([sys.executable, "-m", "proxy", "--help"], capture_output=True, text=True, check=True)
     assert "mcp" in shown.stdout
+
+
+async def test_a_store_another_process_holds_is_refused_with_the_reason(tmp_path: Path, fake: FakeOllama,
+                                                                        facts: KnownFacts) -> None:
+    """A gateway on another port than the configured one holds the store: no bridge, no second opener."""
+    data_dir = tmp_path / "data"
+    with fake.serve() as upstream, serve_in_thread(create_app(_gateway_settings(data_dir, upstream))):
+        parameters = stdio_parameters(data_dir, upstream, port=free_port())
+        with anyio.fail_after(60):
+            done = await anyio.run_process([parameters.command, *parameters.args], env=parameters.env,
+                                           cwd=parameters.cwd, check=False)
+    assert done.returncode == 1 and done.stdout == b"", done.stderr[-2000:]
+    assert b"graphgate mcp:" in done.stderr and b"lock" in done.stderr.lower(), done.stderr[-2000:]
