@@ -9,7 +9,9 @@ descriptor 1 at stderr so that nothing else can write there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 
 import anyio
 import httpx
@@ -54,7 +56,9 @@ async def serve_own_store(settings: Settings, create: bool) -> None:
                               "GRAPHGATE_PORT / GRAPHGATE_DATA_DIR where they are, or add --create for a new store")
     upstream = Upstream(settings)
     try:
-        async with run_knowledge(settings, upstream) as knowledge:
+        async with contextlib.AsyncExitStack() as stack:
+            with contextlib.redirect_stdout(sys.stderr):  # until the SDK takes stdout over: nothing may print there
+                knowledge = await stack.enter_async_context(run_knowledge(settings, upstream))
             log.info("no gateway at %s: serving the store at %s over stdio", gateway_url(settings), settings.data_dir)
             await build_server(lambda: knowledge, settings).run_stdio_async()
     finally:
