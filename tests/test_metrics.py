@@ -94,9 +94,10 @@ async def test_a_query_and_an_augmented_chat_fill_the_latency_histograms(setting
     assert moved("graphgate_query_duration_seconds_count", mode=settings.mode) == 1   # the chat turn
     assert moved("graphgate_query_duration_seconds_sum", mode="local") > 0
     for mode in ("local", settings.mode):
-        for stage in ("embedding", "keywords", "search", "fusion", "chunks", "context"):
+        for stage in ("linking", "embedding", "keywords", "search", "fusion", "chunks", "context"):
             assert moved("graphgate_query_stage_duration_seconds_count", mode=mode, stage=stage) == 1, (mode, stage)
-        assert moved("graphgate_query_stage_duration_seconds_count", mode=mode, stage="rerank") == 0  # none set
+        for stage in ("rerank", "filter"):   # no reranker set, no metadata filter given
+            assert moved("graphgate_query_stage_duration_seconds_count", mode=mode, stage=stage) == 0, (mode, stage)
     assert moved("graphgate_chat_turns_augmented_total") == 1
     assert moved("graphgate_chat_added_ttfb_seconds_count") == 1
     assert moved("graphgate_upstream_requests_total", kind="chat_relay") == 1
@@ -197,3 +198,14 @@ async def test_each_app_counts_for_itself(settings: Settings, fake: FakeOllama, 
         assert (await one.post("/api/chat", json=body())).status_code == 200
         assert value(await scrape(one), "graphgate_upstream_requests_total", kind="chat_relay") == 1
         assert value(await scrape(other), "graphgate_upstream_requests_total", kind="chat_relay") == 0
+
+
+async def test_a_filtered_query_times_its_filter_stage(settings: Settings, fake: FakeOllama,
+                                                       facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest(client)
+        before = await scrape(client)
+        await query(client, query="Who works at Acme Corp?", mode="local", filters={"$document": "team.txt"})
+        after = await scrape(client)
+    key = ("graphgate_query_stage_duration_seconds_count", (("mode", "local"), ("stage", "filter")))
+    assert after[key] - before.get(key, 0.0) == 1

@@ -25,10 +25,12 @@ from proxy.monitoring.reasons import REASONS, reason_label
 
 CHAT_APIS = frozenset({"ollama", "openai"})   # a trace's api for a chat turn (else /rag/query, the playground, ...)
 
-# the retriever's timing names (proxy/retrieval/retriever.py, ``Timer.step``) -> the stage counted.
-# Entity linking runs in the "graph" step with the other channels (one worker-thread call): it is
-# part of "search".
+# the retriever's timing names (proxy/retrieval/retriever.py, ``Timer.step``) -> the stage counted
+# ("graph" is the channels' searches but entity linking, which is its own step; "filter" finds a
+# metadata filter's scope)
 STAGES: Mapping[str, str] = {
+    "filter": "filter",
+    "linking": "linking",
     "embedding": "embedding", "keyword embedding": "embedding",
     "keywords": "keywords",
     "graph": "search", "keyword search": "search",
@@ -96,9 +98,8 @@ class Metrics:
         query = Histogram("graphgate_query_duration_seconds", "Retrieval latency per mode (chat turns and "
                           "/rag/query).", ["mode"], registry=self.registry,
                           buckets=QUERY_BUCKETS)
-        stage = Histogram("graphgate_query_stage_duration_seconds", "Retrieval latency per mode and stage "
-                          "(search includes entity linking).", ["mode", "stage"], registry=self.registry,
-                          buckets=STAGE_BUCKETS)
+        stage = Histogram("graphgate_query_stage_duration_seconds", "Retrieval latency per mode and stage.",
+                          ["mode", "stage"], registry=self.registry, buckets=STAGE_BUCKETS)
         self.rerank = Histogram("graphgate_rerank_duration_seconds", "Re-ranking latency (a re-ranking server is "
                                 "set).", registry=self.registry, buckets=RERANK_BUCKETS)
         # a mode's series appear with its first retrieval: most gateways use one or two, and each
