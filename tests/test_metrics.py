@@ -209,3 +209,18 @@ async def test_a_filtered_query_times_its_filter_stage(settings: Settings, fake:
         after = await scrape(client)
     key = ("graphgate_query_stage_duration_seconds_count", (("mode", "local"), ("stage", "filter")))
     assert after[key] - before.get(key, 0.0) == 1
+
+
+async def test_completions_and_cache_misses_are_relays_too(settings: Settings, fake: FakeOllama,
+                                                           facts: KnownFacts) -> None:
+    async with gateway_client(settings.replace(answer_cache=True), fake) as client:
+        await ingest(client)
+        generated = await client.post("/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False})
+        first = await client.post("/api/chat", json=body("Who works at Acme Corp?"))   # augmented, cache miss
+        await anyio.sleep(0.4)   # the answer is cached in the background
+        again = await client.post("/api/chat", json=body("Who works at Acme Corp?"))   # the cached answer
+        assert generated.status_code == first.status_code == again.status_code == 200
+        assert again.headers.get("x-graphgate-cache") == "hit"
+        samples = await scrape(client)
+    assert value(samples, "graphgate_upstream_requests_total", kind="chat_relay") == 2
+    assert value(samples, "graphgate_chat_added_ttfb_seconds_count") == 1   # /api/generate's

@@ -37,6 +37,7 @@ from proxy.upstream.model_calls import cache_key
 if TYPE_CHECKING:
     from proxy.core.settings import Settings
     from proxy.knowledge.service import Knowledge
+    from proxy.monitoring.metrics import Metrics
 
 
 class Grounding(Protocol):
@@ -45,6 +46,7 @@ class Grounding(Protocol):
 
     settings: Settings
     knowledge: Knowledge | None
+    metrics: Metrics
 
 log = logging.getLogger("graphgate.augment")
 
@@ -368,7 +370,9 @@ class Augmenter:
         if cached is not None:
             return Response(cached.encode(), media_type="application/json; charset=utf-8",
                             headers={"x-graphgate-cache": "hit"})
-        response = await forward(turn.request, content=payload)
+        with self.gateway.metrics.upstream_call("chat_relay") as call:   # a cache miss goes upstream
+            response = await forward(turn.request, content=payload)
+            call.status = response.status_code if isinstance(response, Response) else 0
         if isinstance(response, Response) and response.status_code == 200:
             knowledge.remember_answer(turn.model, key, payload, bytes(response.body))
         return response  # type: ignore[return-value]

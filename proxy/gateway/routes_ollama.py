@@ -6,6 +6,7 @@ forwards the client's bytes unchanged. ``/api/chat`` goes through the chat pipel
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -16,7 +17,7 @@ from starlette.types import ASGIApp
 from proxy.core.errors import UpstreamError
 from proxy.core.payloads import parse_object, read_body, require_fields, require_model
 from proxy.gateway.forward import forward, forward_small, upstream_headers
-from proxy.gateway.relay import whole_response
+from proxy.gateway.relay import StreamRelay, whole_response
 
 Handler = Callable[[Request], Awaitable[Response | ASGIApp]]
 
@@ -66,13 +67,18 @@ def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
 
 
 async def generate(request: Request) -> Response | ASGIApp:
+    started = time.perf_counter()
     gateway = request.app.state.gateway
     raw = await read_body(request, gateway.settings.max_body_bytes)
     body = parse_object(raw)
     require_model(body)
     if gateway.settings.augment_generate:
         raw = await gateway.augmenter.generate(request, body, raw)
-    return await forward(request, content=raw)
+    gateway.metrics.chat_forwarded(started)
+    with gateway.metrics.upstream_call("chat_relay") as call:   # a completion relayed like a chat
+        response = await forward(request, content=raw)
+        call.status = response.response.status_code if isinstance(response, StreamRelay) else response.status_code
+    return response
 
 
 async def chat(request: Request) -> Response | ASGIApp:
