@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
@@ -107,15 +108,17 @@ def _same_page(page: Page) -> bool:
     return page.evaluate("() => window.__same_page === true")
 
 
-def test_console_journey_in_a_real_browser(console_url: str, fake: FakeOllama) -> None:
+@contextmanager
+def browser_page(origin: str, watcher: Watcher) -> Iterator[Page]:
+    """A page of Debian's chromium on ``origin``, every console message, page error and request
+    reported to ``watcher``; afterwards, no error and no request beyond the gateway."""
     if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: the console's browser test drives Debian's chromium "
+        pytest.fail(f"{CHROMIUM} is missing: the console's browser tests drive Debian's chromium "
                     "(apt-get install chromium; .ci/run installs it)")
-    watcher = Watcher(origin=console_url)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            context = browser.new_context(base_url=console_url)
+            context = browser.new_context(base_url=origin)
             context.set_default_timeout(TIMEOUT_MS)
             expect.set_options(timeout=TIMEOUT_MS)
             page = context.new_page()
@@ -123,7 +126,7 @@ def test_console_journey_in_a_real_browser(console_url: str, fake: FakeOllama) -
             page.on("pageerror", watcher.page_error)
             page.on("request", watcher.request)
             try:
-                _journey(page, fake, watcher)
+                yield page
             except Exception as exc:  # what the page reported is usually the cause: say it first
                 if watcher.errors:
                     raise AssertionError("the journey failed; the page reported:\n" + "\n".join(watcher.errors)) \
@@ -133,6 +136,12 @@ def test_console_journey_in_a_real_browser(console_url: str, fake: FakeOllama) -
             browser.close()
     assert watcher.errors == [], "\n".join(watcher.errors)
     assert watcher.foreign() == [], f"the page talked to something other than the gateway: {watcher.foreign()}"
+
+
+def test_console_journey_in_a_real_browser(console_url: str, fake: FakeOllama) -> None:
+    watcher = Watcher(origin=console_url)
+    with browser_page(console_url, watcher) as page:
+        _journey(page, fake, watcher)
 
 
 def _journey(page: Page, fake: FakeOllama, watcher: Watcher) -> None:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import FilePayload, Page, expect, sync_playwright
+from playwright.sync_api import FilePayload, Page, expect
 
 from proxy.core.settings import Settings
 from tests.conftest import gateway_client
@@ -25,7 +24,7 @@ from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.playground_helpers import rows, run
 from tests.rag_helpers import store_snapshot_of
-from tests.test_console_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, Watcher
+from tests.test_console_browser import Watcher, browser_page
 
 pytestmark = pytest.mark.anyio
 
@@ -233,24 +232,8 @@ async def test_the_playground_sends_the_filter_and_shows_what_it_matched(console
 def test_metadata_in_a_real_browser(live_gateway: str, facts: KnownFacts) -> None:
     """Chromium: upload two files with their metadata, filter the table by it (htmx, no reload),
     edit one document's metadata on its page, and see the filter find it afterwards."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)")
-    watcher = Watcher(origin=live_gateway)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            context = browser.new_context(base_url=live_gateway)
-            context.set_default_timeout(TIMEOUT_MS)
-            expect.set_options(timeout=TIMEOUT_MS)
-            page = context.new_page()
-            page.on("console", watcher.console)
-            page.on("pageerror", watcher.page_error)
-            page.on("request", watcher.request)
-            _upload_filter_and_edit(page)
-        finally:
-            browser.close()
-    assert watcher.errors == [], "\n".join(watcher.errors)
-    assert watcher.foreign() == [], f"the page talked to something other than the gateway: {watcher.foreign()}"
+    with browser_page(live_gateway, Watcher(origin=live_gateway)) as page:
+        _upload_filter_and_edit(page)
 
 
 def _upload_filter_and_edit(page: Page) -> None:

@@ -72,12 +72,19 @@ class McpEndpoint:
                                    max_request_body_size=self.settings.max_body_bytes,
                                    transport_security=TransportSecuritySettings(
                                        enable_dns_rebinding_protection=False))
-        async with server.session_manager.run():
-            self.server = server
-            try:
-                yield
-            finally:
-                self.server = None
+        try:
+            async with server.session_manager.run():
+                self.server = server
+                try:
+                    yield
+                finally:
+                    self.server = None
+        except BaseExceptionGroup as group:
+            # the SDK's task group wraps whatever ends the gateway's lifespan (a CLI command's error
+            # in an in-process gateway, say): let it out as it was raised
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     def refused(self, scope: Scope) -> str | None:
         """Why the request may not reach the MCP server, or None."""
