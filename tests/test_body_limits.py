@@ -34,7 +34,12 @@ pytestmark = pytest.mark.anyio
 
 def temp_bytes(pid: int, tmp: Path) -> int:
     """What the process stores in ``tmp``: its files, and the deleted ones it still holds open."""
-    total = sum(path.stat().st_size for path in tmp.rglob("*") if path.is_file())
+    total = 0
+    for path in tmp.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except FileNotFoundError:  # removed between the listing and the look (a worker's scratch directory)
+            pass
     fds = Path(f"/proc/{pid}/fd")
     for fd in fds.iterdir():
         try:

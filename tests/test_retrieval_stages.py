@@ -137,7 +137,7 @@ def test_the_knobs_are_the_settings_rows_with_a_knob() -> None:
         "cosine_threshold", "related_chunks", "chunk_selection", "keywords", "fusion", "linking",
         "expansion", "relation_ranking", "keyword_search", "context_layout", "communities", "keyword_budget"]
     knob_fields = {f.name for f in dataclasses.fields(QueryParams)} - {"hl_keywords", "ll_keywords", "instructions",
-                                                                        "extra"}
+                                                                        "filters", "extra"}
     assert knob_fields == {s.name for s in KNOBS}
     settings = Settings().replace(top_k=7, mode="naive", cosine_threshold=0.5)
     params = QueryParams.from_settings(settings, chunk_top_k=3)
