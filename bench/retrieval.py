@@ -157,17 +157,17 @@ async def main():
     for spec in filters:
         wanted = params.with_overrides({"filters": spec})
         t = time.perf_counter()
-        r = await retriever.retrieve("q", [], wanted, budget)
+        f = await retriever.retrieve("q", [], wanted, budget)
         cold = (time.perf_counter() - t) * 1000
         warm = []
         for _ in range(int(sys.argv[3])):
             t = time.perf_counter()
-            r = await retriever.retrieve("q", [], wanted, budget)
+            f = await retriever.retrieve("q", [], wanted, budget)
             warm.append((time.perf_counter() - t) * 1000)
         warm.sort()
         filtered[json.dumps(spec)] = {"first": cold, "p50": warm[len(warm) // 2], "p95": warm[int(len(warm) * 0.95)],
-                                      "documents": r.filtered["documents"], "chunks": len(r.context.chunks),
-                                      "cited": sorted({d for c in r.context.chunks for d in c.documents})[:3]}
+                                      "documents": f.filtered["documents"], "chunks": len(f.context.chunks),
+                                      "cited": sorted({d for c in f.context.chunks for d in c.documents})[:3]}
     print(json.dumps({"filtered": filtered, "startup": startup, "names": names, "p50": times[len(times) // 2],
                       "p95": times[int(len(times) * 0.95)],
                       # VmHWM, not ru_maxrss: the latter is inherited from the parent that built the store
