@@ -123,6 +123,25 @@ def test_removing_a_name_keeps_its_namesakes() -> None:
     assert linked(names, "acme rocketz") == [("acme inc", EXACT)]   # its typo keys went with it
 
 
+
+def test_a_numbered_series_links_exactly_and_is_no_typo_of_itself() -> None:
+    """Thousands of names sharing a half ("Invoice 10001"...) fill one typo bucket: each still links by
+    its own name, drops keep the rest, and one edit between two numbers is no typo; a lone name next
+    to the series keeps its typo matching."""
+    series = [f"Invoice {n}" for n in range(10_000, 12_000)]
+    names = index(*series, "Acme Rockets")
+    assert linked(names, "about invoice 10007") == [("invoice 10007", EXACT)]
+    assert linked(names, "invoice 10008") == [("invoice 10008", EXACT)]
+    assert linked(names, "invoice 1000") == []   # not a name, and no typo of the 2,000 beside it
+    for n in range(10_000, 11_990):
+        names.drop_entity(f"invoice {n}")
+    assert linked(names, "invoice 11995") == [("invoice 11995", EXACT)]
+    assert linked(names, "invoice 10007") == []
+    assert linked(names, "acme rocketz") == [("acme rockets", TYPO)]
+    assert linked(names, "invoice 11994") == [("invoice 11994", EXACT)]
+    assert linked(names, "invoice 11993x") == [("invoice 11993", TYPO)]   # ten left: a typo again
+
+
 # --- kept in step with the store ---
 
 def store_of(client: httpx.AsyncClient) -> KnowledgeStore:

@@ -41,7 +41,11 @@ there these they this those through to too under until up very was we were what 
 why will with would you your yours yourself yourselves tell know many much list name named give show find
 """.split())
 
-Bucket = str | tuple[str, ...]   # one value (the usual case: no list per name) or several
+# one value (the usual case: no list per name), a few, or many: a typo bucket of a numbered series
+# ("Invoice 10001"...) holds thousands of names, where growing a tuple would cost O(n) per name filed
+Bucket = str | tuple[str, ...] | dict[str, None]
+TUPLE_MAX = 8      # a bucket of more values becomes an insertion-ordered dict
+NEAR_CAP = 256     # a typo bucket with more names than this cannot tell them apart: not searched
 
 
 def _with(bucket: Bucket | None, value: str) -> Bucket:
@@ -49,7 +53,12 @@ def _with(bucket: Bucket | None, value: str) -> Bucket:
         return value
     if isinstance(bucket, str):
         return bucket if bucket == value else (bucket, value)
-    return bucket if value in bucket else (*bucket, value)
+    if isinstance(bucket, dict):
+        bucket[value] = None
+        return bucket
+    if value in bucket:
+        return bucket
+    return (*bucket, value) if len(bucket) < TUPLE_MAX else dict.fromkeys((*bucket, value))
 
 
 def _without(bucket: Bucket | None, value: str) -> Bucket | None:
@@ -57,6 +66,9 @@ def _without(bucket: Bucket | None, value: str) -> Bucket | None:
         return None
     if isinstance(bucket, str):
         return bucket
+    if isinstance(bucket, dict):
+        bucket.pop(value, None)
+        return bucket or None
     rest = tuple(v for v in bucket if v != value)
     return rest[0] if len(rest) == 1 else rest
 
@@ -64,7 +76,17 @@ def _without(bucket: Bucket | None, value: str) -> Bucket | None:
 def _values(bucket: Bucket | None) -> tuple[str, ...]:
     if bucket is None:
         return ()
-    return (bucket,) if isinstance(bucket, str) else bucket
+    if isinstance(bucket, str):
+        return (bucket,)
+    return tuple(bucket) if isinstance(bucket, dict) else bucket
+
+
+def _typo_candidates(bucket: Bucket | None) -> tuple[str, ...]:
+    """A half's names for typo matching; none when so many share it that one edit cannot tell them
+    apart (a numbered series: "Invoice 10001" is not a typo of "Invoice 10002")."""
+    if isinstance(bucket, dict) and len(bucket) > NEAR_CAP:
+        return ()
+    return _values(bucket)
 
 
 def within_one_edit(a: str, b: str) -> bool:
@@ -179,8 +201,8 @@ class NameIndex:
             if length < TYPO_MIN:
                 continue
             half = length // 2
-            cores.update(_values(self._starts.get(chr(length) + span[:half])))
-            cores.update(_values(self._ends.get(chr(length) + span[size - (length - half):])))
+            cores.update(_typo_candidates(self._starts.get(chr(length) + span[:half])))
+            cores.update(_typo_candidates(self._ends.get(chr(length) + span[size - (length - half):])))
             if length == size:  # a swap across the middle spoils both halves
                 swapped = span[:half - 1] + span[half] + span[half - 1] + span[half + 1:]
                 if swapped in self._names or swapped in self._alias_names:
