@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from proxy.app import Settings, create_app
-from proxy.core.hosts import host_name
+from proxy.core.hosts import host_name, local_url
 from proxy.core.settings import SettingsError
 from tests.console_auth_helpers import console_client
 from tests.fake_ollama import FakeOllama
@@ -92,3 +92,10 @@ def test_a_real_socket_refuses_a_rebound_name(live_gateway: str) -> None:
         assert refused.status_code == 403 and "X-CSRF-Token" not in refused.text
         assert client.get("/api/tags", headers=EVIL).status_code == 403
         assert client.get("/api/tags").status_code == 200
+
+
+def test_a_local_client_reaches_the_gateway_at_its_bind_address() -> None:
+    assert local_url("0.0.0.0", 11435) == local_url("::", 11435) == "http://127.0.0.1:11435"
+    assert local_url("::1", 8080) == "http://[::1]:8080"
+    assert local_url("[::1]", 8080) == "http://[::1]:8080"
+    assert local_url("localhost", 1) == "http://localhost:1"

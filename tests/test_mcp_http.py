@@ -159,6 +159,14 @@ async def test_insert_update_delete_and_their_errors(world: dict[str, Any]) -> N
         document = resource_json((await client.read_resource(f"graphgate://documents/{inserted['id']}")).contents)
         assert document["text"] == text and document["name"] == "dave.md" and document["status"] == "processed"
         assert document["counts"]["chunks"] == 1 and document["metadata"] == {"source": "mcp"}
+        retagged = structured(await client.call_tool("update", {"document_id": inserted["id"],
+                                                                "metadata": {"source": "agent"}}))
+        same_text = structured(await client.call_tool("update", {"document_id": inserted["id"], "text": text,
+                                                                 "metadata": {"source": "agent", "v": 2}}))
+        assert retagged["outcome"] == same_text["outcome"] == "updated"
+        assert retagged["id"] == same_text["id"] == inserted["id"]
+        document = resource_json((await client.read_resource(f"graphgate://documents/{inserted['id']}")).contents)
+        assert document["metadata"] == {"source": "agent", "v": 2} and document["text"] == text
 
         updated = structured(await client.call_tool("update", {
             "document_id": inserted["id"],
@@ -328,3 +336,20 @@ async def test_the_gateways_host_check_and_cors_stand_in_front_of_mcp(world: dic
     assert rebound.status_code == 403 and "attacker.example" in rebound.json()["error"]
     assert foreign.status_code == 403 and "not allowed" in foreign.json()["error"]
     assert local.status_code == 200 and local.headers["access-control-allow-origin"] == "http://localhost:3000"
+
+
+async def test_rebuild_index_says_why_it_cannot_re_embed_a_live_store(tmp_path: Path, fake: FakeOllama,
+                                                                      facts: KnownFacts) -> None:
+    """The store's vectors come from one embedding model and the gateway is configured with another:
+    the tool's error names both (the service's Conflict, not the SDK's bare 'Error executing tool')."""
+    data_dir = tmp_path / "data"
+    with fake.serve() as upstream:
+        with serve_in_thread(create_app(gateway_settings(data_dir, upstream))) as url:
+            async with httpx.AsyncClient(base_url=url) as http:
+                response = await http.post("/rag/documents", json={"name": "team.md", "text": TEAM})
+            await settled(url, [response.json()["documents"][0]["id"]], {})
+        with serve_in_thread(create_app(gateway_settings(data_dir, upstream,
+                                                         GRAPHGATE_EMBED_MODEL="other-embedder"))) as url:
+            async with http_session(url) as client:
+                refused = await client.call_tool("rebuild_index", {})
+    assert "other-embedder" in error_text(refused) and "nomic-embed-text" in error_text(refused)

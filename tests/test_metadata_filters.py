@@ -94,7 +94,10 @@ async def test_bad_metadata_is_refused_and_stores_nothing(client: httpx.AsyncCli
 
 async def test_bad_metadata_edits_are_refused(client: httpx.AsyncClient) -> None:
     team_id, _ = await two_documents(client)
-    for payload in ({"metadata": {"a": {"b": 1}}}, {"name": "renamed"}, {"metadata": [1]}):
+    payloads: tuple[dict[str, Any], ...] = (
+        {"metadata": {"a": {"b": 1}}}, {"name": "renamed"}, {"metadata": [1]}, {"metadata": []}, {"metadata": 0},
+        {"metadata": False}, {"metadata": ""}, {"metadata": '{"a": 1}'})
+    for payload in payloads:
         response = await client.patch(f"/rag/documents/{team_id}", json=payload)
         assert response.status_code == 400, (payload, response.text)
     assert (await client.get(f"/rag/documents/{team_id}")).json()["metadata"] == TEAM_META
@@ -139,6 +142,7 @@ async def test_a_filter_that_matches_nothing_gives_an_empty_context(client: http
 @pytest.mark.parametrize("filters", [
     [1], "{", {"$bad": 1}, {"year": {"$near": 1}}, {"year": {}}, {"year": {"$in": "x"}},
     {"year": {"$exists": 1}}, {"year": {"$gt": [1]}},
+    {"year": {"$in": list(range(101))}}, {"year": list(range(101))}, {"year": []}, {"k": "x" * 9000},
 ])
 async def test_bad_filters_are_a_400(client: httpx.AsyncClient, filters: Any) -> None:
     await two_documents(client)
@@ -197,3 +201,9 @@ def test_filter_semantics() -> None:
         assert parsed is not None
         assert parsed.matches("team.txt", team) is expected, spec
     assert parse_filter({}) is None and parse_filter(None) is None
+
+
+async def test_null_metadata_clears_it(client: httpx.AsyncClient) -> None:
+    team_id, _ = await two_documents(client)
+    cleared = await client.patch(f"/rag/documents/{team_id}", json={"metadata": None})
+    assert cleared.status_code == 200 and cleared.json()["metadata"] == {}

@@ -142,6 +142,7 @@ async def test_skipped_turns_are_counted_by_reason(client: httpx.AsyncClient) ->
      "window_full"),
     ("retrieval failed: UpstreamUnavailable", "retrieval_failed"),
     ("nothing relevant found", "nothing_relevant"),
+    ("no searchable document matches the filter", "filter_matched_nothing"),
     ("something new", "other"),
     (None, "other"),
 ])
@@ -224,3 +225,23 @@ async def test_completions_and_cache_misses_are_relays_too(settings: Settings, f
         samples = await scrape(client)
     assert value(samples, "graphgate_upstream_requests_total", kind="chat_relay") == 2
     assert value(samples, "graphgate_chat_added_ttfb_seconds_count") == 1   # /api/generate's
+
+
+async def test_a_chat_whose_filter_matches_nothing_is_skipped_and_no_query_latency(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest(client)
+        before = await scrape(client)
+        chat = await client.post("/api/chat", json=body("Who works at Acme Corp?"),
+                                 headers={"X-GraphGate-Filter": '{"category": "none"}'})
+        assert chat.status_code == 200
+        await anyio.sleep(0.35)   # the trace, which the counters follow, is kept in the background
+        after = await scrape(client)
+
+    def moved(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert moved("graphgate_chat_turns_skipped_total", reason="filter_matched_nothing") == 1
+    assert moved("graphgate_query_stage_duration_seconds_count", mode=settings.mode, stage="filter") == 1
+    assert moved("graphgate_query_duration_seconds_count", mode=settings.mode) == 0   # it ended at its filter

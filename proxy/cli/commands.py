@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from proxy.core.data_dir import DATABASE_FILE, has_store
 from proxy.core.errors import BadRequest, GraphGateError, StoreUnavailable
+from proxy.core.hosts import local_url
 from proxy.core.metadata import check_metadata, parse_filter
 from proxy.core.settings import Settings
 from proxy.parsing.files import SUPPORTED_TYPES
@@ -32,8 +33,7 @@ console = Console(stderr=True)
 
 
 def gateway_url(settings: Settings) -> str:
-    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    return f"http://{host}:{settings.port}"
+    return local_url(settings.host, settings.port)
 
 
 class CommandError(GraphGateError):

@@ -83,3 +83,13 @@ def parse_allowed_hosts(raw: str) -> tuple[str, ...]:
             raise ValueError(f"{piece!r} is not a host name")
         names.append(name)
     return tuple(dict.fromkeys(names))
+
+
+def local_url(host: str, port: int) -> str:
+    """Where a client on this machine reaches a gateway bound to ``host``:``port`` (a wildcard bind
+    is reached on loopback; an IPv6 address goes in brackets)."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"

@@ -107,6 +107,12 @@ def parse_filter(value: Any, *, where: str = "filters") -> Filter | None:
         value = parse_json_object(value, where)
     if not isinstance(value, Mapping):
         raise BadRequest(f'{where} must be a JSON object such as {{"category": "hr"}}')
+    try:
+        size = len(json.dumps(value, ensure_ascii=False).encode())
+    except (TypeError, ValueError):
+        raise BadRequest(f"{where} must be JSON") from None
+    if size > MAX_JSON_BYTES:   # it is matched against every document and kept in the turn's trace
+        raise BadRequest(f"{where} exceeds {MAX_JSON_BYTES} bytes as JSON")
     conditions: list[Condition] = []
     for key, spec in value.items():
         if not isinstance(key, str) or not key or key.startswith("$") and key != DOCUMENT_KEY:
@@ -120,7 +126,9 @@ def parse_filter(value: Any, *, where: str = "filters") -> Filter | None:
 
 def _conditions(key: str, spec: Any, where: str) -> list[Condition]:
     if isinstance(spec, list):
-        return [Condition(key, "$in", _operand(key, "$in", spec, where))]
+        if not spec or len(spec) > MAX_LIST_ITEMS or not all(_scalar(v) for v in spec):
+            raise BadRequest(f"{where}[{key!r}]: a list takes 1 to {MAX_LIST_ITEMS} strings or numbers")
+        return [Condition(key, "$in", frozenset(spec))]
     if not isinstance(spec, Mapping):
         return [Condition(key, "$eq", _operand(key, "$eq", spec, where))]
     if not spec:
@@ -139,9 +147,10 @@ def _operand(key: str, operator: str, operand: Any, where: str) -> Any:
             raise BadRequest(f"{where}[{key!r}]: $exists takes true or false")
         return operand
     if operator in ("$in", "$nin"):
-        if not isinstance(operand, list) or not operand or not all(_scalar(v) for v in operand):
-            raise BadRequest(f"{where}[{key!r}]: {operator} takes a non-empty list of strings or numbers")
-        return tuple(operand)
+        if (not isinstance(operand, list) or not operand or len(operand) > MAX_LIST_ITEMS
+                or not all(_scalar(v) for v in operand)):
+            raise BadRequest(f"{where}[{key!r}]: {operator} takes a list of 1 to {MAX_LIST_ITEMS} strings or numbers")
+        return frozenset(operand)
     if not _scalar(operand):
         raise BadRequest(f"{where}[{key!r}]: {operator} takes a string or a number")
     if operator in ("$gt", "$gte", "$lt", "$lte") and isinstance(operand, str):

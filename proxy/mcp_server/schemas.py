@@ -124,10 +124,11 @@ class DocumentInput(BaseModel):
 
 class Inserted(BaseModel):
     name: str
-    outcome: Literal["accepted", "replaced", "duplicate", "rejected"] = Field(
+    outcome: Literal["accepted", "replaced", "duplicate", "updated", "rejected"] = Field(
         description="accepted: new, queued; replaced: a new version of the document of that name, queued "
                     "(the old version stays searchable until it is processed); duplicate: the same text is "
-                    "already stored; rejected: see error")
+                    "already stored; updated (update only): the document's metadata was replaced, its "
+                    "content unchanged; rejected: see error")
     id: str | None = Field(default=None, description="the document id (for update, delete and "
                                                      "graphgate://documents/{id})")
     status: str | None = Field(default=None, description="pending until processed; poll stats or read the "

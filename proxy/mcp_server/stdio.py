@@ -18,6 +18,7 @@ import httpx
 
 from proxy.core.data_dir import DATABASE_FILE, has_store
 from proxy.core.errors import GraphGateError
+from proxy.core.hosts import local_url
 from proxy.core.settings import Settings
 from proxy.knowledge.service import run_knowledge
 from proxy.mcp_server.bridge import bridge
@@ -34,8 +35,7 @@ class McpCommandError(GraphGateError):
 
 
 def gateway_url(settings: Settings) -> str:
-    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    return f"http://{host}:{settings.port}"
+    return local_url(settings.host, settings.port)
 
 
 async def gateway_answers(url: str) -> bool:
@@ -45,7 +45,7 @@ async def gateway_answers(url: str) -> bool:
         async with httpx.AsyncClient(timeout=PROBE_SECONDS, trust_env=False) as client:
             response = await client.get(url + "/rag/health")
             return "status" in response.json()
-    except (httpx.HTTPError, ValueError, TypeError):
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, TypeError):
         return False
 
 

@@ -219,14 +219,22 @@ async def update(
         content_base64: Annotated[str | None, Field(description="or: the new version's file bytes, "
                                                                 "base64")] = None,
         metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None) -> Inserted:
-    """Replace a document with a new version of its content (same name). The old version stays searchable
-    until the new one is processed, then its passages and what only it said leave the graph. The same
-    content again is reported as a duplicate and changes nothing."""
+    """Replace a document with a new version of its content (same name), or only its metadata (give
+    metadata and no content). The old version stays searchable until the new one is processed, then
+    its passages and what only it said leave the graph. The same content again is a duplicate: its
+    content is unchanged, and metadata given with it replaces the document's."""
     with tool_errors():
         knowledge = served(ctx).knowledge()
         document = await knowledge.documents.get(document_id)
-        return await _insert(ctx, DocumentInput(name=document["name"], text=text, content_base64=content_base64,
-                                                metadata=metadata))
+        if text is None and content_base64 is None and metadata is not None:
+            row = await knowledge.documents.set_metadata(document_id, metadata)
+            return Inserted(name=row["name"], outcome="updated", id=row["id"], status=row["status"])
+        result = await _insert(ctx, DocumentInput(name=document["name"], text=text, content_base64=content_base64,
+                                                  metadata=metadata))
+        if result.outcome == "duplicate" and metadata is not None and result.id == document_id:
+            await knowledge.documents.set_metadata(result.id, metadata)
+            result.outcome = "updated"
+        return result
 
 
 async def delete(
@@ -268,11 +276,16 @@ async def rebuild_index(ctx: Context) -> Rebuilt:
     def report(what: str, done: int, total: int) -> None:
         send.send_nowait(f"{what}: {done}/{total}")
 
-    with tool_errors():
-        async with anyio.create_task_group() as group:
-            group.start_soon(forward)
-            with send:
+    failure: GraphGateError | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(forward)
+        with send:
+            try:   # caught inside the group: leaving it, an error would come out wrapped in a group
                 sizes = await rebuild_live(served(ctx).knowledge(), served(ctx).settings, report)
+            except GraphGateError as exc:
+                failure = exc
+    if failure is not None:
+        raise ToolError(failure.message) from failure
     return Rebuilt(index_sizes=sizes)
 
 

@@ -154,7 +154,8 @@ class Metrics:
         if "rerank" in spent:
             self.rerank.observe(spent["rerank"] / 1000)
         total = timings.get("total")
-        self.query[mode].observe((total if total is not None else sum(spent.values())) / 1000)
+        if total is not None:   # a retrieval that ran to its context (one ended early is no query latency)
+            self.query[mode].observe(total / 1000)
 
     def upstream_call(self, kind: str) -> UpstreamCall:
         """Time and count one upstream call: ``with metrics.upstream_call("embedding"): ...``."""

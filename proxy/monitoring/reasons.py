@@ -24,6 +24,7 @@ REASON_PREFIXES: tuple[tuple[str, str], ...] = (
     ("context requested", "context_only"),
     ("no keywords", "no_keywords"),
     ("nothing relevant", "nothing_relevant"),
+    ("no searchable document matches the filter", "filter_matched_nothing"),
 )
 MODEL_CANNOT_CHAT = "model_cannot_chat"   # "model 'x' cannot chat (capabilities: ...)"
 OTHER = "other"

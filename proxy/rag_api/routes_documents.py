@@ -43,7 +43,7 @@ async def _uploaded(request: Request, limit: int) -> tuple[list[tuple[str, bytes
     given_name, text = body.get("name"), body.get("text")
     if not isinstance(given_name, str) or not isinstance(text, str):
         raise BadRequest('expected multipart files, or JSON {"name": "...", "text": "...", "metadata": {...}}')
-    return [(given_name, text.encode())], check_metadata(body.get("metadata"))
+    return [(given_name, text.encode())], check_metadata(json_metadata(body))
 
 
 async def submit_uploads(request: Request) -> list[dict[str, Any]]:
@@ -107,13 +107,21 @@ async def get_document(request: Request) -> Response:
     return json_response(document)
 
 
+def json_metadata(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A JSON body's ``metadata``: an object, or null for none (text is for form fields and flags)."""
+    metadata = body.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadRequest("metadata must be a JSON object (or null for none)")
+    return metadata
+
+
 async def update_document(request: Request) -> Response:
     """``PATCH /rag/documents/{id}`` with ``{"metadata": {...}}``: the document's new metadata (whole)."""
     body = parse_object(await read_body(request, 64 * 1024))
     if "metadata" not in body or set(body) - {"metadata"}:
         raise BadRequest('expected {"metadata": {...}} (the only field a document can change)')
     return json_response(await knowledge(request).documents.set_metadata(request.path_params["id"],
-                                                                         body["metadata"] or {}))
+                                                                         json_metadata(body)))
 
 
 async def delete_document(request: Request) -> Response:

@@ -48,7 +48,8 @@ from proxy.retrieval.found import (
 from proxy.retrieval.fusion import fuse_chunks, fuse_graph, read_chunks
 from proxy.retrieval.keywords import ArrivingKeywords, Keywords, extract_keywords, fallback
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.scope import Scope, ScopeCache, ScopedStore
+from proxy.retrieval.scope import Scope, ScopeCache, matching_documents
+from proxy.retrieval.scoped_store import ScopedStore
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.sources import graph_sources
 from proxy.retrieval.stages import KEYWORD_VECTORS, Channel, Question, Reranker
@@ -113,6 +114,8 @@ class Retriever:
         self.rerank_failure: str | None = None  # the reranker's last failure, logged once
         self.remember: Callable[[CacheEntry], None] = lambda entry: None  # offers new entries to the LLM cache
         self.scopes = ScopeCache()
+        # the processed documents' (name, metadata), read once per commit and metadata edit
+        self._metadata: tuple[tuple[int, int], list[tuple[str, dict[str, Any]]]] | None = None
 
     def has_chunks(self) -> bool:
         """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
@@ -222,13 +225,25 @@ class Retriever:
         """What the request's filter lets through: the processed documents it matches, then their
         chunks and the entities and relations those source (cached per commit)."""
         assert params.filters is not None
-        metadata = await self.store.tables.documents.searchable_metadata()
-        names = frozenset(name for name, values in metadata if params.filters.matches(name, values))
+        documents = self.store.tables.documents
+        version = (self.store.generation, documents.metadata_version)   # read before the rows: never newer
+        if self._metadata is None or self._metadata[0] != version:
+            self._metadata = (version, await documents.searchable_metadata())
+        names = await anyio.to_thread.run_sync(matching_documents, params.filters, self._metadata[1])
         return await anyio.to_thread.run_sync(self.scopes.get, self.store, names)
 
     def _view(self, question: Question) -> KnowledgeStore:
         """The store as this question may see it: all of it, or a filter's scope."""
         return self.store if question.scope is None else ScopedStore(self.store, question.scope).as_store()
+
+    def _narrow(self, question: Question, relations: list[FoundRelation], chunks: list[FoundChunk]) -> None:
+        """Under a filter: the relations' keywords and weights, and the documents a chunk is cited
+        from (a chunk is shared by every document holding its text), only the matching documents'."""
+        if question.scope is None:
+            return
+        ScopedStore(self.store, question.scope).narrow_relations(relations)
+        for chunk in chunks:
+            chunk.documents = [d for d in chunk.documents if d in question.scope.documents]
 
     async def _start_keywords(self, query: str, history: list[tuple[str, str]],
                               params: QueryParams) -> ArrivingKeywords:
@@ -301,6 +316,7 @@ class Retriever:
         """The channels' entities and relations as one list each (in channel ``order``), described."""
         finds = [named[name] for name in order]
         entities, relations = fuse_graph(finds, question.params.fusion)
+        self._narrow(question, relations, [])
         found_by(named, order, entities, relations)
         if question.params.context_layout == "evidence":
             # ranked first by what is in memory; only a shortlist the budget could hold is read and
@@ -317,7 +333,9 @@ class Retriever:
 
     def _collect_chunks(self, question: Question, finds: GraphFinds) -> list[FoundChunk]:
         lists = [*finds.chunk_lists, *graph_sources(self._view(question), question, finds.entities, finds.relations)]
-        return read_chunks(self.store, fuse_chunks(lists, question.params.chunk_top_k, question.params.fusion))
+        chunks = read_chunks(self.store, fuse_chunks(lists, question.params.chunk_top_k, question.params.fusion))
+        self._narrow(question, [], chunks)
+        return chunks
 
     def _build_context(self, finds: GraphFinds, chunks: list[FoundChunk], params: QueryParams,
                        budget: Budget) -> Context:

@@ -309,6 +309,7 @@ class DuckDBDocuments:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.metadata_version = 0   # moves on with every metadata edit (filters' caches key on it)
 
     async def get(self, document_id: str) -> dict[str, Any] | None:
         return await self.db.read(get_document, document_id)
@@ -344,7 +345,10 @@ class DuckDBDocuments:
         await self.db.write(delete_unprocessed, document_id)
 
     async def set_metadata(self, document_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
-        return await self.db.write(set_metadata, document_id, metadata)
+        try:
+            return await self.db.write(set_metadata, document_id, metadata)
+        finally:
+            self.metadata_version += 1
 
     async def searchable_metadata(self) -> list[tuple[str, dict[str, Any]]]:
         return await self.db.read(searchable_metadata)

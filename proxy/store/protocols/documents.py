@@ -73,6 +73,8 @@ class IngestWrites(Protocol):
 
 
 class DocumentTables(Protocol):
+    metadata_version: int   # moves on with every metadata edit (what filters matched may change)
+
     # --- reading documents (rows are plain dicts; timestamps as ISO strings) ---
     async def get(self, document_id: str) -> dict[str, Any] | None: ...
     async def get_many(self, document_ids: list[str]) -> dict[str, dict[str, Any]]: ...
@@ -92,7 +94,8 @@ class DocumentTables(Protocol):
     async def insert(self, record: dict[str, Any], text: str) -> None: ...
     async def delete_unprocessed(self, document_id: str) -> None: ...
     async def set_metadata(self, document_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
-        """Replace the document's metadata; its row (None: no such document)."""
+        """Replace the document's metadata; its row (None: no such document). Moves
+        ``metadata_version`` on."""
     async def searchable_metadata(self) -> list[tuple[str, dict[str, Any]]]:
         """(name, metadata) of every processed document (retrieval's filters match against them)."""
     async def metadata_of(self, ids: list[str] | None = None) -> dict[str, tuple[str, dict[str, Any]]]:
