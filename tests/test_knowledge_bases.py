@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -288,3 +289,47 @@ async def test_a_base_that_cannot_open_answers_503_and_the_others_keep_serving(
         assert (await client.get("/rag/documents")).status_code == 200
         directory.unlink()
         assert (await client.get("/rag/documents", params={"kb": "broken"})).status_code == 200   # opens now
+
+
+
+async def test_a_lease_taken_while_the_base_closes_waits_and_gets_it_open_again(
+        settings: Settings, fake: FakeOllama) -> None:
+    """The idle timeout closing a base and a request arriving meanwhile: the request waits for the
+    close and opens the base again; it never gets the service being closed."""
+    async with gateway_client(settings.replace(kb_idle_seconds=0.05), fake) as client:
+        bases = registry_of(client)
+        await create(client, "flicker")
+        async with bases.lease("flicker") as first:
+            pass
+        base = bases.bases["flicker"]
+        with anyio.fail_after(5):
+            while not base.stop.is_set():   # the timeout has begun to close it
+                await anyio.lowlevel.checkpoint()
+        assert not base.closed.is_set()
+        async with bases.lease("flicker") as second:
+            assert second is not first
+            assert base.knowledge is second and not base.stop.is_set()
+        assert bases.opened == 2
+
+
+async def test_a_deletion_waits_for_the_requests_in_flight(settings: Settings, fake: FakeOllama) -> None:
+    async with gateway_client(settings, fake) as client:
+        bases = registry_of(client)
+        await create(client, "busy")
+        done: list[int] = []
+
+        async def delete() -> None:
+            done.append((await client.delete("/rag/kbs/busy", params={"confirm": "busy"})).status_code)
+
+        async with anyio.create_task_group() as group:
+            async with bases.lease("busy") as held:
+                group.start_soon(delete)
+                with anyio.fail_after(5):
+                    while not bases.bases["busy"].deleting:
+                        await anyio.sleep(0.01)
+                # no new lease once the deletion began; the one held still has an open base
+                assert (await client.get("/rag/documents", params={"kb": "busy"})).status_code == 404
+                await anyio.sleep(0.1)
+                assert done == [] and held.store is not None and bases.bases["busy"].knowledge is held
+        assert done == [200]
+        assert not (settings.data_dir / BASES_DIR / "busy").exists()

@@ -79,7 +79,7 @@ class Base:
     lock: anyio.Lock = field(default_factory=anyio.Lock)   # opening and closing, one at a time
     stop: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
-    idle: anyio.Event = field(default_factory=anyio.Event)   # set when the last lease ends
+    idle: anyio.Event = field(default_factory=anyio.Event)   # set when the last lease ends (a deletion waits)
 
     def entry(self) -> dict[str, Any]:
         return {"uid": self.uid, "created_at": self.created_at, "settings": self.overrides}
@@ -244,7 +244,7 @@ class KnowledgeBases:
     async def _open(self, base: Base) -> None:
         if self.group is None:
             raise ServiceUnavailable("the gateway is shutting down")
-        base.stop, base.closed, base.idle = anyio.Event(), anyio.Event(), anyio.Event()
+        base.stop, base.closed = anyio.Event(), anyio.Event()
         settings = self.settings.replace(data_dir=self.directory(base.name), inbox_dir=None)
         with anyio.CancelScope(shield=True):   # a caller that goes away does not leave it half-open
             await self.group.start(self._own, base, settings)
@@ -274,6 +274,9 @@ class KnowledgeBases:
     async def _close(self, base: Base) -> None:
         if base.knowledge is None:
             return
+        # gone at once: a request arriving while it closes waits for the lock and opens it again
+        # rather than take the service being closed
+        base.knowledge = None
         base.stop.set()
         with anyio.CancelScope(shield=True):
             await base.closed.wait()
@@ -324,7 +327,8 @@ class KnowledgeBases:
         base.deleting = True
         tomb = self.root / f"{TOMBSTONE}{name}.{base.uid}"
         try:
-            if base.leases:
+            if base.leases:   # no lease is taken from now on: wait for the last to end
+                base.idle = anyio.Event()
                 with anyio.move_on_after(self.settings.shutdown_grace):
                     await base.idle.wait()
             async with base.lock:
