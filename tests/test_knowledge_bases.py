@@ -335,3 +335,18 @@ async def test_a_deletion_waits_for_the_requests_in_flight(settings: Settings, f
                 assert done == [] and held.store is not None and bases.bases["busy"].knowledge is held
         assert done == [200]
         assert not (settings.data_dir / BASES_DIR / "busy").exists()
+
+
+async def test_the_console_pages_read_the_base_their_address_names(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    """Until the console has its switcher, its pages go through the same seam: ``?kb=`` picks the base."""
+    async with gateway_client(settings, fake) as client:
+        await create(client, "hr")
+        await upload(client, "hr", "team.txt", TEAM)
+        await upload(client, "default", "club.txt", CLUB)
+        hr_page = await client.get("/admin/documents", params={"kb": "hr"})
+        default_page = await client.get("/admin/documents")
+        assert hr_page.status_code == default_page.status_code == 200
+        assert "team.txt" in hr_page.text and "club.txt" not in hr_page.text
+        assert "club.txt" in default_page.text and "team.txt" not in default_page.text
+        assert (await client.get("/admin/documents", params={"kb": "nope"})).status_code == 404
