@@ -41,13 +41,13 @@ def kind_of(request: Request) -> str:
 
 
 async def cache_page(request: Request) -> Response:
-    kinds = await knowledge(request).cache.kinds()
+    kinds = await (await knowledge(request)).cache.kinds()
     return render(request, "cache.html", {"kinds": kinds, "labels": KINDS,
                                           "total": sum(k.count for k in kinds.values())})
 
 
 async def kind_page(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     kind = kind_of(request)
     search = (request.query_params.get("q") or "").strip()[:200]
     page = page_of(request, size=PER_PAGE)
@@ -62,7 +62,7 @@ async def kind_page(request: Request) -> Response:
 async def _entry(request: Request) -> tuple[str, dict[str, Any]]:
     kind = kind_of(request)
     key = unref(request.path_params["key"])
-    entry = await knowledge(request).cache.entry(kind, key)
+    entry = await (await knowledge(request)).cache.entry(kind, key)
     if entry is None:
         raise NotFound(f"no {KINDS[kind]} cache entry with that key (it may have been deleted)")
     return kind, entry
@@ -79,20 +79,20 @@ async def entry_page(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     kind = kind_of(request)
     key = unref(request.path_params["key"])
-    await knowledge(request).cache.delete(kind, key)  # already gone: nothing to do
+    await (await knowledge(request)).cache.delete(kind, key)  # already gone: nothing to do
     return RedirectResponse(f"/admin/cache/{kind}", status_code=303)
 
 
 async def confirm_clear(request: Request) -> Response:
     kind = kind_of(request)
-    count = await knowledge(request).cache.count(kind)
+    count = await (await knowledge(request)).cache.count(kind)
     return render(request, "cache_clear.html", {"kind": kind, "label": KINDS[kind], "count": count})
 
 
 @action
 async def clear(request: Request) -> Response:
     kind = kind_of(request)
-    await knowledge(request).cache.clear(kind)
+    await (await knowledge(request)).cache.clear(kind)
     return RedirectResponse("/admin/cache", status_code=303)
 
 

@@ -66,7 +66,7 @@ def summarise(detail: dict[str, Any]) -> dict[str, Any]:
 
 
 async def chats_page(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     page = page_of(request, size=PER_PAGE)
     total = await kb.traces.count()
     rows = await kb.traces.recent(page.size, page.offset) if total > page.offset else []
@@ -78,7 +78,7 @@ async def chat_page(request: Request) -> Response:
     raw = request.path_params["id"]
     if not raw.isdigit() or len(raw) > 18:
         raise BadRequest("a chat turn's id is a whole number")
-    trace = await knowledge(request).traces.one(int(raw))
+    trace = await (await knowledge(request)).traces.one(int(raw))
     if trace is None:
         raise NotFound(f"no chat turn {raw} (only the most recent turns are kept)")
     detail = parse_detail(trace["detail"])

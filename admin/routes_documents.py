@@ -26,7 +26,7 @@ CHUNKS_PER_PAGE = 10
 
 
 async def documents_page(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     params = request.query_params
     status = params.get("status") or None
     kb.documents.check_status(status)
@@ -67,7 +67,7 @@ async def upload(request: Request) -> Response:
 
 
 async def document_page(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     document = await kb.documents.get(request.path_params["id"])
     counts = await kb.documents.counts(document["id"])
     if is_htmx(request) and request.headers.get("hx-target") == "document-status":
@@ -79,7 +79,7 @@ async def _document_context(request: Request, document: dict[str, Any], counts: 
                             metadata_text: str | None = None, metadata_error: str | None = None) -> dict[str, Any]:
     """What document.html shows; after a refused metadata edit, the text as typed and why."""
     page = page_of(request, size=CHUNKS_PER_PAGE)
-    chunks, total = await knowledge(request).documents.chunks(document["id"], page.size, page.offset)
+    chunks, total = await (await knowledge(request)).documents.chunks(document["id"], page.size, page.offset)
     if metadata_text is None:
         metadata_text = pretty_json(document["metadata"]) if document["metadata"] else ""
     return {"document": document, "chunks": chunks, "page": page.with_total(total), "counts": counts,
@@ -94,7 +94,7 @@ def pretty_json(value: Any) -> str:
 async def save_metadata(request: Request) -> Response:
     """The edit form's JSON replaces the document's metadata whole (blank: none). Refused text is
     shown again with the reason, and nothing changes."""
-    kb = knowledge(request)
+    kb = await knowledge(request)
     field = (await request.form()).get("metadata")
     text = field if isinstance(field, str) else ""
     try:
@@ -109,12 +109,12 @@ async def save_metadata(request: Request) -> Response:
 
 @action
 async def retry(request: Request) -> Response:
-    document = await knowledge(request).documents.retry(request.path_params["id"])
+    document = await (await knowledge(request)).documents.retry(request.path_params["id"])
     return RedirectResponse(f"/admin/documents/{document['id']}", status_code=303)
 
 
 async def confirm_delete(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     document = await kb.documents.get(request.path_params["id"])
     effects = await kb.documents.deletion_effects(document["id"])
     return render(request, "document_delete.html", {"document": document, "effects": effects})
@@ -122,7 +122,7 @@ async def confirm_delete(request: Request) -> Response:
 
 @action
 async def delete(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     try:
         await kb.documents.delete(request.path_params["id"])
     except NotFound:

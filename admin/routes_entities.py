@@ -24,8 +24,8 @@ PAGE_SIZE = 50
 SHOWN_RELATIONS = 50  # a hub's page stays readable (and fast); the graph view shows the rest
 
 
-def graph(request: Request) -> GraphService:
-    return knowledge(request).graph
+async def graph(request: Request) -> GraphService:
+    return (await knowledge(request)).graph
 
 
 async def _svg(nodes: list[Node], edges: list[Edge], centre: str, link: Callable[[str], str]) -> str:
@@ -45,7 +45,7 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
 
 
 async def entities_page(request: Request) -> Response:
-    service = graph(request)
+    service = await graph(request)
     params = request.query_params
     search = (params.get("q") or "").strip()[:200]
     kind = (params.get("type") or "").strip()[:100]
@@ -65,14 +65,14 @@ async def entities_page(request: Request) -> Response:
 async def find_entity(request: Request) -> Response:
     """From a name as extracted to the entity's page (following merges)."""
     name = request.query_params.get("name") or ""
-    key = await graph(request).resolve_name(name_key(name)) if name.strip() else None
+    key = await (await graph(request)).resolve_name(name_key(name)) if name.strip() else None
     if key is None:
         raise NotFound(f"no entity named {name!r} (it may have been deleted)")
     return RedirectResponse(f"/admin/entities/{ref(key)}", status_code=303)
 
 
 async def _entity_context(request: Request, key: str) -> dict:
-    page = await graph(request).entity_page(key, SHOWN_RELATIONS, 1, 30)
+    page = await (await graph(request)).entity_page(key, SHOWN_RELATIONS, 1, 30)
     if page is None:
         raise NotFound("no such entity (it may have been merged or deleted)")
     svg = await _svg(page.nodes, page.edges, key, lambda k: f"/admin/entities/{ref(k)}")
@@ -91,7 +91,7 @@ async def edit_entity(request: Request) -> Response:
     form = await request.form()
     name, kind, description = form.get("name"), form.get("type"), form.get("description")
     try:
-        result = await graph(request).edit_entity(key, name=name, type=kind or None,
+        result = await (await graph(request)).edit_entity(key, name=name, type=kind or None,
                                               description=description if isinstance(description, str) else None)
     except Conflict as exc:
         other = name_key(str(name))
@@ -103,7 +103,7 @@ async def edit_entity(request: Request) -> Response:
 
 
 async def confirm_delete(request: Request) -> Response:
-    service = graph(request)
+    service = await graph(request)
     key = unref(request.path_params["ref"])
     entity = await service.entity_detail(key)
     if entity is None:
@@ -113,7 +113,7 @@ async def confirm_delete(request: Request) -> Response:
 
 @action
 async def delete_entity(request: Request) -> Response:
-    await graph(request).delete_entity(unref(request.path_params["ref"]))
+    await (await graph(request)).delete_entity(unref(request.path_params["ref"]))
     return RedirectResponse("/admin/entities", status_code=303)
 
 
@@ -121,7 +121,7 @@ async def delete_entity(request: Request) -> Response:
 async def edit_relation(request: Request) -> Response:
     pair = unref(request.path_params["ref"])
     form = await request.form()
-    await graph(request).edit_relation(pair, keywords=form.get("keywords"), description=form.get("description"),
+    await (await graph(request)).edit_relation(pair, keywords=form.get("keywords"), description=form.get("description"),
                                    weight=form.get("weight"))
     return RedirectResponse(_back(form.get("back")), status_code=303)
 
@@ -129,7 +129,7 @@ async def edit_relation(request: Request) -> Response:
 @action
 async def delete_relation(request: Request) -> Response:
     form = await request.form()
-    await graph(request).delete_relation(unref(request.path_params["ref"]))
+    await (await graph(request)).delete_relation(unref(request.path_params["ref"]))
     return RedirectResponse(_back(form.get("back")), status_code=303)
 
 
@@ -138,7 +138,7 @@ def _back(raw: object) -> str:
 
 
 async def graph_page(request: Request) -> Response:
-    service = graph(request)
+    service = await graph(request)
     depth = _int(request, "depth", 1, 1, 3)
     cap = _int(request, "cap", 40, 5, 200)
     token = request.query_params.get("entity")

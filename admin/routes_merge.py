@@ -26,12 +26,12 @@ def _keys(values: QueryParams | FormData) -> list[str]:
     return keys
 
 
-def graph(request: Request) -> GraphService:
-    return knowledge(request).graph
+async def graph(request: Request) -> GraphService:
+    return (await knowledge(request)).graph
 
 
 async def _picked(request: Request, keys: list[str]) -> list[dict[str, Any]]:
-    return await graph(request).picked(keys)
+    return await (await graph(request)).picked(keys)
 
 
 async def merge_page(request: Request) -> Response:
@@ -45,7 +45,7 @@ async def merge_page(request: Request) -> Response:
     search = (request.query_params.get("q") or "").strip()[:200]
     found = []
     if search:
-        listing = await graph(request).list_entities(search=search, kind="", sort="degree", descending=True,
+        listing = await (await graph(request)).list_entities(search=search, kind="", sort="degree", descending=True,
                                                      limit=20, offset=0)
         found = [(meta, degree) for meta, degree in listing.rows if meta.name_key not in keys]
     return render(request, "merge.html", {"picked": picked, "target": target, "q": search, "found": found,
@@ -62,7 +62,7 @@ async def _plan(request: Request) -> tuple[Any, FormData]:
     if target not in keys:
         keys.append(target)
     name = form.get("name") or next((p["name"] for p in await _picked(request, [target])), "")
-    plan = await graph(request).plan_merge(keys, name, type=form.get("type") or None,
+    plan = await (await graph(request)).plan_merge(keys, name, type=form.get("type") or None,
                                                       description=form.get("description") or None)
     return plan, form
 
@@ -87,7 +87,7 @@ async def merge(request: Request) -> Response:
         raise BadRequest("pick the entity to keep")
     target = unref(target_token)
     name = form.get("name") or next((p["name"] for p in await _picked(request, [target])), "")
-    result = await graph(request).merge([*keys, target], name, type=form.get("type") or None,
+    result = await (await graph(request)).merge([*keys, target], name, type=form.get("type") or None,
                                                    description=form.get("description") or None)
     destination = f"/admin/entities/{ref(result['target'])}"
     if is_htmx(request):
@@ -98,7 +98,7 @@ async def merge(request: Request) -> Response:
 async def suggestions_page(request: Request) -> Response:
     threshold = request.app.state.gateway.settings.suggest_threshold
     page = page_of(request, size=SUGGESTIONS_PER_PAGE)
-    found = await graph(request).suggestions(threshold)
+    found = await (await graph(request)).suggestions(threshold)
     shown = found[page.offset:page.offset + page.size]
     pairs = []
     for suggestion in shown:
@@ -115,7 +115,7 @@ async def dismiss_suggestion(request: Request) -> Response:
     keys = _keys(await request.form())
     if len(keys) != 2:
         raise BadRequest("a suggestion names exactly two entities")
-    await graph(request).dismiss_suggestion(keys[0], keys[1])
+    await (await graph(request)).dismiss_suggestion(keys[0], keys[1])
     if is_htmx(request):
         return Response("")
     return RedirectResponse("/admin/suggestions", status_code=303)

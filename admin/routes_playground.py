@@ -164,7 +164,7 @@ async def page(request: Request) -> Response:
 
 @action
 async def run(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     settings = request.app.state.gateway.settings
     values = submitted(await request.form())
     question_of(values)  # a missing question is the first thing said, before the history's format
@@ -187,7 +187,7 @@ async def run(request: Request) -> Response:
 async def prepare_answer(request: Request, model: str, messages: list[dict[str, Any]], context: str, *,
                          stream: bool) -> dict[str, Any]:
     """A token to stream the answer from (htmx), or the answer itself (a plain form post)."""
-    kb = knowledge(request)
+    kb = await knowledge(request)
     try:
         model = model or await kb.models.chat_model()
     except GraphGateError as exc:
@@ -205,7 +205,7 @@ async def prepare_answer(request: Request, model: str, messages: list[dict[str, 
 
 
 async def answer_stream(request: Request) -> Response:
-    upstream = knowledge(request).models.upstream
+    upstream = (await knowledge(request)).models.upstream
     pending = take(request, request.path_params["token"])
     env = request.app.state.gateway.console.env
 

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from admin.console import build_console, error_page
 from admin.console import mount as admin_mount
 from proxy.core.errors import GraphGateError, StoreUnavailable
+from proxy.core.limiter import PriorityLimiter
 from proxy.core.responses import error_response
 from proxy.core.settings import Settings
 from proxy.gateway import routes_ollama, routes_openai
@@ -24,12 +25,13 @@ from proxy.gateway.augment import Augmenter
 from proxy.gateway.chat import ChatPipeline
 from proxy.guards.body_limit import BodyLimitMiddleware
 from proxy.guards.middleware import build_middleware
+from proxy.knowledge.bases import KnowledgeBases
 from proxy.knowledge.service import run_knowledge
 from proxy.mcp_server.http import McpEndpoint
 from proxy.monitoring import route as metrics_route
 from proxy.monitoring.metrics import Metrics
-from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_query
-from proxy.state import Gateway
+from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_kbs, routes_query
+from proxy.state import Gateway, ReleaseLeases
 from proxy.upstream.client import Upstream
 from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher
 
@@ -93,13 +95,22 @@ def create_app(settings: Settings | None = None, *,
             async with AsyncExitStack() as stack:
                 if watch_seconds:  # says at once when the upstream is not there
                     await stack.enter_async_context(watcher.watching())
+                # every knowledge base shares the upstream's slots and the metrics (proxy/knowledge/bases.py)
+                limiter = PriorityLimiter(settings.llm_concurrency)
+                embed_limiter = PriorityLimiter(settings.embed_concurrency)
+                bases = KnowledgeBases(settings, upstream, gateway.metrics, limiter=limiter,
+                                       embed_limiter=embed_limiter)
+                await stack.enter_async_context(bases.run())   # opens none: each on its first use
+                gateway.bases = bases
                 try:
-                    gateway.knowledge = await stack.enter_async_context(
-                        run_knowledge(settings, upstream, gateway.metrics))
+                    gateway.knowledge = bases.default = await stack.enter_async_context(
+                        run_knowledge(settings, upstream, gateway.metrics, limiter=limiter,
+                                      embed_limiter=embed_limiter))
                 except (StoreUnavailable, OSError) as exc:
                     # the gateway keeps proxying (unaugmented) even when the store cannot open
                     gateway.knowledge_error = (exc.message if isinstance(exc, StoreUnavailable)
                                                else f"{type(exc).__name__}: {exc}")
+                    bases.default_error = gateway.knowledge_error
                     log.error("knowledge store at %s unavailable: %s", settings.data_dir, gateway.knowledge_error)
                 await stack.enter_async_context(mcp.serving(gateway))  # ends its calls before the store closes
                 yield
@@ -108,9 +119,10 @@ def create_app(settings: Settings | None = None, *,
 
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_documents.ROUTES,
-                *routes_query.ROUTES, *routes_graph.ROUTES, mcp.route(), *metrics_route.ROUTES,
+                *routes_query.ROUTES, *routes_graph.ROUTES, *routes_kbs.ROUTES, mcp.route(), *metrics_route.ROUTES,
                 *admin_mount()],
-        middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware)],  # innermost: after auth
+        middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware),  # after auth
+                    Middleware(ReleaseLeases)],   # innermost: a request's leases on knowledge bases end with it
         exception_handlers={
             GraphGateError: on_graphgate_error,
             HTTPException: on_http_exception,

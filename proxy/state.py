@@ -4,11 +4,11 @@ lifespan builds (proxy/app.py). Only types are imported here, so any route modul
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 
-from proxy.core.errors import ServiceUnavailable
+from proxy.core.errors import NotFound, ServiceUnavailable
 
 if TYPE_CHECKING:
     import anyio
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from proxy.gateway.augment import Augmenter
     from proxy.gateway.chat import ChatPipeline
     from proxy.guards.auth import Auth
+    from proxy.knowledge.bases import KnowledgeBases
     from proxy.knowledge.service import Knowledge
     from proxy.monitoring.metrics import Metrics
     from proxy.upstream.client import Upstream
@@ -45,11 +46,63 @@ class Gateway:
     store_probe: anyio.CapacityLimiter | None = None
     tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
     console: ConsoleResources | None = None
+    bases: KnowledgeBases | None = None   # the named knowledge bases; ``knowledge`` is ``default``'s service
 
 
-def knowledge(request: Request) -> Knowledge:
-    """The knowledge service, or 503 with the reason the store is unavailable."""
+LEASES = "graphgate.kb_leases"   # the request scope's list of lease releases (ReleaseLeases ends them)
+KB_HEADER = "x-graphgate-kb"
+
+
+def kb_name(request: Request) -> str:
+    """The knowledge base a request names: its ``kb`` query parameter, else its ``X-GraphGate-KB``
+    header, else ``default``."""
+    return request.query_params.get("kb") or request.headers.get(KB_HEADER) or "default"
+
+
+async def knowledge(request: Request) -> Knowledge:
+    """The service of the knowledge base the request names (``kb_name``), opened if it is not; the
+    request holds a lease on it until its response is sent. 404 for a base that does not exist,
+    503 with the reason when the default store is unavailable."""
     gateway: Gateway = request.app.state.gateway
-    if gateway.knowledge is None:
-        raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
-    return gateway.knowledge
+    name = kb_name(request)
+    if name == "default" or gateway.bases is None:
+        if name != "default":
+            raise NotFound(f"no knowledge base named {name!r}")
+        if gateway.knowledge is None:
+            raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
+        return gateway.knowledge
+    service, release = await gateway.bases.acquire(name)
+    leases = request.scope.get(LEASES)
+    if leases is None:   # no ReleaseLeases in front (cannot happen in the app): the lease ends now
+        release()
+    else:
+        leases.append(release)
+    return service
+
+
+def bases(request: Request) -> KnowledgeBases:
+    """The registry of knowledge bases (503 while the gateway starts or stops)."""
+    registry: KnowledgeBases | None = request.app.state.gateway.bases
+    if registry is None:
+        raise ServiceUnavailable("the knowledge bases are unavailable")
+    return registry
+
+
+class ReleaseLeases:
+    """Pure-ASGI middleware: the leases a request took on knowledge bases (``knowledge`` above)
+    end when its response has been sent, streamed ones included."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        releases: list[Any] = []
+        scope[LEASES] = releases
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            for release in releases:
+                release()

@@ -180,6 +180,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("index_save_seconds", "GRAPHGATE_INDEX_SAVE_SECONDS", "30", parse_positive_float,
             "How often changed vector indexes are saved (they are also saved at shutdown and healed "
             "from the database after a crash)."),
+    Setting("kb_idle_seconds", "GRAPHGATE_KB_IDLE_SECONDS", "300", parse_positive_float,
+            "A knowledge base other than default that no request has used for this long is closed (its "
+            "memory freed); the next request opens it again (docs/knowledge-bases.md)."),
     Setting("vector_dtype", "GRAPHGATE_VECTOR_DTYPE", "i8", choice("f32", "f16", "i8"),
             "Element type of the vector indexes. i8 (768 bytes a 768-d vector, scaled per vector so that "
             "no resolution is wasted) keeps 1M chunks within 4 GB at top-10 recall 0.98-0.99; f16 "
@@ -337,6 +340,7 @@ class Settings:
     parse_memory: int = 1024**3
     inbox_dir: Path | None = None
     index_save_seconds: float = 30.0
+    kb_idle_seconds: float = 300.0
     vector_dtype: str = "i8"
     db_memory: str = "1GB"
     mode: str = "mix"

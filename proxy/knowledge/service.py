@@ -120,17 +120,23 @@ async def _save_periodically(store: KnowledgeStore, seconds: float) -> None:
 
 
 @asynccontextmanager
-async def run_knowledge(settings: Settings, upstream: Upstream,
-                        metrics: Metrics | None = None) -> AsyncIterator[Knowledge]:
+async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics | None = None, *,
+                        limiter: PriorityLimiter | None = None,
+                        embed_limiter: PriorityLimiter | None = None) -> AsyncIterator[Knowledge]:
+    """The knowledge service over the store at ``settings.data_dir``. ``limiter`` and ``embed_limiter``:
+    the upstream's slots when several knowledge bases share them (proxy/knowledge/bases.py); each
+    run makes its own otherwise. The task that enters this context must be the one that exits it
+    (its task group)."""
     store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
     reranker = HttpReranker.from_settings(settings, upstream)  # None unless GRAPHGATE_RERANK_URL is set
     try:
-        limiter = PriorityLimiter(settings.llm_concurrency)
+        limiter = limiter or PriorityLimiter(settings.llm_concurrency)
 
         cache = CacheService(store.tables.cache)
         traces = TraceService(store.tables.traces)
         models = ModelClient(upstream, limiter, settings, cache_lookup=cache.lookup,
-                             embed_limiter=PriorityLimiter(settings.embed_concurrency), metrics=metrics)
+                             embed_limiter=embed_limiter or PriorityLimiter(settings.embed_concurrency),
+                             metrics=metrics)
         models.expected_dim = store.embedding_dim()
         await check_embedding_model(store, models, settings)
         tokenizer = await anyio.to_thread.run_sync(get_tokenizer)

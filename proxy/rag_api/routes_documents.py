@@ -49,7 +49,7 @@ async def _uploaded(request: Request, limit: int) -> tuple[list[tuple[str, bytes
 async def submit_uploads(request: Request) -> list[dict[str, Any]]:
     """Parse and queue every uploaded file; one result per file (accepted, replaced, duplicate or
     rejected with the reason and its status code)."""
-    kb = knowledge(request)
+    kb = await knowledge(request)
     settings = request.app.state.gateway.settings
     results: list[dict[str, Any]] = []
     uploaded, metadata = await _uploaded(request, settings.max_upload_bytes)
@@ -86,7 +86,7 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 
 async def list_documents(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     status = request.query_params.get("status") or None
     kb.documents.check_status(status)
     limit = _int_param(request, "limit", 50, 1, 1000)
@@ -101,7 +101,7 @@ async def list_documents(request: Request) -> Response:
 
 
 async def get_document(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     document = await kb.documents.get(request.path_params["id"])
     document["counts"] = await kb.documents.counts(document["id"])
     return json_response(document)
@@ -120,24 +120,24 @@ async def update_document(request: Request) -> Response:
     body = parse_object(await read_body(request, 64 * 1024))
     if "metadata" not in body or set(body) - {"metadata"}:
         raise BadRequest('expected {"metadata": {...}} (the only field a document can change)')
-    return json_response(await knowledge(request).documents.set_metadata(request.path_params["id"],
+    return json_response(await (await knowledge(request)).documents.set_metadata(request.path_params["id"],
                                                                          json_metadata(body)))
 
 
 async def delete_document(request: Request) -> Response:
-    return json_response(await knowledge(request).documents.delete(request.path_params["id"]))
+    return json_response(await (await knowledge(request)).documents.delete(request.path_params["id"]))
 
 
 async def retry_document(request: Request) -> Response:
-    return json_response(await knowledge(request).documents.retry(request.path_params["id"]), 202)
+    return json_response(await (await knowledge(request)).documents.retry(request.path_params["id"]), 202)
 
 
 async def pipeline_status(request: Request) -> Response:
-    return json_response(knowledge(request).documents.status())
+    return json_response((await knowledge(request)).documents.status())
 
 
 async def stats(request: Request) -> Response:
-    return json_response(await knowledge(request).documents.stats())
+    return json_response(await (await knowledge(request)).documents.stats())
 
 
 ROUTES = [

@@ -19,8 +19,8 @@ from proxy.state import knowledge
 from proxy.store.changes import pair_key
 
 
-def graph(request: Request) -> GraphService:
-    return knowledge(request).graph
+async def graph(request: Request) -> GraphService:
+    return (await knowledge(request)).graph
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -32,10 +32,10 @@ async def get_entity(request: Request) -> Response:
     as chat retrieval and re-ingestion resolve it, rather than a redirect that curl and httpx do not
     follow by default."""
     key = name_key(request.path_params["name"])
-    target = await graph(request).merged_into(key)
+    target = await (await graph(request)).merged_into(key)
     if target is None:
-        return json_response(await graph(request).entity(key))
-    return json_response({**await graph(request).entity(target), "resolved_from": request.path_params["name"]})
+        return json_response(await (await graph(request)).entity(key))
+    return json_response({**await (await graph(request)).entity(target), "resolved_from": request.path_params["name"]})
 
 
 async def edit_entity(request: Request) -> Response:
@@ -43,12 +43,12 @@ async def edit_entity(request: Request) -> Response:
     unknown = set(body) - {"name", "type", "description"}
     if unknown:
         raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))} (name, type, description can be changed)")
-    result = await graph(request).edit_entity(name_key(request.path_params["name"]), **body)
-    return json_response(await graph(request).entity(result["target"]))
+    result = await (await graph(request)).edit_entity(name_key(request.path_params["name"]), **body)
+    return json_response(await (await graph(request)).entity(result["target"]))
 
 
 async def delete_entity(request: Request) -> Response:
-    return json_response(await graph(request).delete_entity(name_key(request.path_params["name"])))
+    return json_response(await (await graph(request)).delete_entity(name_key(request.path_params["name"])))
 
 
 def _pair(body: dict[str, Any]) -> str:
@@ -61,11 +61,11 @@ def _pair(body: dict[str, Any]) -> str:
 async def edit_relation(request: Request) -> Response:
     body = await _body(request)
     changes = {k: body[k] for k in ("keywords", "description", "weight") if k in body}
-    return json_response(await graph(request).edit_relation(_pair(body), **changes))
+    return json_response(await (await graph(request)).edit_relation(_pair(body), **changes))
 
 
 async def delete_relation(request: Request) -> Response:
-    return json_response(await graph(request).delete_relation(_pair(await _body(request))))
+    return json_response(await (await graph(request)).delete_relation(_pair(await _body(request))))
 
 
 async def merge(request: Request) -> Response:
@@ -76,7 +76,7 @@ async def merge(request: Request) -> Response:
         raise BadRequest('"entities" must be a list of entity names')
     target = body.get("target")
     keys = [name_key(n) for n in names]
-    service = graph(request)
+    service = await graph(request)
     if body.get("dry_run"):
         plan = await service.plan_merge(keys, target, type=body.get("type"), description=body.get("description"))
         return json_response({"target": plan.target_name, "type": plan.type, "description": plan.description,

@@ -14,14 +14,14 @@ from proxy.state import knowledge
 
 
 async def query(request: Request) -> Response:
-    kb = knowledge(request)
+    kb = await knowledge(request)
     body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
     outcome = await kb.query(body)
     return json_response(outcome.result)
 
 
 async def traces(request: Request) -> Response:
-    rows = await knowledge(request).traces.recent(100, 0)
+    rows = await (await knowledge(request)).traces.recent(100, 0)
     return json_response({"traces": rows})
 
 

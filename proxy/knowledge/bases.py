@@ -1,0 +1,365 @@
+"""Knowledge bases: named, isolated stores under the data directory (issue 20, part 1).
+
+``default`` is the store at the data directory itself, as before bases existed (nothing moves); the
+app's lifespan opens it at start-up and keeps it open. Every other base lives in
+``<data_dir>/kbs/<name>/`` and is opened on first use:
+
+- Its ``run_knowledge`` is entered and exited by one owner task, started in the registry's task
+  group (the service's task group must be exited by the task that entered it). A request takes a
+  lease on the base for as long as it runs (``lease``); concurrent first uses open it once.
+- A base without a lease for ``GRAPHGATE_KB_IDLE_SECONDS`` is closed (its memory freed); the next
+  lease opens it again. All are closed at shutdown.
+- The bases share the gateway's Upstream, its LLM and embedding limiters and its metrics.
+
+The list of bases is ``<data_dir>/kbs/registry.json``, written whole by rename: each base's
+created_at, a unique id and its settings overrides (kept, not applied yet). A deletion closes the
+base, renames its directory to a tombstone (``kbs/.deleting-<name>.<id>``), drops it from the list,
+then removes the tombstone; a deletion killed half-way is finished at the next start (a tombstone
+whose id the list still holds is dropped from it first), so a base is there whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from proxy.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
+from proxy.core.limiter import PriorityLimiter
+from proxy.core.settings import Settings
+from proxy.knowledge.service import Knowledge, run_knowledge
+from proxy.monitoring.metrics import Metrics
+from proxy.upstream.client import Upstream
+
+log = logging.getLogger("graphgate")
+
+DEFAULT = "default"
+BASES_DIR = "kbs"
+REGISTRY_FILE = "registry.json"
+TOMBSTONE = ".deleting-"
+NAME = re.compile(r"[a-z0-9_-]{1,64}")
+
+
+def check_name(name: str) -> str:
+    """``name`` when it is a knowledge base's name (lowercase letters, digits, - and _, 1 to 64); 400 otherwise."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise BadRequest(f"invalid knowledge base name {name!r}: use 1 to 64 lowercase letters, digits, '-' or '_'")
+    return name
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Base:
+    """One knowledge base: its registry entry and, while open, its service."""
+
+    name: str
+    uid: str
+    created_at: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    knowledge: Knowledge | None = None
+    leases: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    deleting: bool = False
+    lock: anyio.Lock = field(default_factory=anyio.Lock)   # opening and closing, one at a time
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    closed: anyio.Event = field(default_factory=anyio.Event)
+    idle: anyio.Event = field(default_factory=anyio.Event)   # set when the last lease ends (a deletion waits)
+
+    def entry(self) -> dict[str, Any]:
+        return {"uid": self.uid, "created_at": self.created_at, "settings": self.overrides}
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "created_at": self.created_at, "settings": self.overrides,
+                "open": self.knowledge is not None}
+
+
+class KnowledgeBases:
+    """The registry of knowledge bases (see the module's docstring). ``run()`` is its lifetime."""
+
+    def __init__(self, settings: Settings, upstream: Upstream, metrics: Metrics | None = None, *,
+                 limiter: PriorityLimiter | None = None, embed_limiter: PriorityLimiter | None = None) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.metrics = metrics
+        self.limiter = limiter or PriorityLimiter(settings.llm_concurrency)
+        self.embed_limiter = embed_limiter or PriorityLimiter(settings.embed_concurrency)
+        self.root = settings.data_dir / BASES_DIR
+        self.bases: dict[str, Base] = {}
+        self.default: Knowledge | None = None      # the app's own store, opened by its lifespan
+        self.default_error: str | None = None
+        self.default_created_at = _now()
+        self.group: TaskGroup | None = None
+        self.opened = 0   # how many times a base was opened (the tests count lazy opens)
+
+    # --- the list on disk ---
+
+    @property
+    def registry_path(self) -> Path:
+        return self.root / REGISTRY_FILE
+
+    def _load_sync(self) -> tuple[dict[str, Any], list[Path]]:
+        """The list's entries and the tombstones left by killed deletions (an entry whose tombstone
+        is there was dropped by its deletion's next step: it is dropped here)."""
+        entries: dict[str, Any] = {}
+        if self.registry_path.is_file():
+            raw = json.loads(self.registry_path.read_text(encoding="utf-8"))
+            entries = dict(raw.get("bases", {}))
+            self.default_created_at = raw.get("default_created_at", self.default_created_at)
+        tombstones = sorted(self.root.glob(TOMBSTONE + "*")) if self.root.is_dir() else []
+        for tomb in tombstones:
+            name, _, uid = tomb.name[len(TOMBSTONE):].rpartition(".")
+            if name in entries and entries[name].get("uid") == uid:
+                del entries[name]   # killed between the rename and the list's write
+        return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, tombstones
+
+    def _finish_sync(self, tombstones: list[Path]) -> None:
+        """Remove what killed deletions left (the list first, then the files)."""
+        if not tombstones:
+            return
+        try:
+            self._save_sync()
+            for tomb in tombstones:
+                log.info("finishing the deletion of knowledge base %s", tomb.name)
+                shutil.rmtree(tomb)
+        except OSError as exc:   # a read-only disk, say: the gateway still starts; the next start tries again
+            log.warning("could not finish deleting knowledge bases in %s: %s", self.root, exc)
+
+    def _save_sync(self) -> None:
+        """Write the list whole: a temporary file, fsynced, renamed over the old one."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        body = {"version": 1, "default_created_at": self.default_created_at,
+                "bases": {b.name: b.entry() for b in sorted(self.bases.values(), key=lambda b: b.name)}}
+        tmp = self.root / f".{REGISTRY_FILE}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump(body, out, indent=1)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.registry_path)
+        _fsync_dir(self.root)
+
+    def directory(self, name: str) -> Path:
+        return self.settings.data_dir if name == DEFAULT else self.root / name
+
+    # --- lifetime ---
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[KnowledgeBases]:
+        """Load the list (nothing is opened: start-up does not grow with the number of bases), run
+        the idle reaper, and close every open base on the way out."""
+        entries, tombstones = await anyio.to_thread.run_sync(self._load_sync)
+        self.bases = {name: Base(name=name, uid=str(e["uid"]), created_at=str(e["created_at"]),
+                                 overrides=dict(e.get("settings") or {})) for name, e in entries.items()}
+        await anyio.to_thread.run_sync(self._finish_sync, tombstones)
+        try:
+            async with anyio.create_task_group() as group:
+                self.group = group
+                reaper = anyio.CancelScope()
+                group.start_soon(self._reap_idle, reaper)
+                try:
+                    yield self
+                finally:
+                    self.group = None   # no more opens
+                    reaper.cancel()
+                    for base in list(self.bases.values()):
+                        base.stop.set()   # each owner task leaves its run_knowledge; the group waits for them
+        except BaseExceptionGroup as group:
+            # the task group wraps whatever ends the gateway's lifespan (a CLI command's error in an
+            # in-process gateway, say): let it out as it was raised (the owner tasks raise nothing)
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    # --- reads ---
+
+    def names(self) -> list[str]:
+        return [DEFAULT, *sorted(self.bases)]
+
+    def describe(self) -> list[dict[str, Any]]:
+        default = {"name": DEFAULT, "created_at": self.default_created_at, "settings": {},
+                   "open": self.default is not None}
+        return [default, *(self.bases[n].describe() for n in sorted(self.bases))]
+
+    def open_count(self) -> int:
+        return sum(1 for b in self.bases.values() if b.knowledge is not None)
+
+    # --- leases ---
+
+    @asynccontextmanager
+    async def lease(self, name: str) -> AsyncIterator[Knowledge]:
+        """The base's service, opened if it is not, kept open until the block ends."""
+        knowledge, release = await self.acquire(name)
+        try:
+            yield knowledge
+        finally:
+            release()
+
+    async def acquire(self, name: str) -> tuple[Knowledge, Any]:
+        """The base's service and the function that ends the lease (``lease`` for a block)."""
+        if name == DEFAULT:
+            if self.default is None:
+                raise ServiceUnavailable(f"the knowledge store is unavailable: {self.default_error}")
+            return self.default, _nothing
+        check_name(name)
+        base = self.bases.get(name)
+        if base is None or base.deleting:
+            raise NotFound(f"no knowledge base named {name!r}")
+        base.leases += 1
+        try:
+            if base.knowledge is None:
+                async with base.lock:
+                    if base.deleting:
+                        raise NotFound(f"no knowledge base named {name!r}")
+                    if base.knowledge is None:
+                        await self._open(base)
+        except BaseException:
+            self._release(base)
+            raise
+        assert base.knowledge is not None
+        return base.knowledge, lambda: self._release(base)
+
+    def _release(self, base: Base) -> None:
+        base.leases -= 1
+        base.last_used = time.monotonic()
+        if base.leases == 0:
+            base.idle.set()
+
+    # --- opening and closing (under the base's lock) ---
+
+    async def _open(self, base: Base) -> None:
+        if self.group is None:
+            raise ServiceUnavailable("the gateway is shutting down")
+        base.stop, base.closed = anyio.Event(), anyio.Event()
+        settings = self.settings.replace(data_dir=self.directory(base.name), inbox_dir=None)
+        with anyio.CancelScope(shield=True):   # a caller that goes away does not leave it half-open
+            await self.group.start(self._own, base, settings)
+        self.opened += 1
+
+    async def _own(self, base: Base, settings: Settings, *, task_status: TaskStatus[None]) -> None:
+        """The owner task: enters the base's run_knowledge, waits to be told to stop, exits it."""
+        started = False
+        try:
+            async with run_knowledge(settings, self.upstream, self.metrics, limiter=self.limiter,
+                                     embed_limiter=self.embed_limiter) as knowledge:
+                base.knowledge = knowledge
+                started = True
+                task_status.started()
+                log.info("knowledge base %s opened", base.name)
+                await base.stop.wait()
+        except Exception:
+            if not started:
+                raise
+            log.exception("knowledge base %s stopped", base.name)   # the others keep serving
+        finally:
+            base.knowledge = None
+            base.closed.set()
+            if started:
+                log.info("knowledge base %s closed", base.name)
+
+    async def _close(self, base: Base) -> None:
+        if base.knowledge is None:
+            return
+        # gone at once: a request arriving while it closes waits for the lock and opens it again
+        # rather than take the service being closed
+        base.knowledge = None
+        base.stop.set()
+        with anyio.CancelScope(shield=True):
+            await base.closed.wait()
+
+    async def _reap_idle(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._reap_forever()
+
+    async def _reap_forever(self) -> None:
+        idle = self.settings.kb_idle_seconds
+        while True:
+            await anyio.sleep(min(max(idle / 4, 0.02), 5.0))
+            now = time.monotonic()
+            for base in list(self.bases.values()):
+                if base.knowledge is not None and base.leases == 0 and now - base.last_used >= idle:
+                    async with base.lock:
+                        if base.knowledge is not None and base.leases == 0 \
+                                and time.monotonic() - base.last_used >= idle:
+                            await self._close(base)
+
+    # --- creating and deleting ---
+
+    async def create(self, name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        check_name(name)
+        if name == DEFAULT or name in self.bases:
+            raise Conflict(f"a knowledge base named {name!r} already exists")
+        if self.directory(name).exists():
+            raise Conflict(f"{self.directory(name)} exists but is no knowledge base of the list: move it away first")
+        base = Base(name=name, uid=uuid.uuid4().hex[:12], created_at=_now(), overrides=dict(overrides or {}))
+        self.bases[name] = base
+        try:   # listed first, then made: a kill in between leaves a listed base whose directory opens empty
+            await anyio.to_thread.run_sync(self._save_sync)
+            await anyio.to_thread.run_sync(lambda: self.directory(name).mkdir(parents=True, exist_ok=True))
+        except OSError:
+            self.bases.pop(name, None)
+            raise
+        return base.describe()
+
+    async def delete(self, name: str) -> dict[str, Any]:
+        """Close the base (new leases are refused; the ones in flight are given the shutdown grace to
+        end), then remove its files: renamed to a tombstone, dropped from the list, removed."""
+        check_name(name)
+        if name == DEFAULT:
+            raise Conflict("the default knowledge base cannot be deleted")
+        base = self.bases.get(name)
+        if base is None or base.deleting:
+            raise NotFound(f"no knowledge base named {name!r}")
+        base.deleting = True
+        tomb = self.root / f"{TOMBSTONE}{name}.{base.uid}"
+        try:
+            if base.leases:   # no lease is taken from now on: wait for the last to end
+                base.idle = anyio.Event()
+                with anyio.move_on_after(self.settings.shutdown_grace):
+                    await base.idle.wait()
+            async with base.lock:
+                await self._close(base)
+            directory = self.directory(name)
+            if directory.exists():
+                await anyio.to_thread.run_sync(os.replace, directory, tomb)
+                await anyio.to_thread.run_sync(_fsync_dir, self.root)
+        except BaseException:
+            base.deleting = False
+            raise
+        del self.bases[name]
+        await anyio.to_thread.run_sync(self._save_sync)
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
+        return {"deleted": name}
+
+
+def _nothing() -> None:
+    return None
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+

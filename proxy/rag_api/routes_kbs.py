@@ -1,0 +1,43 @@
+"""``/rag/kbs``: the knowledge bases (proxy/knowledge/bases.py): list, create, delete with their data.
+
+The other /rag routes pick a base with ``?kb=<name>`` or the ``X-GraphGate-KB`` header (proxy/state.py)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.core.errors import BadRequest
+from proxy.core.payloads import parse_object, read_body
+from proxy.core.responses import json_response
+from proxy.state import bases
+
+
+async def list_bases(request: Request) -> Response:
+    return json_response({"kbs": bases(request).describe()})
+
+
+async def create_base(request: Request) -> Response:
+    body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    name = body.get("name")
+    if not isinstance(name, str):
+        raise BadRequest("name is required: the knowledge base's name")
+    settings = body.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise BadRequest("settings must be an object")
+    return json_response(await bases(request).create(name, settings), 201)
+
+
+async def delete_base(request: Request) -> Response:
+    name = request.path_params["name"]
+    if request.query_params.get("confirm") != name:
+        raise BadRequest(f"deleting a knowledge base removes its documents and graph: confirm with ?confirm={name}")
+    return json_response(await bases(request).delete(name))
+
+
+ROUTES = [
+    Route("/rag/kbs", list_bases, methods=["GET"]),
+    Route("/rag/kbs", create_base, methods=["POST"]),
+    Route("/rag/kbs/{name}", delete_base, methods=["DELETE"]),
+]
