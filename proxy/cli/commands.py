@@ -49,13 +49,16 @@ def no_store_message(settings: Settings, url: str, *, can_create: bool) -> str:
 
 
 @contextlib.asynccontextmanager
-async def rag_client(settings: Settings, *, create: bool = False,
-                     offer_create: bool = False) -> AsyncIterator[httpx.AsyncClient]:
-    """The running gateway's /rag API, or one run in this process over the store when none answers.
+async def rag_client(settings: Settings, *, create: bool = False, offer_create: bool = False,
+                     kb: str | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """The running gateway's /rag API, or one run in this process over the store when none answers;
+    with ``kb``, every call is on that knowledge base (which must exist).
 
     Never a second store by accident: without a gateway, the store must already exist where the
     settings say (or ``create`` must be asked for), and it must not be held by another process."""
     headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    if kb:
+        headers["x-graphgate-kb"] = kb
     url = gateway_url(settings)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, trust_env=False) as client:
         try:
@@ -64,6 +67,9 @@ async def rag_client(settings: Settings, *, create: bool = False,
                 raise CommandError(f"the gateway at {url} needs its API key: set GRAPHGATE_API_KEY (or --api-key) "
                                    "for this command; a gateway with only a console password needs an API key "
                                    "set too for the command line")
+            problem = _base_problem(probe)
+            if problem is not None:
+                raise CommandError(problem)
             console.print(f"[dim]using the gateway at {url}[/dim]")
             yield client
             return
@@ -74,17 +80,29 @@ async def rag_client(settings: Settings, *, create: bool = False,
     from proxy.app import create_app  # no gateway running: run one in this process
 
     app = create_app(settings, watch_seconds=0)  # a command's few calls say for themselves if the upstream is down
+    problem = None   # said after the in-process gateway has stopped (its task groups would wrap the error)
     async with app.router.lifespan_context(app):
         error = app.state.gateway.knowledge_error
         if error is not None:
-            raise CommandError(f"no gateway answers at {url}, and the knowledge store at {settings.data_dir} "
-                               f"cannot be opened ({error}); if a gateway runs on another port, give it "
-                               "with --port")
-        state = "a new store" if create and not has_store(settings.data_dir) else "the store"
-        console.print(f"[dim]no gateway at {url}; working on {state} at {settings.data_dir} directly[/dim]")
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url=url, headers=headers, timeout=None) as client:
-            yield client
+            problem = (f"no gateway answers at {url}, and the knowledge store at {settings.data_dir} "
+                       f"cannot be opened ({error}); if a gateway runs on another port, give it with --port")
+        else:
+            state = "a new store" if create and not has_store(settings.data_dir) else "the store"
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=url, headers=headers, timeout=None) as client:
+                problem = _base_problem(await client.get("/rag/stats"))
+                if problem is None:
+                    console.print(f"[dim]no gateway at {url}; working on {state} at {settings.data_dir} directly[/dim]")
+                    yield client
+    if problem is not None:
+        raise CommandError(problem)
+
+
+def _base_problem(probe: httpx.Response) -> str | None:
+    """Why a command cannot work on the knowledge base it names (none, or a name that cannot be one)."""
+    if probe.status_code in (400, 404):
+        return f"{probe.json().get('error')} (GET /rag/kbs lists them, POST /rag/kbs makes one)"
+    return None
 
 
 def collect_files(paths: list[str]) -> list[Path]:
@@ -197,13 +215,13 @@ async def _follow(client: httpx.AsyncClient, ids: list[str]) -> dict[str, dict[s
 
 
 async def ingest(settings: Settings, paths: list[str], create: bool = False, metadata_json: str | None = None,
-                 meta_pairs: list[str] | None = None) -> int:
+                 meta_pairs: list[str] | None = None, kb: str | None = None) -> int:
     metadata = upload_metadata(metadata_json, meta_pairs)  # a bad flag stops before anything is sent
     files = collect_files(paths)
     if not files:
         console.print("nothing to ingest (supported: " + ", ".join(SUPPORTED_TYPES) + ")")
         return 1
-    async with rag_client(settings, create=create, offer_create=True) as client:
+    async with rag_client(settings, create=create, offer_create=True, kb=kb) as client:
         results = await _upload(client, files, metadata)
         waiting = [r["id"] for r in results if r["outcome"] in ("accepted", "replaced")]
         final = await _follow(client, waiting)
@@ -215,18 +233,18 @@ async def ingest(settings: Settings, paths: list[str], create: bool = False, met
     return 1 if counts["failed"] or counts["rejected"] else 0
 
 
-async def status(settings: Settings) -> int:
-    async with rag_client(settings) as client:
+async def status(settings: Settings, kb: str | None = None) -> int:
+    async with rag_client(settings, kb=kb) as client:
         stats = (await client.get("/rag/stats")).json()
         pipeline = (await client.get("/rag/pipeline")).json()
     print(json.dumps({"store": stats, "pipeline": pipeline}, indent=2))
     return 0
 
 
-async def query(settings: Settings, request: dict[str, Any], as_json: bool) -> int:
+async def query(settings: Settings, request: dict[str, Any], as_json: bool, kb: str | None = None) -> int:
     if isinstance(request.get("filters"), str):
         request = {**request, "filters": query_filter(request["filters"])}
-    async with rag_client(settings) as client:
+    async with rag_client(settings, kb=kb) as client:
         response = await client.post("/rag/query", json=request)
     result = response.json()
     if response.status_code != 200:

@@ -18,6 +18,8 @@ DESCRIPTION = ("GraphGate: an Ollama-compatible chat gateway that grounds every 
                "Every setting is also a flag of each command, which overrides its environment variable.")
 
 
+KB_HELP = "the knowledge base to work on (default: default; docs/knowledge-bases.md)"
+
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("settings (each overrides its environment variable)")
     for setting in SETTINGS:
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_setting_flags(show)
     ingest = commands.add_parser("ingest", help="add files and folders (recursively) to the knowledge store")
     ingest.add_argument("paths", nargs="+", metavar="PATH")
+    ingest.add_argument("--kb", metavar="NAME", help=KB_HELP)
     ingest.add_argument("--create", action="store_true",
                         help="when no gateway answers and no store exists yet, create a new store (in "
                              "GRAPHGATE_DATA_DIR) instead of stopping")
@@ -46,12 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "a list; over --metadata's same key)")
     _add_setting_flags(ingest)
     status = commands.add_parser("status", help="print the store's counts and the pipeline's work")
+    status.add_argument("--kb", metavar="NAME", help=KB_HELP)
     _add_setting_flags(status)
     query = commands.add_parser("query", help="retrieve for a question and print what chat augmentation would inject")
     query.add_argument("text", metavar="QUESTION")
     query.add_argument("--num-ctx", type=int, help="simulate a model context window of this many tokens")
     query.add_argument("--answer", action="store_true", help="also generate the answer")
     query.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    query.add_argument("--kb", metavar="NAME", help=KB_HELP)
     query.add_argument("--filter", metavar="JSON",
                        help='only documents whose metadata match, a JSON object: \'{"category": "hr"}\'')
     _add_setting_flags(query)
@@ -142,15 +147,16 @@ def _main(argv: Sequence[str] | None) -> int:
     for notice in settings.notices:
         log.warning("%s", notice)
     if args.command == "ingest":
-        return cli_commands.run(cli_commands.ingest, settings, args.paths, args.create, args.metadata, args.meta)
+        return cli_commands.run(cli_commands.ingest, settings, args.paths, args.create, args.metadata, args.meta,
+                                args.kb)
     if args.command == "status":
-        return cli_commands.run(cli_commands.status, settings)
+        return cli_commands.run(cli_commands.status, settings, args.kb)
     if args.command == "query":
         # --mode (GRAPHGATE_MODE) picks the retrieval mode, as it does for the gateway
         request = {"query": args.text, "mode": settings.mode, "num_ctx": args.num_ctx, "answer": args.answer,
                    "filters": args.filter}
         return cli_commands.run(cli_commands.query, settings, {k: v for k, v in request.items() if v is not None},
-                                args.json)
+                                args.json, args.kb)
     if args.command == "reindex":
         return cli_commands.run(cli_commands.reindex, settings)
     return 2

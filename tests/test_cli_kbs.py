@@ -1,0 +1,78 @@
+"""The command line's ``--kb``: ``graphgate ingest``, ``status`` and ``query`` work on the knowledge
+base it names, through a running gateway and without one; a base that does not exist stops the
+command with the reason and a non-zero exit, and nothing is sent."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from proxy.app import create_app
+from proxy.cli.main import main
+from proxy.core.settings import Settings
+from tests.corpus import CITY, TEAM
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.live import serve_in_thread
+from tests.servers import free_port
+
+
+@pytest.fixture
+def upstream(fake: FakeOllama, facts: KnownFacts) -> Iterator[str]:
+    with fake.serve() as url:
+        yield url
+
+
+def graphgate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, " ".join(err.split())
+
+
+def test_ingest_status_and_query_on_a_named_base_through_a_gateway(
+        settings: Settings, upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "team.txt").write_text(TEAM)
+    (tmp_path / "city.md").write_text(CITY)
+    with serve_in_thread(create_app(settings.replace(upstream=upstream))) as url:
+        assert httpx.post(url + "/rag/kbs", json={"name": "hr"}, trust_env=False).status_code == 201
+        flags = ["--port", str(urlsplit(url).port)]
+        status, _, err = graphgate(capsys, "ingest", str(tmp_path / "team.txt"), *flags, "--kb", "hr")
+        assert status == 0 and "1 processed" in err, err
+        status, _, err = graphgate(capsys, "ingest", str(tmp_path / "city.md"), *flags)
+        assert status == 0 and "1 processed" in err, err
+
+        status, out, err = graphgate(capsys, "status", *flags, "--kb", "hr")
+        assert status == 0, err
+        assert json.loads(out)["store"]["documents"]["processed"] == 1
+        status, out, err = graphgate(capsys, "query", "Who works at Acme Corp?", *flags, "--kb", "hr", "--json")
+        assert status == 0, err
+        assert {d for chunk in json.loads(out)["chunks"] for d in chunk["documents"]} == {"team.txt"}
+        status, out, err = graphgate(capsys, "query", "Who works at Acme Corp?", *flags, "--json")
+        assert {d for chunk in json.loads(out)["chunks"] for d in chunk["documents"]} == {"city.md"}
+
+        status, _, err = graphgate(capsys, "ingest", str(tmp_path / "team.txt"), *flags, "--kb", "sales")
+        assert status == 1 and "no knowledge base named 'sales'" in err and "POST /rag/kbs" in err
+        listed = httpx.get(url + "/rag/kbs", trust_env=False).json()["kbs"]
+        assert sorted(b["name"] for b in listed) == ["default", "hr"]   # nothing was made by the failed command
+
+
+def test_an_unknown_base_stops_a_command_without_a_gateway(tmp_path: Path, upstream: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    (tmp_path / "team.txt").write_text(TEAM)
+    flags = ["--upstream", upstream, "--data-dir", str(data), "--port", str(free_port())]
+    status, _, err = graphgate(capsys, "ingest", str(tmp_path / "team.txt"), "--create", *flags)
+    assert status == 0, err
+    for command in (["status"], ["query", "Who?"], ["ingest", str(tmp_path / "team.txt")]):
+        status, _, err = graphgate(capsys, *command, *flags, "--kb", "nope")
+        assert status == 1 and "no knowledge base named 'nope'" in err, (command, err)
+    status, out, err = graphgate(capsys, "status", *flags)
+    assert status == 0 and json.loads(out)["store"]["documents"]["processed"] == 1   # default untouched
+    status, _, err = graphgate(capsys, "status", *flags, "--kb", "Bad Name!")
+    assert status == 1 and "knowledge base" in err, err
