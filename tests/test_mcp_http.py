@@ -70,7 +70,9 @@ async def test_the_tools_are_listed_with_input_and_output_schemas_and_descriptio
         assert tool.description and len(tool.description) > 60, tool.name
     by_name = {t.name: t for t in tools}
     query = by_name["query"]
-    assert set(query.input_schema["properties"]) == {"question", "mode", "top_k", "filters"}
+    assert set(query.input_schema["properties"]) == {"question", "mode", "top_k", "filters", "kb"}
+    assert {name for name, tool in by_name.items() if "kb" in tool.input_schema["properties"]} == TOOLS - {
+        "rebuild_index"}   # a rebuild is the default base's (docs/knowledge-bases.md)
     assert query.input_schema["required"] == ["question"]
     assert query.output_schema is not None
     assert {"context", "entities", "relations", "chunks", "references"} <= set(query.output_schema["properties"])
@@ -353,3 +355,27 @@ async def test_rebuild_index_says_why_it_cannot_re_embed_a_live_store(tmp_path: 
             async with http_session(url) as client:
                 refused = await client.call_tool("rebuild_index", {})
     assert "other-embedder" in error_text(refused) and "nomic-embed-text" in error_text(refused)
+
+
+async def test_the_tools_work_on_the_knowledge_base_named(tmp_path: Path, fake: FakeOllama,
+                                                          facts: KnownFacts) -> None:
+    with fake.serve() as upstream, serve_in_thread(create_app(gateway_settings(tmp_path / "data", upstream))) as url:
+        async with httpx.AsyncClient(base_url=url) as http:
+            assert (await http.post("/rag/kbs", json={"name": "hr"})).status_code == 201
+        async with http_session(url) as client:
+            inserted = structured(await client.call_tool("insert", {"name": "team.md", "text": TEAM, "kb": "hr"}))
+            async with httpx.AsyncClient(base_url=url) as http:
+                with anyio.fail_after(30):
+                    while (await http.get(f"/rag/documents/{inserted['id']}?kb=hr")).json()["status"] != "processed":
+                        await anyio.sleep(0.05)
+            in_hr = structured(await client.call_tool("stats", {"kb": "hr"}))
+            in_default = structured(await client.call_tool("stats", {}))
+            answer = structured(await client.call_tool("query", {"question": "Who works at Acme Corp?", "kb": "hr"}))
+            people = structured(await client.call_tool("get_entities", {"query": "Acme", "kb": "hr"}))
+            nowhere = await client.call_tool("stats", {"kb": "sales"})
+            not_here = await client.call_tool("delete", {"document_id": inserted["id"]})   # it is in hr
+    assert in_hr["documents"]["processed"] == 1 and in_default["documents"]["processed"] == 0
+    assert [r["document"] for r in answer["references"]] == ["team.md"]
+    assert [e["name"] for e in people["entities"]] == ["Acme Corp"]
+    assert "no knowledge base named 'sales'" in error_text(nowhere)
+    assert f"document {inserted['id']} not found" in error_text(not_here)

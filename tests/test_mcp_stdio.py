@@ -52,12 +52,14 @@ async def test_with_no_gateway_it_serves_its_own_store(tmp_path: Path, fake: Fak
                 stats = structured(await client.call_tool("stats", {}))
                 unknown = await client.call_tool("delete", {"document_id": "doc-unknown"})
                 bad = await client.call_tool("get_relations", {"entity": "Orion", "depth": "deep"})
+                other_base = await client.call_tool("stats", {"kb": "hr"})
     assert "Alice Smith" in answer["context"] and answer["references"] == [{"id": 1, "document": "team.md"}]
     assert {r["source"] for r in relations["relations"]} | {r["target"] for r in relations["relations"]} >= {
         "Alice Smith", "Acme Corp"}
     assert stats["documents"]["processed"] == 1 and stats["entities"] > 0
     assert "document doc-unknown not found" in error_text(unknown)
     assert "depth" in error_text(bad)
+    assert "no knowledge base named 'hr' here" in error_text(other_base) and "running gateway" in error_text(other_base)
     assert (tmp_path / "data").is_dir()
 
 

@@ -66,7 +66,7 @@ class McpEndpoint:
     @asynccontextmanager
     async def serving(self, gateway: Gateway) -> AsyncIterator[None]:
         """Serve /mcp for the lifespan of the gateway (its task group ends the calls in flight)."""
-        server = build_server(lambda: gateway_knowledge(gateway), self.settings)
+        server = build_server(lambda: gateway_knowledge(gateway), self.settings, lambda: gateway.bases)
         # makes the server's session manager (the Starlette app it returns is not used: /mcp is our route)
         server.streamable_http_app(streamable_http_path=PATH, stateless_http=True,
                                    max_request_body_size=self.settings.max_body_bytes,

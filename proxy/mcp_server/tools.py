@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -27,6 +27,7 @@ from pydantic import Field
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.core.settings import SETTINGS, Settings
 from proxy.knowledge import lookup
+from proxy.knowledge.bases import DEFAULT as DEFAULT_BASE
 from proxy.knowledge.intake import add_document
 from proxy.knowledge.reindex import rebuild_live
 from proxy.knowledge.service import Knowledge
@@ -46,14 +47,35 @@ from proxy.mcp_server.schemas import (
     Stats,
 )
 
+if TYPE_CHECKING:
+    from proxy.knowledge.bases import KnowledgeBases
+
 KnowledgeSource = Callable[[], Knowledge]   # the service, or a GraphGateError saying why there is none
+KbName = Annotated[str, Field(min_length=1, max_length=64, description=(
+    "the knowledge base to work on (GET /rag/kbs lists them; default: default)"))]
 
 
 @dataclass(frozen=True)
 class Served:
     """What a server's tools work on: its lifespan state, found by each call in its context."""
-    knowledge: KnowledgeSource
+    knowledge: KnowledgeSource                               # the default base's service
     settings: Settings
+    bases: Callable[[], KnowledgeBases | None] = lambda: None   # the gateway's other bases, when it has them
+
+
+@asynccontextmanager
+async def knowledge_of(ctx: Context, kb: str) -> AsyncIterator[Knowledge]:
+    """The service of the base ``kb``, held open (a lease) for the block."""
+    state = served(ctx)
+    if kb == DEFAULT_BASE:
+        yield state.knowledge()
+        return
+    registry = state.bases()
+    if registry is None:
+        raise NotFound(f"no knowledge base named {kb!r} here: bases other than {DEFAULT_BASE} are served "
+                       "by a running gateway (graphgate serve)")
+    async with registry.lease(kb) as knowledge:
+        yield knowledge
 
 
 def served(ctx: Context) -> Served:
@@ -125,13 +147,15 @@ async def query(
         filters: Annotated[dict[str, Any] | None, Field(description=(
             'restrict the search to documents whose metadata matches, e.g. {"category": "hr"}, '
             '{"year": {"$gte": 2020}}, {"$document": "handbook.pdf"}; a filter that matches nothing gives '
-            "an empty context"))] = None) -> QueryResult:
+            "an empty context"))] = None,
+        kb: KbName = DEFAULT_BASE) -> QueryResult:
     """Search the knowledge base for a question and return the grounding context a chat turn would get:
     the relevant entities, relations and passages, and the documents they come from as numbered
     references ([n] in the context). Use it before answering a question about the user's documents."""
     body: dict[str, Any] = {"query": question, "mode": mode, "top_k": top_k, "filters": filters}
     with tool_errors():
-        outcome = await served(ctx).knowledge().query({k: v for k, v in body.items() if v is not None}, api="mcp")
+        async with knowledge_of(ctx, kb) as knowledge:
+            outcome = await knowledge.query({k: v for k, v in body.items() if v is not None}, api="mcp")
     return QueryResult.model_validate(outcome.result)
 
 
@@ -144,12 +168,14 @@ async def get_entities(
             "name and description mean nearest to the text, nearest first"))] = "name",
         type: Annotated[str | None, Field(description="only entities of this type (Person, Organization, "
                                                       "...)")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_ENTITIES, description="at most this many")] = 10) -> Entities:
+        limit: Annotated[int, Field(ge=1, le=MAX_ENTITIES, description="at most this many")] = 10,
+        kb: KbName = DEFAULT_BASE) -> Entities:
     """Find entities of the knowledge graph by name or by meaning, optionally of one type. Each comes with
     its description, its number of relations and how many passages mention it."""
     with tool_errors():
         search = lookup.entities_by_name if by == "name" else lookup.entities_by_similarity
-        found = await search(served(ctx).knowledge(), query, type or "", limit)
+        async with knowledge_of(ctx, kb) as knowledge:
+            found = await search(knowledge, query, type or "", limit)
     return Entities(entities=[Entity(name=e.name, type=e.type, description=e.description, degree=e.degree,
                                      sources=e.sources, score=e.score) for e in found])
 
@@ -161,17 +187,18 @@ async def get_relations(
                                                             "2 = also its neighbours' relations, ...")] = 1,
         limit: Annotated[int, Field(ge=1, le=MAX_RELATIONS, description=(
             "at most this many relations, and this many neighbours (best connected first)"))] = 50,
-) -> Relations:
+        kb: KbName = DEFAULT_BASE) -> Relations:
     """The relations of an entity and, with depth 2 or 3, of its neighbours: who or what it is connected to
     and how (keywords, description, weight). An unknown entity is an error naming it."""
     with tool_errors():
-        found = await lookup.neighbourhood(served(ctx).knowledge(), entity, depth, limit)
+        async with knowledge_of(ctx, kb) as knowledge:
+            found = await lookup.neighbourhood(knowledge, entity, depth, limit)
     return Relations.model_validate(found, from_attributes=True)
 
 
-async def _insert(ctx: Context, item: DocumentInput) -> Inserted:
+async def _insert(ctx: Context, knowledge: Knowledge, item: DocumentInput) -> Inserted:
     data = document_bytes(item.text, item.content_base64)
-    return Inserted.model_validate(await add_document(served(ctx).knowledge(), served(ctx).settings, item.name, data,
+    return Inserted.model_validate(await add_document(knowledge, served(ctx).settings, item.name, data,
                                                       item.metadata))
 
 
@@ -183,29 +210,33 @@ async def insert(
         text: Annotated[str | None, Field(description="the document's text (plain text, Markdown, HTML)")] = None,
         content_base64: Annotated[str | None, Field(description=(
             "or: the file's bytes in base64 (PDF, DOCX, ...)"))] = None,
-        metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None) -> Inserted:
+        metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None,
+        kb: KbName = DEFAULT_BASE) -> Inserted:
     """Add one document to the knowledge base, given as text or as a file's bytes (base64). It is parsed
     at once (an unreadable file is an error) and ingested in the background: its entities, relations and
     passages become searchable when its status is processed."""
     with tool_errors():
-        return await _insert(ctx, DocumentInput(name=name, text=text, content_base64=content_base64,
-                                                metadata=metadata))
+        async with knowledge_of(ctx, kb) as knowledge:
+            return await _insert(ctx, knowledge, DocumentInput(name=name, text=text, content_base64=content_base64,
+                                                               metadata=metadata))
 
 
 async def batch_insert(
         ctx: Context,
         documents: Annotated[list[DocumentInput], Field(min_length=1, max_length=MAX_BATCH, description=(
             "the documents, each with a name and either text or content_base64, and optional metadata"))],
-) -> Batch:
+        kb: KbName = DEFAULT_BASE) -> Batch:
     """Add several documents at once (as insert does for one). Each gets its own outcome: a document that
     cannot be taken is reported as rejected with the reason, and the others still go in. Only when every
     one is rejected is the call an error."""
     results = []
-    for item in documents:
-        try:
-            results.append(await _insert(ctx, item))
-        except GraphGateError as exc:
-            results.append(Inserted(name=item.name, outcome="rejected", error=exc.message))
+    with tool_errors():
+        async with knowledge_of(ctx, kb) as knowledge:
+            for item in documents:
+                try:
+                    results.append(await _insert(ctx, knowledge, item))
+                except GraphGateError as exc:
+                    results.append(Inserted(name=item.name, outcome="rejected", error=exc.message))
     if all(r.outcome == "rejected" for r in results):
         raise ToolError("; ".join(f"{r.name}: {r.error}" for r in results))
     return Batch(documents=results)
@@ -218,42 +249,44 @@ async def update(
         text: Annotated[str | None, Field(description="the new version's text")] = None,
         content_base64: Annotated[str | None, Field(description="or: the new version's file bytes, "
                                                                 "base64")] = None,
-        metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None) -> Inserted:
+        metadata: Annotated[Metadata | None, Field(description=METADATA_HELP)] = None,
+        kb: KbName = DEFAULT_BASE) -> Inserted:
     """Replace a document with a new version of its content (same name), or only its metadata (give
     metadata and no content). The old version stays searchable until the new one is processed, then
     its passages and what only it said leave the graph. The same content again is a duplicate: its
     content is unchanged, and metadata given with it replaces the document's."""
     with tool_errors():
-        knowledge = served(ctx).knowledge()
-        document = await knowledge.documents.get(document_id)
-        if text is None and content_base64 is None and metadata is not None:
-            row = await knowledge.documents.set_metadata(document_id, metadata)
-            return Inserted(name=row["name"], outcome="updated", id=row["id"], status=row["status"])
-        result = await _insert(ctx, DocumentInput(name=document["name"], text=text, content_base64=content_base64,
-                                                  metadata=metadata))
-        if result.outcome == "duplicate" and metadata is not None and result.id == document_id:
-            await knowledge.documents.set_metadata(result.id, metadata)
-            result.outcome = "updated"
-        return result
+        async with knowledge_of(ctx, kb) as knowledge:
+            document = await knowledge.documents.get(document_id)
+            if text is None and content_base64 is None and metadata is not None:
+                row = await knowledge.documents.set_metadata(document_id, metadata)
+                return Inserted(name=row["name"], outcome="updated", id=row["id"], status=row["status"])
+            result = await _insert(ctx, knowledge, DocumentInput(name=document["name"], text=text,
+                                                                 content_base64=content_base64, metadata=metadata))
+            if result.outcome == "duplicate" and metadata is not None and result.id == document_id:
+                await knowledge.documents.set_metadata(result.id, metadata)
+                result.outcome = "updated"
+            return result
 
 
 async def delete(
         ctx: Context,
         document_id: Annotated[str, Field(min_length=1, description="the id of the document to delete")],
-) -> Deleted:
+        kb: KbName = DEFAULT_BASE) -> Deleted:
     """Delete a document: its passages go, and so do the entities and relations only it mentioned; the
     others are rebuilt from their remaining sources. Cannot be undone."""
     with tool_errors():
-        return Deleted.model_validate(await served(ctx).knowledge().documents.delete(document_id))
+        async with knowledge_of(ctx, kb) as knowledge:
+            return Deleted.model_validate(await knowledge.documents.delete(document_id))
 
 
-async def stats(ctx: Context) -> Stats:
+async def stats(ctx: Context, kb: KbName = DEFAULT_BASE) -> Stats:
     """How big the knowledge base is and what the ingestion pipeline is doing: documents by status
     (pending, processing, processed, failed), passages, entities, relations, queued and running work."""
     with tool_errors():
-        knowledge = served(ctx).knowledge()
-        counts = await knowledge.documents.stats()
-        pipeline = knowledge.documents.status()
+        async with knowledge_of(ctx, kb) as knowledge:
+            counts = await knowledge.documents.stats()
+            pipeline = knowledge.documents.status()
     return Stats(documents=counts["documents"], chunks=counts["chunks"], entities=counts["entities"],
                  relations=counts["relations"], queued=len(pipeline["queued"]),
                  running=len(pipeline["running"]), generation=counts["generation"],
@@ -323,9 +356,11 @@ def tool_set() -> tuple[Tool, ...]:
         (batch_insert, ADDS), (update, REPLACES), (delete, REPLACES), (stats, READ_ONLY), (rebuild_index, ADDS)))
 
 
-def build_server(knowledge: KnowledgeSource, settings: Settings) -> MCPServer[Served]:
-    """The MCP server over ``knowledge`` (called per request: the gateway's service can be absent)."""
-    state = Served(knowledge, settings)
+def build_server(knowledge: KnowledgeSource, settings: Settings,
+                 bases: Callable[[], KnowledgeBases | None] = lambda: None) -> MCPServer[Served]:
+    """The MCP server over ``knowledge`` (called per request: the gateway's service can be absent)
+    and, on a gateway, its other knowledge bases (``bases``)."""
+    state = Served(knowledge, settings, bases)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Served]) -> AsyncIterator[Served]:
