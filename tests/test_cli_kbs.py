@@ -13,26 +13,19 @@ import httpx
 import pytest
 
 from proxy.app import create_app
-from proxy.cli.main import main
 from proxy.core.settings import Settings
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
 from tests.servers import free_port
+from tests.test_cli_metadata import graphgate
 
 
 @pytest.fixture
 def upstream(fake: FakeOllama, facts: KnownFacts) -> Iterator[str]:
     with fake.serve() as url:
         yield url
-
-
-def graphgate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, " ".join(err.split())
 
 
 def test_ingest_status_and_query_on_a_named_base_through_a_gateway(

@@ -13,7 +13,7 @@ Community summaries are written from the whole graph, so a filtered retrieval us
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from proxy.core.metadata import Filter
@@ -33,6 +33,9 @@ class Scope:
     entities: frozenset[str]                     # name keys of the entities they source
     relations: frozenset[str]                    # pair keys of the relations they source
     vector_keys: dict[str, frozenset[int]]       # table -> the in-scope rows' vector keys
+    # chunk id -> what its extraction said (a ChunkIndex), read once per scope: a scope lives for one
+    # store generation, and a merge (new aliases) or a re-extraction moves the generation on
+    said: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def empty(self) -> bool:

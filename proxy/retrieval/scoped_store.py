@@ -153,10 +153,16 @@ class ScopedStore:
                 relation.weight = sum(r.weight for r in told)
 
     def _said(self, chunk_ids: list[str]) -> dict[str, ChunkIndex]:
-        """Chunk id -> what its extraction says, by entity key and pair key (merge aliases resolved)."""
-        results = self._store.extractions_sync(sorted(set(chunk_ids)))
-        aliases = self._store.tables.graph_rows.aliases_sync()
-        return {c: index_result(ExtractionResult.from_json(raw), aliases) for c, raw in results.items()}
+        """Chunk id -> what its extraction says, by entity key and pair key (merge aliases resolved);
+        kept on the scope, so the descriptions and the keywords of one retrieval, and the next
+        retrievals with the same filter, read each chunk once."""
+        known: dict[str, ChunkIndex] = self._scope.said
+        missing = sorted({c for c in chunk_ids if c not in known})
+        if missing:
+            results = self._store.extractions_sync(missing)
+            aliases = self._store.tables.graph_rows.aliases_sync()
+            known.update({c: index_result(ExtractionResult.from_json(raw), aliases) for c, raw in results.items()})
+        return {c: known[c] for c in chunk_ids if c in known}
 
     def _partly_in_scope(self, table: str, keys: list[int]) -> dict[int, tuple[str, list[str]]]:
         """Vector key -> (name or pair key, in-scope sources) of the rows some of whose sources are out."""
