@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from proxy.core.errors import BadRequest, GraphGateError
+from proxy.guards.access import principal
+from proxy.state import kb_name
 
 
 class MissingResources(GraphGateError):
@@ -90,6 +92,16 @@ def is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true" and request.headers.get("hx-history-restore-request") != "true"
 
 
+def switchable_bases(request: Request) -> list[str]:
+    """The bases the header's switcher offers: none to whoever may not see the console (the login
+    page names no base), only its own to a principal limited to some."""
+    gateway = request.app.state.gateway
+    state = request.scope.get("state", {})
+    if gateway.bases is None or not gateway.console.auth.allowed(request.scope, state.get("session")):
+        return []
+    return principal(request).visible(gateway.bases.names())
+
+
 def render(request: Request, template: str, context: dict[str, Any] | None = None, *, status: int = 200,
            headers: dict[str, str] | None = None) -> HTMLResponse:
     console = request.app.state.gateway.console
@@ -99,6 +111,8 @@ def render(request: Request, template: str, context: dict[str, Any] | None = Non
         "csrf": state.get("csrf", ""),
         "open_console": console.auth.password is None,
         "path": request.url.path,
+        "kb": kb_name(request),
+        "kbs": switchable_bases(request),
         **(context or {}),
     })
     return HTMLResponse(page, status_code=status, headers=headers)

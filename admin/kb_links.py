@@ -1,0 +1,158 @@
+"""The console keeps the knowledge base it shows in its own URLs: ``?kb=<name>``, never a cookie or a
+session, so a bookmark or a shared link shows the same base. ``default`` is never written (its
+pages keep the URLs they always had); an explicit ``?kb=default`` on a page is redirected away.
+
+One pure-ASGI middleware on the /admin mount does it for every page, fragment and redirect, so no
+template or route has to remember it: when a request names a base other than ``default`` (its
+``kb`` query parameter or its X-GraphGate-KB header, as ``proxy.state.kb_name`` reads them) and
+that base exists, its HTML response's console URLs (links, form actions, htmx URLs) and its
+redirects (``Location``, ``HX-Redirect``) get ``kb=<name>``; a GET form gets a hidden ``kb``
+field instead (a browser drops the query of a GET form's action; htmx appends the form's fields
+to its URL). A URL or GET form that names a base itself (the switcher) is left alone.
+
+The rewrite reads only markup the templates wrote: every value they interpolate is autoescaped,
+so text from documents or users can hold neither a literal ``<``, ``>`` nor ``"``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import RedirectResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.state import kb_name
+
+DEFAULT = "default"
+URL_ATTRIBUTES = frozenset({"href", "action", "formaction", "hx-get", "hx-post", "hx-put", "hx-patch",
+                            "hx-delete", "data-answer-stream"})
+REDIRECT_HEADERS = ("location", "hx-redirect", "hx-location")
+NOT_CARRIED = ("/admin/static/",)   # files: the same for every base
+
+_TAG = re.compile(r"<([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?>")
+_ATTRIBUTE = re.compile(r'(\s)([a-zA-Z_:][-a-zA-Z0-9_:.]*)="([^"]*)"')
+_KB_FIELD = re.compile(r'\sname="kb"')
+_FORM_END = re.compile(r"</form\s*>", re.IGNORECASE)
+
+
+def is_console_url(url: str) -> bool:
+    """A URL of this console (absolute path under /admin, or a bare ``?query`` on the same page)."""
+    if url.startswith("?"):
+        return True
+    path = urlsplit(url).path
+    return (path == "/admin" or path.startswith("/admin/")) and not url.startswith("//") \
+        and not path.startswith(NOT_CARRIED) and not urlsplit(url).netloc
+
+
+def names_a_base(url: str) -> bool:
+    return any(key == "kb" for key, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True))
+
+
+def with_kb(url: str, kb: str) -> str:
+    """``url`` carrying ``kb=<kb>`` when it is a console URL that names no base yet; ``default`` is
+    never written."""
+    if kb == DEFAULT or not is_console_url(url) or names_a_base(url):
+        return url
+    parts = urlsplit(url)
+    query = f"{parts.query}&kb={quote(kb, safe='')}" if parts.query else f"kb={quote(kb, safe='')}"
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+def carry_in_html(page: str, kb: str) -> str:
+    """Every console URL of the page's tags carrying ``kb``; every GET form a hidden ``kb`` field."""
+    out: list[str] = []
+    done = 0
+    for tag in _TAG.finditer(page):
+        name, attributes = tag.group(1).lower(), tag.group(2) or ""
+        values = {a.group(2).lower(): html.unescape(a.group(3)) for a in _ATTRIBUTE.finditer(attributes)}
+        get_form = name == "form" and values.get("method", "get").lower() == "get"
+        if get_form:
+            rewritten = tag.group(0)   # its fields make its URL: the hidden field below carries the base
+        else:
+            rewritten = "<" + tag.group(1) + _ATTRIBUTE.sub(lambda a: _carry_attribute(a, kb), attributes) + ">"
+        out.append(page[done:tag.start()])
+        out.append(rewritten)
+        done = tag.end()
+        if get_form and not _names_kb_itself(page, tag.end()):
+            out.append(f'<input type="hidden" name="kb" value="{html.escape(kb, quote=True)}">')
+    out.append(page[done:])
+    return "".join(out)
+
+
+def _carry_attribute(match: re.Match[str], kb: str) -> str:
+    space, name, raw = match.group(1), match.group(2), match.group(3)
+    if name.lower() not in URL_ATTRIBUTES:
+        return match.group(0)
+    url = html.unescape(raw)
+    carried = with_kb(url, kb)
+    if carried == url:
+        return match.group(0)
+    return f'{space}{name}="{html.escape(carried, quote=True)}"'
+
+
+def _names_kb_itself(page: str, start: int) -> bool:
+    """Does the form starting at ``start`` hold a field named ``kb`` of its own (the switcher)?"""
+    end = _FORM_END.search(page, start)
+    return bool(_KB_FIELD.search(page, start, end.start() if end else len(page)))
+
+
+def without_default(request: Request) -> str | None:
+    """The canonical address of a page asked for with an explicit ``?kb=default``, else None."""
+    if request.method not in ("GET", "HEAD") or request.query_params.get("kb") != DEFAULT:
+        return None
+    rest = [(k, v) for k, v in request.query_params.multi_items() if k != "kb"]
+    return request.url.path + (f"?{urlencode(rest)}" if rest else "")
+
+
+class CarryKnowledgeBase:
+    """Pure-ASGI middleware for the /admin mount: see the module's docstring."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request = Request(scope)
+        canonical = without_default(request)
+        if canonical is not None:
+            return await RedirectResponse(canonical, status_code=303)(scope, receive, send)
+        kb = kb_name(request)
+        if kb == DEFAULT:
+            return await self.app(scope, receive, send)
+        bases = scope["app"].state.gateway.bases
+        start: Message | None = None
+        body: list[bytes] = []
+
+        async def carrying(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                # whether the base exists is asked now: a base deleted by this request is not carried
+                carry = bases is not None and kb in bases.names()
+                headers = MutableHeaders(scope=message)
+                if carry:
+                    for header in REDIRECT_HEADERS:
+                        if header in headers:
+                            headers[header] = with_kb(headers[header], kb)
+                if not (carry and headers.get("content-type", "").startswith("text/html")):
+                    await send(message)
+                    return
+                start = message   # held until the whole page is here: its length changes
+                return
+            if message["type"] != "http.response.body" or start is None:
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            page = carry_in_html(b"".join(body).decode("utf-8"), kb).encode("utf-8")
+            headers = MutableHeaders(scope=start)
+            headers["content-length"] = str(len(page))
+            await send(start)
+            await send({"type": "http.response.body", "body": page, "more_body": False})
+
+        await self.app(scope, receive, carrying)
