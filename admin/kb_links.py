@@ -2,13 +2,16 @@
 session, so a bookmark or a shared link shows the same base. ``default`` is never written (its
 pages keep the URLs they always had); an explicit ``?kb=default`` on a page is redirected away.
 
-One pure-ASGI middleware on the /admin mount does it for every page, fragment and redirect, so no
-template or route has to remember it: when a request names a base other than ``default`` (its
+No template or route has to remember it. When a request names a base other than ``default`` (its
 ``kb`` query parameter or its X-GraphGate-KB header, as ``proxy.state.kb_name`` reads them) and
-that base exists, its HTML response's console URLs (links, form actions, htmx URLs) and its
-redirects (``Location``, ``HX-Redirect``) get ``kb=<name>``; a GET form gets a hidden ``kb``
-field instead (a browser drops the query of a GET form's action; htmx appends the form's fields
-to its URL). A URL or GET form that names a base itself (the switcher) is left alone.
+that base exists:
+- every page and fragment the console renders (admin/rendering.py ``render``, error pages
+  included) gets ``kb=<name>`` on its console URLs (links, form actions, htmx URLs); a GET form
+  gets a hidden ``kb`` field instead (a browser drops the query of a GET form's action, and htmx
+  appends the form's fields to its URL). A URL or GET form that names a base itself (the
+  switcher, a base's "its documents" link) is left alone;
+- its redirects (``Location``, ``HX-Redirect``) get it from ``CarryKnowledgeBase``, the pure-ASGI
+  middleware of the /admin mount, which also sends ``?kb=default`` to the plain address.
 
 The rewrite reads only markup the templates wrote: every value they interpolate is autoescaped,
 so text from documents or users can hold neither a literal ``<``, ``>`` nor ``"``.
@@ -100,6 +103,16 @@ def _names_kb_itself(page: str, start: int) -> bool:
     return bool(_KB_FIELD.search(page, start, end.start() if end else len(page)))
 
 
+def carried_base(request: Request) -> str | None:
+    """The base the request's console URLs must carry: the one it names, unless that is
+    ``default`` or no base of that name exists (then its links lead back to default)."""
+    kb = kb_name(request)
+    if kb == DEFAULT:
+        return None
+    bases = request.app.state.gateway.bases
+    return kb if bases is not None and kb in bases.names() else None
+
+
 def without_default(request: Request) -> str | None:
     """The canonical address of a page asked for with an explicit ``?kb=default``, else None."""
     if request.method not in ("GET", "HEAD") or request.query_params.get("kb") != DEFAULT:
@@ -109,7 +122,8 @@ def without_default(request: Request) -> str | None:
 
 
 class CarryKnowledgeBase:
-    """Pure-ASGI middleware for the /admin mount: see the module's docstring."""
+    """Pure-ASGI middleware for the /admin mount: a request's redirects keep its base, and an
+    explicit ``?kb=default`` is sent to the plain address (see the module's docstring)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -121,38 +135,18 @@ class CarryKnowledgeBase:
         canonical = without_default(request)
         if canonical is not None:
             return await RedirectResponse(canonical, status_code=303)(scope, receive, send)
-        kb = kb_name(request)
-        if kb == DEFAULT:
+        if kb_name(request) == DEFAULT:
             return await self.app(scope, receive, send)
-        bases = scope["app"].state.gateway.bases
-        start: Message | None = None
-        body: list[bytes] = []
 
         async def carrying(message: Message) -> None:
-            nonlocal start
             if message["type"] == "http.response.start":
-                # whether the base exists is asked now: a base deleted by this request is not carried
-                carry = bases is not None and kb in bases.names()
-                headers = MutableHeaders(scope=message)
-                if carry:
+                # asked now, not before: a base this very request deleted is not carried
+                kb = carried_base(request)
+                if kb is not None:
+                    headers = MutableHeaders(scope=message)
                     for header in REDIRECT_HEADERS:
                         if header in headers:
                             headers[header] = with_kb(headers[header], kb)
-                if not (carry and headers.get("content-type", "").startswith("text/html")):
-                    await send(message)
-                    return
-                start = message   # held until the whole page is here: its length changes
-                return
-            if message["type"] != "http.response.body" or start is None:
-                await send(message)
-                return
-            body.append(message.get("body", b""))
-            if message.get("more_body", False):
-                return
-            page = carry_in_html(b"".join(body).decode("utf-8"), kb).encode("utf-8")
-            headers = MutableHeaders(scope=start)
-            headers["content-length"] = str(len(page))
-            await send(start)
-            await send({"type": "http.response.body", "body": page, "more_body": False})
+            await send(message)
 
         await self.app(scope, receive, carrying)

@@ -16,6 +16,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from admin.kb_links import carried_base, carry_in_html
 from proxy.core.errors import BadRequest, GraphGateError
 from proxy.guards.access import principal
 from proxy.state import kb_name
@@ -115,4 +116,7 @@ def render(request: Request, template: str, context: dict[str, Any] | None = Non
         "kbs": switchable_bases(request),
         **(context or {}),
     })
+    kb = carried_base(request)
+    if kb is not None:   # every console URL of the page keeps the base it shows
+        page = carry_in_html(page, kb)
     return HTMLResponse(page, status_code=status, headers=headers)

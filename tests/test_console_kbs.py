@@ -197,7 +197,10 @@ async def test_every_console_url_of_base_hr_carries_it(console: httpx.AsyncClien
         seen += len(Page(response.text).urls)
     assert seen > 200   # the pages have their links: the check above had something to check
 
-    # htmx fragments and redirects carry it too
+    # error pages, htmx fragments and redirects carry it too
+    missing = await console.get("/admin/documents/nope", params={"kb": "hr"})
+    assert missing.status_code == 404 and 'href="/admin/?kb=hr">dashboard' in missing.text
+    assert stray_urls(missing.text, "hr") == []
     fragment = await console.get("/admin/documents", params={"kb": "hr"},
                                  headers={"HX-Request": "true", "HX-Target": "document-table"})
     assert "<html" not in fragment.text and "team.txt" in fragment.text
