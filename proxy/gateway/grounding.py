@@ -16,8 +16,6 @@ forwarded ungrounded.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,33 +115,37 @@ async def ground(request: Request, found: KnowledgeModel | None) -> Grounding:
 
 # --- the reply, under the client's name ---
 
-def _pattern(upstream_name: str, field: str) -> re.Pattern[bytes]:
-    # the top-level "model" of each JSON line or SSE event (a string value cannot hold an unescaped quote)
-    return re.compile(rb'("' + field.encode() + rb'"\s*:\s*)"' + re.escape(upstream_name.encode()) + rb'"')
-
-
 class ReplyRenamer:
     """Rewrites ``"model":"<base>"`` into the client's name in whole lines; a line cut between
-    chunks is held until its end arrives (Ollama writes one whole line per chunk)."""
+    chunks is held until its end arrives (Ollama writes one whole line per chunk). A JSON string
+    value cannot hold an unescaped quote, so the pair found is always a key and its value; plain
+    byte replacement (compact JSON as Ollama writes it, and with a space after the colon) keeps
+    the cost per line to a few hundred nanoseconds."""
 
     def __init__(self, upstream_name: str, client_name: str, field: str = "model") -> None:
-        self.pattern = _pattern(upstream_name, field)
-        name = json.dumps(client_name, ensure_ascii=False).encode()
-        self.replacement: Callable[[re.Match[bytes]], bytes] = lambda match: match.group(1) + name
+        old, new = json.dumps(upstream_name).encode(), json.dumps(client_name, ensure_ascii=False).encode()
+        key = json.dumps(field).encode()
+        self.pairs = [(key + b":" + old, key + b":" + new), (key + b": " + old, key + b": " + new)]
         self.pending = b""
 
     def whole(self, body: bytes) -> bytes:
-        return self.pattern.sub(self.replacement, body)
+        for old, new in self.pairs:
+            body = body.replace(old, new)
+        return body
 
     def chunk(self, data: bytes) -> bytes:
-        data = self.pending + data
+        if self.pending:
+            data = self.pending + data
         end = data.rfind(b"\n") + 1
+        if end == len(data):
+            self.pending = b""
+            return self.whole(data)
         self.pending = data[end:]
-        return self.pattern.sub(self.replacement, data[:end]) if end else b""
+        return self.whole(data[:end]) if end else b""
 
     def flush(self) -> bytes:
         rest, self.pending = self.pending, b""
-        return self.pattern.sub(self.replacement, rest)
+        return self.whole(rest)
 
 
 def rename_reply(response: Any, upstream_name: str, client_name: str, field: str = "model") -> Any:
