@@ -23,6 +23,7 @@ from admin import (
     routes_entities,
     routes_kbs,
     routes_merge,
+    routes_models,
     routes_playground,
 )
 from admin.guard import ConsoleGuard
@@ -66,7 +67,7 @@ def mount() -> list[Route | Mount]:
     routes = [
         *routes_auth.ROUTES, *routes_dashboard.ROUTES, *routes_documents.ROUTES, *routes_entities.ROUTES,
         *routes_merge.ROUTES, *routes_cache.ROUTES, *routes_chats.ROUTES, *routes_playground.ROUTES,
-        *routes_kbs.ROUTES,
+        *routes_kbs.ROUTES, *routes_models.ROUTES,
         Mount("/static/htmx", app=StaticFiles(directory=htmx_static()), name="htmx"),
         Mount("/static", app=StaticFiles(directory=static_dir()), name="static"),
     ]
