@@ -82,8 +82,19 @@ async def create(request: Request) -> Response:
     return RedirectResponse(f"/admin/kbs/{name}", status_code=303)
 
 
+def _models_of(request: Request, name: str) -> list[dict[str, Any]]:
+    """The knowledge models grounded in the base (a chat with one fails once the base is gone)."""
+    models = request.app.state.gateway.models
+    return models.list([name]) if models is not None else []
+
+
+def _base_page(request: Request, entry: dict[str, Any], *, error: str | None = None, status: int = 200) -> Response:
+    return render(request, "kb.html", {"base": entry, "error": error, "models": _models_of(request, entry["name"])},
+                  status=status)
+
+
 async def kb_page(request: Request) -> Response:
-    return render(request, "kb.html", {"base": _entry(request, request.path_params["name"]), "error": None})
+    return _base_page(request, _entry(request, request.path_params["name"]))
 
 
 @action
@@ -95,7 +106,7 @@ async def delete(request: Request) -> Response:
     if typed != name:
         message = (f"type the base's name, {name}, to delete it" if not typed
                    else f"{typed!r} is not {name!r}: nothing was deleted")
-        return render(request, "kb.html", {"base": entry, "error": message}, status=400)
+        return _base_page(request, entry, error=message, status=400)
     await bases(request).delete(name)
     return RedirectResponse("/admin/kbs", status_code=303)
 

@@ -69,6 +69,9 @@ async def test_creating_editing_and_deleting_a_knowledge_model(console: httpx.As
         "options": {"temperature": 0.2}, "created_at": "", "updated_at": "", "base_model_present": True}
     tags = [m["name"] for m in (await console.get("/api/tags")).json()["models"]]
     assert "hr-bot:latest" in tags   # what every Ollama client lists
+    base = await console.get("/admin/kbs/hr")   # its base names it, and says what deleting the base does to it
+    assert '<a href="/admin/models/hr-bot:latest">hr-bot:latest</a>' in base.text
+    assert "a chat with it fails until you point it at another base" in base.text
 
     page = await console.get("/admin/models")
     row = must_find(r'<tr data-alias="hr-bot:latest">(.*?)</tr>', page.text, re.DOTALL).group(1)
