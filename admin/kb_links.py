@@ -36,8 +36,11 @@ URL_ATTRIBUTES = frozenset({"href", "action", "formaction", "hx-get", "hx-post",
 REDIRECT_HEADERS = ("location", "hx-redirect", "hx-location")
 NOT_CARRIED = ("/admin/static/",)   # files: the same for every base
 
-_TAG = re.compile(r"<([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?>")
-_ATTRIBUTE = re.compile(r'(\s)([a-zA-Z_:][-a-zA-Z0-9_:.]*)="([^"]*)"')
+_URL_ATTRIBUTE = re.compile(r'(\s)(' + "|".join(sorted(URL_ATTRIBUTES)) + r')="([^"]*)"', re.IGNORECASE)
+# a form's start tag (its attributes rewritten, or not, as a whole) or, anywhere else, a URL attribute
+_FORM_OR_URL = re.compile(r"(<form\b[^<>]*>)|" + _URL_ATTRIBUTE.pattern, re.IGNORECASE)
+_GET_METHOD = re.compile(r'\smethod="get"', re.IGNORECASE)
+_ANY_METHOD = re.compile(r"\smethod=", re.IGNORECASE)
 _KB_FIELD = re.compile(r'\sname="kb"')
 _FORM_END = re.compile(r"</form\s*>", re.IGNORECASE)
 
@@ -52,7 +55,7 @@ def is_console_url(url: str) -> bool:
 
 
 def names_a_base(url: str) -> bool:
-    return any(key == "kb" for key, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    return "kb=" in url and any(key == "kb" for key, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True))
 
 
 def with_kb(url: str, kb: str) -> str:
@@ -67,33 +70,25 @@ def with_kb(url: str, kb: str) -> str:
 
 def carry_in_html(page: str, kb: str) -> str:
     """Every console URL of the page's tags carrying ``kb``; every GET form a hidden ``kb`` field."""
-    out: list[str] = []
-    done = 0
-    for tag in _TAG.finditer(page):
-        name, attributes = tag.group(1).lower(), tag.group(2) or ""
-        values = {a.group(2).lower(): html.unescape(a.group(3)) for a in _ATTRIBUTE.finditer(attributes)}
-        get_form = name == "form" and values.get("method", "get").lower() == "get"
-        if get_form:
-            rewritten = tag.group(0)   # its fields make its URL: the hidden field below carries the base
-        else:
-            rewritten = "<" + tag.group(1) + _ATTRIBUTE.sub(lambda a: _carry_attribute(a, kb), attributes) + ">"
-        out.append(page[done:tag.start()])
-        out.append(rewritten)
-        done = tag.end()
-        if get_form and not _names_kb_itself(page, tag.end()):
-            out.append(f'<input type="hidden" name="kb" value="{html.escape(kb, quote=True)}">')
-    out.append(page[done:])
-    return "".join(out)
+    hidden = f'<input type="hidden" name="kb" value="{html.escape(kb, quote=True)}">'
+
+    def carry(match: re.Match[str]) -> str:
+        form = match.group(1)
+        if form is None:
+            return _carry_attribute(match.group(2), match.group(3), match.group(4), kb)
+        if _GET_METHOD.search(form) or not _ANY_METHOD.search(form):
+            # its fields make its URL (its action's query is dropped): a hidden field carries the base
+            return form if _names_kb_itself(page, match.end()) else form + hidden
+        return _URL_ATTRIBUTE.sub(lambda a: _carry_attribute(a.group(1), a.group(2), a.group(3), kb), form)
+
+    return _FORM_OR_URL.sub(carry, page)
 
 
-def _carry_attribute(match: re.Match[str], kb: str) -> str:
-    space, name, raw = match.group(1), match.group(2), match.group(3)
-    if name.lower() not in URL_ATTRIBUTES:
-        return match.group(0)
+def _carry_attribute(space: str, name: str, raw: str, kb: str) -> str:
     url = html.unescape(raw)
     carried = with_kb(url, kb)
     if carried == url:
-        return match.group(0)
+        return f'{space}{name}="{raw}"'
     return f'{space}{name}="{html.escape(carried, quote=True)}"'
 
 

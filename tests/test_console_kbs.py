@@ -14,6 +14,7 @@ import anyio
 import httpx
 import pytest
 
+from admin.kb_links import carry_in_html
 from proxy.core.settings import Settings
 from proxy.knowledge.bases import KnowledgeBases
 from tests.conftest import gateway_client
@@ -312,3 +313,22 @@ async def test_a_document_uploaded_on_hr_shows_on_hr_only(console: httpx.AsyncCl
     assert must_find(r"<strong>(\d+)</strong> documents", hr_dashboard).group(1) == "1"
     hr_entities = (await console.get("/admin/entities", params={"kb": "hr"})).text
     assert "Alice Smith" in hr_entities and "Carol White" not in hr_entities
+
+
+async def test_what_the_rewrite_touches_and_what_it_leaves() -> None:
+    """carry_in_html on markup the templates could write: console URLs only, in URL attributes only."""
+    page = ('<a href="?page=2&amp;q=a%20b">next</a><a href="/admin/entities/x#relations">x</a>'
+            '<a href="/admin/static/console.css">css</a><a href="https://example.org/admin/">out</a>'
+            '<a href="/admin/documents?kb=default">default&#39;s</a><div hx-get="/admin/fragments/pipeline"></div>'
+            '<input name="q" value="/admin/documents"><p>href=&#34;/admin/x&#34;</p>'
+            '<form action="/admin/entities"><input name="q"></form>'
+            '<form method="post" action="/admin/kbs"><button formaction="/admin/kbs/x/delete">x</button></form>'
+            '<form method="get" action="/admin/documents" class="kb-switch"><select name="kb"></select></form>')
+    assert carry_in_html(page, "hr") == (
+        '<a href="?page=2&amp;q=a%20b&amp;kb=hr">next</a><a href="/admin/entities/x?kb=hr#relations">x</a>'
+        '<a href="/admin/static/console.css">css</a><a href="https://example.org/admin/">out</a>'
+        '<a href="/admin/documents?kb=default">default&#39;s</a><div hx-get="/admin/fragments/pipeline?kb=hr"></div>'
+        '<input name="q" value="/admin/documents"><p>href=&#34;/admin/x&#34;</p>'
+        '<form action="/admin/entities"><input type="hidden" name="kb" value="hr"><input name="q"></form>'
+        '<form method="post" action="/admin/kbs?kb=hr"><button formaction="/admin/kbs/x/delete?kb=hr">x</button></form>'
+        '<form method="get" action="/admin/documents" class="kb-switch"><select name="kb"></select></form>')
