@@ -82,9 +82,12 @@ class ApiKey:
         role = raw.get("role")
         if role not in ROLES or not (kbs is None or isinstance(kbs, list)):
             raise ValueError(f"key {raw.get('id')!r} has a bad role or bases")
-        fields = {name: raw.get(name) for name in ("id", "name", "created_at", "sha256", "prefix")}
-        if not all(isinstance(value, str) and value for value in fields.values()):
-            raise ValueError(f"key {raw.get('id')!r} lacks a field")
+        fields: dict[str, str] = {}
+        for name in ("id", "name", "created_at", "sha256", "prefix"):
+            value = raw.get(name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"key {raw.get('id')!r} lacks its {name}")
+            fields[name] = value
         return cls(role=role, kbs=None if kbs is None else tuple(str(k) for k in kbs), **fields)
 
 
@@ -185,7 +188,7 @@ class KeyStore:
         return key
 
     def describe(self) -> list[dict[str, Any]]:
-        return [key.describe() for key in sorted(self.keys.values(), key=lambda k: (k.created_at, k.id))]
+        return [key.describe() for key in self.keys.values()]   # in the order they were made
 
     # --- changes ---
 
