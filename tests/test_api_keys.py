@@ -252,9 +252,10 @@ async def test_the_first_stored_key_closes_an_open_gateway_and_the_last_revocati
         assert (await client.get("/rag/stats")).status_code == 200   # no key left: open again
 
 
-async def test_an_unreadable_key_file_keeps_the_api_closed(settings: Settings, fake: FakeOllama) -> None:
+@pytest.mark.parametrize("content", ['{"keys": [', '{"keys": 5}', '[]', '{"keys": [{"id": "x", "role": "root"}]}'])
+async def test_an_unreadable_key_file_keeps_the_api_closed(settings: Settings, fake: FakeOllama, content: str) -> None:
     settings.data_dir.mkdir(parents=True)
-    (settings.data_dir / KEYS_FILE).write_text('{"keys": [')
+    (settings.data_dir / KEYS_FILE).write_text(content)
     async with gateway_client(settings, fake) as client:
         assert (await client.get("/rag/stats")).status_code == 401
         assert (await client.get("/api/tags")).status_code == 401
@@ -262,7 +263,7 @@ async def test_an_unreadable_key_file_keeps_the_api_closed(settings: Settings, f
         assert (await client.get("/rag/stats", headers=ADMIN)).status_code == 200
         refused = await client.post("/rag/keys", json={"name": "k", "role": "read"}, headers=ADMIN)
         assert refused.status_code == 503 and KEYS_FILE in refused.json()["error"]
-    assert (settings.data_dir / KEYS_FILE).read_text() == '{"keys": ['   # left as it was, for its owner
+    assert (settings.data_dir / KEYS_FILE).read_text() == content   # left as it was, for its owner
 
 
 async def test_a_console_login_is_the_admin_on_rag_beside_stored_keys(settings: Settings, fake: FakeOllama) -> None:

@@ -133,7 +133,7 @@ class KeyStore:
             keys = [ApiKey.from_entry(entry) for entry in raw.get("keys", [])]
         except (FileNotFoundError, NotADirectoryError):   # no key was ever stored (or could be)
             keys = []
-        except (OSError, ValueError, AttributeError) as exc:
+        except (OSError, ValueError, AttributeError, TypeError) as exc:   # not JSON, or not of its shape
             self.broken = f"{self.path} cannot be read ({type(exc).__name__}: {exc})"
             log.error("API keys: %s; the stored keys are refused until it is fixed (GRAPHGATE_API_KEY still works)",
                       self.broken)
