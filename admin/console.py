@@ -22,6 +22,7 @@ from admin import (
     routes_documents,
     routes_entities,
     routes_kbs,
+    routes_keys,
     routes_merge,
     routes_models,
     routes_playground,
@@ -67,7 +68,7 @@ def mount() -> list[Route | Mount]:
     routes = [
         *routes_auth.ROUTES, *routes_dashboard.ROUTES, *routes_documents.ROUTES, *routes_entities.ROUTES,
         *routes_merge.ROUTES, *routes_cache.ROUTES, *routes_chats.ROUTES, *routes_playground.ROUTES,
-        *routes_kbs.ROUTES, *routes_models.ROUTES,
+        *routes_kbs.ROUTES, *routes_models.ROUTES, *routes_keys.ROUTES,
         Mount("/static/htmx", app=StaticFiles(directory=htmx_static()), name="htmx"),
         Mount("/static", app=StaticFiles(directory=static_dir()), name="static"),
     ]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from starlette.requests import Request
 
 from proxy.core.errors import NotFound, ServiceUnavailable
+from proxy.guards.access import Role, require
 
 if TYPE_CHECKING:
     import anyio
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from proxy.gateway.chat import ChatPipeline
     from proxy.gateway.knowledge_models import KnowledgeModels
     from proxy.guards.auth import Auth
+    from proxy.guards.keys import KeyStore
     from proxy.knowledge.bases import KnowledgeBases
     from proxy.knowledge.service import Knowledge
     from proxy.monitoring.metrics import Metrics
@@ -49,6 +51,7 @@ class Gateway:
     console: ConsoleResources | None = None
     bases: KnowledgeBases | None = None   # the named knowledge bases; ``knowledge`` is ``default``'s service
     models: KnowledgeModels | None = None   # the knowledge models (aliases the chat routes resolve)
+    keys: KeyStore | None = None   # the stored API keys (proxy/guards/keys.py), loaded by the lifespan
 
 
 LEASES = "graphgate.kb_leases"   # the request scope's list of lease releases (ReleaseLeases ends them)
@@ -61,12 +64,24 @@ def kb_name(request: Request) -> str:
     return request.query_params.get("kb") or request.headers.get(KB_HEADER) or "default"
 
 
-async def knowledge(request: Request) -> Knowledge:
+READING_POSTS = frozenset({"/rag/query"})   # POSTs that only read
+
+
+def action_of(request: Request) -> Role:
+    """What a request does to its base, for its key's role: GETs and queries read, the rest write."""
+    if request.method in ("GET", "HEAD") or request.url.path in READING_POSTS:
+        return "read"
+    return "write"
+
+
+async def knowledge(request: Request, action: Role | None = None) -> Knowledge:
     """The service of the knowledge base the request names (``kb_name``), opened if it is not; the
-    request holds a lease on it until its response is sent. 404 for a base that does not exist,
-    503 with the reason when the default store is unavailable."""
+    request holds a lease on it until its response is sent. The request's key must allow ``action``
+    on it (default: ``action_of``): 404 for a base it may not see (as for one that does not exist),
+    403 for too small a role; 503 with the reason when the default store is unavailable."""
     gateway: Gateway = request.app.state.gateway
     name = kb_name(request)
+    require(request, name, action or action_of(request))
     if name == "default" or gateway.bases is None:
         if name != "default":
             raise NotFound(f"no knowledge base named {name!r}")

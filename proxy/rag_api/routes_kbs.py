@@ -1,6 +1,8 @@
 """``/rag/kbs``: the knowledge bases (proxy/knowledge/bases.py): list, create, delete with their data.
 
-The other /rag routes pick a base with ``?kb=<name>`` or the ``X-GraphGate-KB`` header (proxy/state.py)."""
+A key limited to some bases lists only those, deletes only those it is an admin of, and creates
+none (proxy/guards/access.py). The other /rag routes pick a base with ``?kb=<name>`` or the
+``X-GraphGate-KB`` header (proxy/state.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +13,18 @@ from starlette.routing import Route
 from proxy.core.errors import BadRequest
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
+from proxy.guards.access import principal, require, require_unrestricted
 from proxy.state import bases
 
 
 async def list_bases(request: Request) -> Response:
-    return json_response({"kbs": bases(request).describe()})
+    """The bases the request's key may see (a scoped key never learns the others' names)."""
+    who = principal(request)
+    return json_response({"kbs": [base for base in bases(request).describe() if who.sees(base["name"])]})
 
 
 async def create_base(request: Request) -> Response:
+    require_unrestricted(request, "creating a knowledge base")
     body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
     name = body.get("name")
     if not isinstance(name, str):
@@ -31,6 +37,7 @@ async def create_base(request: Request) -> Response:
 
 async def delete_base(request: Request) -> Response:
     name = request.path_params["name"]
+    require(request, name, "admin")
     if request.query_params.get("confirm") != name:
         raise BadRequest(f"deleting a knowledge base removes its documents and graph: confirm with ?confirm={name}")
     return json_response(await bases(request).delete(name))
