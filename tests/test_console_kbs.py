@@ -206,6 +206,8 @@ async def test_every_console_url_of_base_hr_carries_it(console: httpx.AsyncClien
                                  headers={"HX-Request": "true", "HX-Target": "document-table"})
     assert "<html" not in fragment.text and "team.txt" in fragment.text
     assert stray_urls(fragment.text, "hr") == []
+    found = await console.get("/admin/entities/find?name=Alice%20Smith&kb=hr")
+    assert found.status_code == 303 and found.headers["location"].endswith("?kb=hr")
     saved = await post(console, f"{document}/metadata?kb=hr", {"metadata": '{"team": "orion"}'})
     assert saved.status_code == 303 and saved.headers["location"] == f"{document}?kb=hr"
     merged = await post(console, "/admin/merge?kb=hr", htmx=True, data=[
