@@ -116,6 +116,18 @@ async def open_base(request: Request, name: str) -> Knowledge:
     return service
 
 
+async def delete_base(request: Request, name: str) -> dict[str, Any]:
+    """Delete knowledge base ``name`` with its data (the API's and the console's way): first taken
+    out of the API keys that name it, so that a base made later under the name is not theirs."""
+    gateway: Gateway = request.app.state.gateway
+    registry = bases(request)
+    if name not in registry.names():
+        raise NotFound(f"no knowledge base named {name!r}")
+    if gateway.keys is not None and name != "default":
+        await gateway.keys.forget_base(name)
+    return await registry.delete(name)
+
+
 def bases(request: Request) -> KnowledgeBases:
     """The registry of knowledge bases (503 while the gateway starts or stops)."""
     registry: KnowledgeBases | None = request.app.state.gateway.bases

@@ -401,3 +401,18 @@ def test_cli_keys_on_the_data_directory(settings: Settings, fake: FakeOllama, tm
                                "--data-dir", str(tmp_path / "elsewhere"), "--port", str(free_port()))
     assert status == 1 and "no knowledge store" in err, err
     assert not (tmp_path / "elsewhere").exists()
+
+
+async def test_a_deleted_base_is_taken_out_of_its_keys(settings: Settings, fake: FakeOllama) -> None:
+    async with gateway_client(with_admin_key(settings), fake) as client:
+        for name in ("hr", "eng"):
+            assert (await client.post("/rag/kbs", json={"name": name}, headers=ADMIN)).status_code == 201
+        both = await make_key(client, ADMIN, name="both", role="read", kbs=["hr", "eng"])
+        reader = bearer(both["token"])
+        assert (await client.delete("/rag/kbs/hr", params={"confirm": "hr"}, headers=ADMIN)).status_code == 200
+        listed = {k["id"]: k for k in (await client.get("/rag/keys", headers=ADMIN)).json()["keys"]}
+        assert listed[both["id"]]["kbs"] == ["eng"]
+        # a new base under the old name is not the key's
+        assert (await client.post("/rag/kbs", json={"name": "hr"}, headers=ADMIN)).status_code == 201
+        assert (await client.get("/rag/documents", params={"kb": "hr"}, headers=reader)).status_code == 404
+        assert (await client.get("/rag/documents", params={"kb": "eng"}, headers=reader)).status_code == 200

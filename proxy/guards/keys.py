@@ -24,7 +24,7 @@ import os
 import secrets
 import uuid
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -205,6 +205,15 @@ class KeyStore:
                          prefix=f"{TOKEN_PREFIX}{key_id}_{secret[:SHOWN_SECRET]}")
             await self._save([*self.keys.values(), key])
         return key, token
+
+    async def forget_base(self, name: str) -> None:
+        """Take knowledge base ``name`` out of every key that names it (before the base is deleted):
+        a base made later under the same name is not one these keys were given."""
+        async with self.lock:
+            if not any(key.kbs and name in key.kbs for key in self.keys.values()):
+                return
+            await self._save([replace(key, kbs=tuple(kb for kb in key.kbs if kb != name))
+                              if key.kbs and name in key.kbs else key for key in self.keys.values()])
 
     async def revoke(self, key_id: str) -> ApiKey:
         async with self.lock:

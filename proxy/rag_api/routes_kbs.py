@@ -14,7 +14,7 @@ from proxy.core.errors import BadRequest
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.guards.access import principal, require, require_unrestricted
-from proxy.state import bases
+from proxy.state import bases, delete_base
 
 
 async def list_bases(request: Request) -> Response:
@@ -35,16 +35,16 @@ async def create_base(request: Request) -> Response:
     return json_response(await bases(request).create(name, settings), 201)
 
 
-async def delete_base(request: Request) -> Response:
+async def remove_base(request: Request) -> Response:
     name = request.path_params["name"]
     require(request, name, "admin")
     if request.query_params.get("confirm") != name:
         raise BadRequest(f"deleting a knowledge base removes its documents and graph: confirm with ?confirm={name}")
-    return json_response(await bases(request).delete(name))
+    return json_response(await delete_base(request, name))
 
 
 ROUTES = [
     Route("/rag/kbs", list_bases, methods=["GET"]),
     Route("/rag/kbs", create_base, methods=["POST"]),
-    Route("/rag/kbs/{name}", delete_base, methods=["DELETE"]),
+    Route("/rag/kbs/{name}", remove_base, methods=["DELETE"]),
 ]
