@@ -17,7 +17,7 @@ from admin.guard import action
 from admin.rendering import render
 from proxy.core.errors import BadRequest, GraphGateError
 from proxy.guards.access import principal, require, require_unrestricted, unknown_base
-from proxy.state import bases
+from proxy.state import bases, delete_base
 
 OVERRIDE_ROWS = 3   # blank key/value rows the create form offers
 
@@ -107,7 +107,7 @@ async def delete(request: Request) -> Response:
         message = (f"type the base's name, {name}, to delete it" if not typed
                    else f"{typed!r} is not {name!r}: nothing was deleted")
         return _base_page(request, entry, error=message, status=400)
-    await bases(request).delete(name)
+    await delete_base(request, name)
     return RedirectResponse("/admin/kbs", status_code=303)
 
 

@@ -334,3 +334,13 @@ async def test_what_the_rewrite_touches_and_what_it_leaves() -> None:
         '<form action="/admin/entities"><input type="hidden" name="kb" value="hr"><input name="q"></form>'
         '<form method="post" action="/admin/kbs?kb=hr"><button formaction="/admin/kbs/x/delete?kb=hr">x</button></form>'
         '<form method="get" action="/admin/documents" class="kb-switch"><select name="kb"></select></form>')
+
+
+async def test_a_base_deleted_in_the_console_is_taken_out_of_its_keys(console: httpx.AsyncClient) -> None:
+    await create(console, "hr")
+    await create(console, "eng")
+    keys = console._transport.app.state.gateway.keys  # type: ignore[attr-defined]
+    key, _ = await keys.create("both", "read", ["hr", "eng"], registry(console).names())
+    deleted = await post(console, "/admin/kbs/hr/delete", {"confirm": "hr"})
+    assert deleted.status_code == 303
+    assert tuple(keys.keys[key.id].kbs) == ("eng",)   # a base made later under the name is not the key's
