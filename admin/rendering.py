@@ -76,7 +76,7 @@ def when(value: Any) -> str:
         return "–"
     if isinstance(value, datetime):  # stored as naive UTC
         return value.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return str(value).replace("T", " ").rstrip("Z").split(".")[0] + " UTC"
+    return str(value).replace("T", " ").rstrip("Z").removesuffix("+00:00").split(".")[0] + " UTC"
 
 
 def build_environment() -> jinja2.Environment:

@@ -247,6 +247,7 @@ async def test_creating_a_base_in_the_console(console: httpx.AsyncClient) -> Non
     listing = await console.get("/admin/kbs")
     row = must_find(r'<tr data-name="contracts">(.*?)</tr>', listing.text, re.DOTALL).group(1)
     assert "<code>language</code> = German" in row and "closed" in row
+    assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>", row), row   # its creation, in UTC
 
     before = registry(console).names()
     for fields, status, said in [

@@ -141,3 +141,16 @@ async def test_an_alias_whose_base_model_left_the_upstream_is_shown_missing(
     assert "is not on the upstream" in edit.text
     assert options_of(edit.text, "model")[0] == "gone:latest"   # kept selected, said to be missing
     assert "gone:latest (not upstream)" in edit.text
+
+
+async def test_an_alias_whose_base_was_deleted_asks_for_another(console: httpx.AsyncClient) -> None:
+    await create(console, "temp")
+    assert (await console.put("/rag/models/temp-bot", json={"model": MODEL, "kb": "temp"})).status_code == 201
+    assert (await console.delete("/rag/kbs/temp", params={"confirm": "temp"})).status_code == 200
+    edit = await console.get("/admin/models/temp-bot:latest")
+    assert options_of(edit.text, "kb") == ["temp", "default", "hr"]
+    assert '<option value="temp" selected>temp (no longer exists: choose another)' in edit.text
+    kept = await post(console, "/admin/models/temp-bot:latest", form(kb="temp"))
+    assert kept.status_code == 400 and "no knowledge base named &#39;temp&#39;" in alert(kept.text)
+    moved = await post(console, "/admin/models/temp-bot:latest", form(kb="hr"))
+    assert moved.status_code == 303 and (await api_models(console))["temp-bot:latest"]["kb"] == "hr"
