@@ -40,7 +40,9 @@ async def api_models(client: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
 
 
 def options_of(page: str, name: str) -> list[str]:
-    select = must_find(rf'<select name="{name}"[^>]*>(.*?)</select>', page, re.DOTALL).group(1)
+    """The options of the model form's select ``name`` (the header's switcher has a select named kb too)."""
+    form = must_find(r'<form [^>]*id="model-form">(.*?)</form>', page, re.DOTALL).group(1)
+    select = must_find(rf'<select name="{name}"[^>]*>(.*?)</select>', form, re.DOTALL).group(1)
     return re.findall(r'<option value="([^"]*)"', select)
 
 
