@@ -1,4 +1,5 @@
-"""``/rag/kbs``: the knowledge bases (proxy/knowledge/bases.py): list, create, delete with their data.
+"""``/rag/kbs``: the knowledge bases (proxy/knowledge/bases.py): list, create, describe one (with its
+settings overrides and the values it runs with), change its overrides, delete it with its data.
 
 The other /rag routes pick a base with ``?kb=<name>`` or the ``X-GraphGate-KB`` header (proxy/state.py)."""
 
@@ -26,7 +27,24 @@ async def create_base(request: Request) -> Response:
     settings = body.get("settings") or {}
     if not isinstance(settings, dict):
         raise BadRequest("settings must be an object")
-    return json_response(await bases(request).create(name, settings), 201)
+    registry = bases(request)
+    await registry.create(name, settings)
+    return json_response(registry.detail(name), 201)
+
+
+async def describe_base(request: Request) -> Response:
+    return json_response(bases(request).detail(request.path_params["name"]))
+
+
+async def change_base(request: Request) -> Response:
+    """``{"settings": {"chunk_tokens": 600, "language": null}}``: set or (null) remove overrides."""
+    body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    unknown = sorted(set(body) - {"settings"})
+    if unknown:
+        raise BadRequest(f"unknown field(s) {', '.join(map(repr, unknown))}: only settings can be changed")
+    if "settings" not in body:
+        raise BadRequest("settings is required: the overrides to set (a null removes one)")
+    return json_response(await bases(request).update(request.path_params["name"], body["settings"]))
 
 
 async def delete_base(request: Request) -> Response:
@@ -39,5 +57,7 @@ async def delete_base(request: Request) -> Response:
 ROUTES = [
     Route("/rag/kbs", list_bases, methods=["GET"]),
     Route("/rag/kbs", create_base, methods=["POST"]),
+    Route("/rag/kbs/{name}", describe_base, methods=["GET"]),
+    Route("/rag/kbs/{name}", change_base, methods=["PATCH"]),
     Route("/rag/kbs/{name}", delete_base, methods=["DELETE"]),
 ]
