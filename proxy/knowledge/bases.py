@@ -118,19 +118,9 @@ class KnowledgeBases:
         return self.root / REGISTRY_FILE
 
     def _load_sync(self) -> tuple[dict[str, Any], list[Path]]:
-        """The list's entries and the tombstones left by killed deletions (an entry whose tombstone
-        is there was dropped by its deletion's next step: it is dropped here)."""
-        entries: dict[str, Any] = {}
-        if self.registry_path.is_file():
-            raw = json.loads(self.registry_path.read_text(encoding="utf-8"))
-            entries = dict(raw.get("bases", {}))
-            self.default_created_at = raw.get("default_created_at", self.default_created_at)
-        tombstones = sorted(self.root.glob(TOMBSTONE + "*")) if self.root.is_dir() else []
-        for tomb in tombstones:
-            name, _, uid = tomb.name[len(TOMBSTONE):].rpartition(".")
-            if name in entries and entries[name].get("uid") == uid:
-                del entries[name]   # killed between the rename and the list's write
-        return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, tombstones
+        entries, created_at, tombstones = read_registry_sync(self.root)
+        self.default_created_at = created_at or self.default_created_at
+        return entries, tombstones
 
     def _finish_sync(self, tombstones: list[Path]) -> None:
         """Remove what killed deletions left (the list first, then the files)."""
@@ -410,6 +400,39 @@ class KnowledgeBases:
         await anyio.to_thread.run_sync(self._save_sync)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
         return {"deleted": name}
+
+
+def read_registry_sync(root: Path) -> tuple[dict[str, Any], str | None, list[Path]]:
+    """The list's entries under ``root`` (``<data_dir>/kbs``), default's created_at, and the tombstones
+    left by killed deletions (an entry whose tombstone is there was dropped by its deletion's next
+    step: it is dropped here)."""
+    entries: dict[str, Any] = {}
+    created_at = None
+    registry = root / REGISTRY_FILE
+    if registry.is_file():
+        raw = json.loads(registry.read_text(encoding="utf-8"))
+        entries = dict(raw.get("bases", {}))
+        created_at = raw.get("default_created_at")
+    tombstones = sorted(root.glob(TOMBSTONE + "*")) if root.is_dir() else []
+    for tomb in tombstones:
+        name, _, uid = tomb.name[len(TOMBSTONE):].rpartition(".")
+        if name in entries and entries[name].get("uid") == uid:
+            del entries[name]   # killed between the rename and the list's write
+    return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, created_at, tombstones
+
+
+def base_settings_sync(settings: Settings, name: str) -> Settings:
+    """The settings a base's store is opened with, read from the list on disk with no gateway running
+    (``graphgate reindex --kb``, ``graphgate mcp`` on its own store): NotFound for a base not listed,
+    BadRequest for a bad name, ValueError for overrides edited into something invalid."""
+    check_name(name)
+    if name == DEFAULT:
+        return settings
+    entries, _, _ = read_registry_sync(settings.data_dir / BASES_DIR)
+    if name not in entries:
+        raise NotFound(f"no knowledge base named {name!r} in {settings.data_dir}")
+    base_settings = settings.replace(data_dir=settings.data_dir / BASES_DIR / name, inbox_dir=None)
+    return apply_overrides(base_settings, dict(entries[name].get("settings") or {}))
 
 
 def _nothing() -> None:
