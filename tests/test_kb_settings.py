@@ -232,6 +232,9 @@ async def test_the_metrics_of_each_base_carry_its_name(settings: Settings, fake:
         opened = bases.opened
         samples = samples_of((await client.get("/metrics")).text)
         assert bases.opened == opened and bases.bases["closed"].knowledge is None   # a scrape opens nothing
+        deleted = await client.delete("/rag/kbs/legal", params={"confirm": "legal"})
+        assert deleted.status_code == 200, deleted.text
+        after_deletion = samples_of((await client.get("/metrics")).text)
 
     def value(name: str, **labels: str) -> float:
         return samples[(name, tuple(sorted(labels.items())))]
@@ -253,3 +256,7 @@ async def test_the_metrics_of_each_base_carry_its_name(settings: Settings, fake:
     assert value("graphgate_pipeline_documents", kb="legal", state="queued") == 0
     assert not any(dict(labels).get("kb") == "closed" for _, labels in samples)   # closed: not shown
     assert value("graphgate_llm_slots", model="chat") == settings.llm_concurrency   # shared: once, unlabelled
+    # a deleted base's series go with it; the others stay
+    assert not any(dict(labels).get("kb") == "legal" for _, labels in after_deletion)
+    key = ("graphgate_query_duration_seconds_count", (("kb", "hr"), ("mode", "local")))
+    assert after_deletion[key] == 1

@@ -198,7 +198,10 @@ class KnowledgeBases:
         base = self.bases.get(name)
         if base is None or base.deleting:
             raise NotFound(f"no knowledge base named {name!r}")
-        return {**base.describe(), "effective": effective_values(self.settings_for(base))}
+        try:
+            return {**base.describe(), "effective": effective_values(self.settings_for(base))}
+        except ValueError as exc:   # the list was edited by hand: say so (PATCH with null mends it)
+            return {**base.describe(), "effective": None, "error": str(exc)}
 
     def settings_for(self, base: Base) -> Settings:
         """The settings the base's service is opened with: the gateway's, its directory, its overrides
@@ -399,6 +402,8 @@ class KnowledgeBases:
         del self.bases[name]
         await anyio.to_thread.run_sync(self._save_sync)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
+        if self.metrics is not None:
+            self.metrics.forget(name)
         return {"deleted": name}
 
 

@@ -187,6 +187,24 @@ class Metrics:
                                                     seconds.labels(kind, kb))
         return UpstreamCall(*children)
 
+    def forget(self, kb: str) -> None:
+        """Drop a deleted knowledge base's series (a base made again under its name starts from 0,
+        which Prometheus reads as a counter reset)."""
+        for key in [key for key in self.query if key[0] == kb]:
+            mode = key[1]
+            self._query_family.remove(kb, mode)
+            for stage in self.stages.pop(key):
+                self._stage_family.remove(kb, mode, stage)
+            del self.query[key]
+        if self.turns.pop(kb, None) is not None:
+            self._augmented_family.remove(kb)
+            for reason in REASONS:
+                self._skipped_family.remove(kb, reason)
+        for key in [key for key in self.upstream if key[1] == kb]:
+            for family in self._upstream_families:
+                family.remove(key[0], kb)
+            del self.upstream[key]
+
     def chat_forwarded(self, started: float) -> None:
         """A chat turn goes upstream; ``started``: ``time.perf_counter()`` when the gateway took it."""
         self.added.observe(time.perf_counter() - started)
