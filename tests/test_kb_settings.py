@@ -260,3 +260,24 @@ async def test_the_metrics_of_each_base_carry_its_name(settings: Settings, fake:
     assert not any(dict(labels).get("kb") == "legal" for _, labels in after_deletion)
     key = ("graphgate_query_duration_seconds_count", (("kb", "hr"), ("mode", "local")))
     assert after_deletion[key] == 1
+
+
+async def test_a_list_edited_into_a_bad_override_says_so_and_is_mended_by_patch(settings: Settings,
+                                                                                 fake: FakeOllama) -> None:
+    async with gateway_client(settings, fake) as client:
+        await create(client, "hand")
+    path = settings.data_dir / BASES_DIR / REGISTRY_FILE
+    registry = json.loads(path.read_text())
+    registry["bases"]["hand"]["settings"] = {"chunk_tokens": 5}   # below the table's 64
+    path.write_text(json.dumps(registry))
+    async with gateway_client(settings, fake) as client:
+        described = (await client.get("/rag/kbs/hand")).json()
+        refused = await client.get("/rag/documents", params={"kb": "hand"})
+        other = await client.get("/rag/documents")
+        mended = await client.patch("/rag/kbs/hand", json={"settings": {"chunk_tokens": None}})
+        opened = await client.get("/rag/documents", params={"kb": "hand"})
+    assert described["effective"] is None and "chunk_tokens" in described["error"]
+    assert refused.status_code == 503 and "chunk_tokens" in refused.json()["error"]
+    assert other.status_code == 200   # the other bases keep serving
+    assert mended.status_code == 200 and mended.json()["settings"] == {}
+    assert opened.status_code == 200 and opened.json()["documents"] == []
