@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_setting_flags(query)
     reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; re-embed "
                                                   "everything if the embedding model changed")
+    reindex.add_argument("--kb", metavar="NAME", help=KB_HELP)
     _add_setting_flags(reindex)
     mcp = commands.add_parser("mcp", help="serve the knowledge base to an MCP client over stdio (Claude Desktop...): "
                                           "through the running gateway, else on the store itself (docs/mcp.md)")
@@ -172,7 +173,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return cli_commands.run(cli_commands.query, settings, {k: v for k, v in request.items() if v is not None},
                                 args.json, args.kb)
     if args.command == "reindex":
-        return cli_commands.run(cli_commands.reindex, settings)
+        return cli_commands.run(cli_commands.reindex, settings, args.kb)
     if args.command == "keys":
         from proxy.cli import keys as cli_keys
 

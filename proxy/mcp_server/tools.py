@@ -104,8 +104,9 @@ INSTRUCTIONS = """GraphGate's knowledge base: documents turned into a knowledge 
 and searchable passages. Start with `query` for a question (it returns the grounding context with numbered
 references); use `get_entities` and `get_relations` to explore the graph; `insert`, `batch_insert`, `update`
 and `delete` change the documents (ingestion runs in the background: a new document is searchable once
-`stats` or the document resource says it is processed). Resources: graphgate://documents/{id} and
-graphgate://entities/{name}."""
+`stats` or the document resource says it is processed). Every tool takes `kb`, the knowledge base to work
+on (default: default). Resources: graphgate://documents/{id} and graphgate://entities/{name} (default), and
+graphgate://{kb}/documents/{id} and graphgate://{kb}/entities/{name} for any base."""
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
@@ -303,9 +304,10 @@ async def stats(ctx: Context, kb: KbName = DEFAULT_BASE) -> Stats:
                  index_sizes=counts["index_sizes"], bytes_on_disk=counts["bytes_on_disk"])
 
 
-async def rebuild_index(ctx: Context) -> Rebuilt:
-    """Rebuild the vector indexes and the graph from the stored tables (after a crash left them out of
-    step, or to compact them). Searches wait while it runs; send a progress token to follow it."""
+async def rebuild_index(ctx: Context, kb: KbName = DEFAULT_BASE) -> Rebuilt:
+    """Rebuild the vector indexes and the graph of the knowledge base from its stored tables (after a
+    crash left them out of step, or to compact them). Searches wait while it runs; send a progress
+    token to follow it."""
     send, receive = anyio.create_memory_object_stream[str](math.inf)
     steps = 0
 
@@ -326,7 +328,8 @@ async def rebuild_index(ctx: Context) -> Rebuilt:
         group.start_soon(forward)
         with send:
             try:   # caught inside the group: leaving it, an error would come out wrapped in a group
-                sizes = await rebuild_live(served(ctx).knowledge(), served(ctx).settings, report)
+                async with knowledge_of(ctx, kb, "admin") as knowledge:
+                    sizes = await rebuild_live(knowledge, served(ctx).settings, report)
             except GraphGateError as exc:
                 failure = exc
     if failure is not None:
@@ -337,19 +340,26 @@ async def rebuild_index(ctx: Context) -> Rebuilt:
 # --- resources ---
 
 async def document(ctx: Context, document_id: str) -> str:
-    with resource_errors():
-        require(caller(ctx), DEFAULT_BASE, "read")
-        found = await lookup.document_with_text(served(ctx).knowledge(), document_id)
-    return json.dumps(found, ensure_ascii=False, default=str)
+    return await base_document(ctx, DEFAULT_BASE, document_id)
 
 
 async def entity(ctx: Context, name: str) -> str:
+    return await base_entity(ctx, DEFAULT_BASE, name)
+
+
+async def base_document(ctx: Context, kb: str, document_id: str) -> str:
     with resource_errors():
-        require(caller(ctx), DEFAULT_BASE, "read")
-        knowledge = served(ctx).knowledge()
-        key = await lookup.resolve_entity(knowledge, name)
-        found = await knowledge.graph.entity(key)
-        around = await lookup.neighbourhood(knowledge, key, 1, MAX_RELATIONS)
+        async with knowledge_of(ctx, kb, "read") as knowledge:
+            found = await lookup.document_with_text(knowledge, document_id)
+    return json.dumps(found, ensure_ascii=False, default=str)
+
+
+async def base_entity(ctx: Context, kb: str, name: str) -> str:
+    with resource_errors():
+        async with knowledge_of(ctx, kb, "read") as knowledge:
+            key = await lookup.resolve_entity(knowledge, name)
+            found = await knowledge.graph.entity(key)
+            around = await lookup.neighbourhood(knowledge, key, 1, MAX_RELATIONS)
     found["relations"] = around.relations
     return json.dumps(found, ensure_ascii=False)
 
@@ -390,4 +400,11 @@ def build_server(knowledge: KnowledgeSource, settings: Settings,
                     description="An entity of the graph: type, description, sources, degree and its relations "
                                 "(the name URL-encoded)",
                     security=ResourceSecurity(exempt_params=frozenset({"name"})))(entity)
+    server.resource("graphgate://{kb}/documents/{document_id}", name="base_document", mime_type="application/json",
+                    description="A document of the knowledge base kb (as graphgate://documents/{id} for default)"
+                    )(base_document)
+    server.resource("graphgate://{kb}/entities/{name}", name="base_entity", mime_type="application/json",
+                    description="An entity of the knowledge base kb's graph (as graphgate://entities/{name} for "
+                                "default; the name URL-encoded)",
+                    security=ResourceSecurity(exempt_params=frozenset({"name"})))(base_entity)
     return server

@@ -1,4 +1,5 @@
-"""``/rag/kbs``: the knowledge bases (proxy/knowledge/bases.py): list, create, delete with their data.
+"""``/rag/kbs``: the knowledge bases (proxy/knowledge/bases.py): list, create, describe one (with its
+settings overrides and the values it runs with), change its overrides, delete it with its data.
 
 A key limited to some bases lists only those, deletes only those it is an admin of, and creates
 none (proxy/guards/access.py). The other /rag routes pick a base with ``?kb=<name>`` or the
@@ -32,7 +33,26 @@ async def create_base(request: Request) -> Response:
     settings = body.get("settings") or {}
     if not isinstance(settings, dict):
         raise BadRequest("settings must be an object")
-    return json_response(await bases(request).create(name, settings), 201)
+    registry = bases(request)
+    await registry.create(name, settings)
+    return json_response(registry.detail(name), 201)
+
+
+async def describe_base(request: Request) -> Response:
+    require(request, request.path_params["name"], "read")
+    return json_response(bases(request).detail(request.path_params["name"]))
+
+
+async def change_base(request: Request) -> Response:
+    """``{"settings": {"chunk_tokens": 600, "language": null}}``: set or (null) remove overrides."""
+    require(request, request.path_params["name"], "admin")
+    body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    unknown = sorted(set(body) - {"settings"})
+    if unknown:
+        raise BadRequest(f"unknown field(s) {', '.join(map(repr, unknown))}: only settings can be changed")
+    if "settings" not in body:
+        raise BadRequest("settings is required: the overrides to set (a null removes one)")
+    return json_response(await bases(request).update(request.path_params["name"], body["settings"]))
 
 
 async def remove_base(request: Request) -> Response:
@@ -46,5 +66,7 @@ async def remove_base(request: Request) -> Response:
 ROUTES = [
     Route("/rag/kbs", list_bases, methods=["GET"]),
     Route("/rag/kbs", create_base, methods=["POST"]),
+    Route("/rag/kbs/{name}", describe_base, methods=["GET"]),
+    Route("/rag/kbs/{name}", change_base, methods=["PATCH"]),
     Route("/rag/kbs/{name}", remove_base, methods=["DELETE"]),
 ]
