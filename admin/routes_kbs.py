@@ -17,6 +17,7 @@ from admin.guard import action
 from admin.rendering import render
 from proxy.core.errors import BadRequest, GraphGateError
 from proxy.guards.access import principal, require, require_unrestricted, unknown_base
+from proxy.knowledge.base_settings import OVERRIDABLE, effective_values
 from proxy.state import bases, delete_base
 
 OVERRIDE_ROWS = 3   # blank key/value rows the create form offers
@@ -60,7 +61,7 @@ def _list(request: Request, *, error: str | None = None, name: str = "",
     rows = list(rows or [])
     rows += [("", "")] * max(OVERRIDE_ROWS - len(rows), 1)
     return render(request, "kbs.html", {"bases": _visible(request), "error": error, "new_name": name,
-                                        "rows": rows}, status=status)
+                                        "rows": rows, "overridable": OVERRIDABLE}, status=status)
 
 
 @action
@@ -88,25 +89,58 @@ def _models_of(request: Request, name: str) -> list[dict[str, Any]]:
     return models.list([name]) if models is not None else []
 
 
-def _base_page(request: Request, entry: dict[str, Any], *, error: str | None = None, status: int = 200) -> Response:
-    return render(request, "kb.html", {"base": entry, "error": error, "models": _models_of(request, entry["name"])},
-                  status=status)
+def shown(value: Any) -> str:
+    """A setting's value as the settings form shows it (entity types comma-separated; no
+    extraction model set: the upstream's first chat model, as the dashboard says)."""
+    if value is None:
+        return "the upstream's first chat model"
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _base_page(request: Request, name: str, *, error: str | None = None, settings_error: str | None = None,
+               typed: dict[str, str] | None = None, status: int = 200) -> Response:
+    _entry(request, name)   # 404 for a base the request may not see
+    detail = bases(request).detail(name)
+    overrides = {key: shown(value) for key, value in detail["settings"].items()}
+    return render(request, "kb.html", {
+        "base": detail, "error": error, "models": _models_of(request, name), "overridable": OVERRIDABLE,
+        "effective": {key: shown(v) for key, v in (detail.get("effective") or {}).items()},
+        "gateway": {key: shown(v) for key, v in effective_values(request.app.state.gateway.settings).items()},
+        "typed": typed if typed is not None else overrides, "settings_error": settings_error}, status=status)
 
 
 async def kb_page(request: Request) -> Response:
-    return _base_page(request, _entry(request, request.path_params["name"]))
+    return _base_page(request, request.path_params["name"])
+
+
+@action
+async def change_settings(request: Request) -> Response:
+    """The settings form: a filled field sets the base's override, an empty one removes it (the
+    gateway's value then applies). All checked first: a refusal changes nothing."""
+    name = request.path_params["name"]
+    _entry(request, name)
+    require(request, name, "admin")
+    form = await request.form()
+    typed = {key: str(form.get(key) or "").strip() for key in OVERRIDABLE}
+    try:
+        await bases(request).update(name, {key: value or None for key, value in typed.items()})
+    except GraphGateError as exc:
+        if exc.status >= 500:
+            raise
+        return _base_page(request, name, settings_error=exc.message, typed=typed, status=exc.status)
+    return RedirectResponse(f"/admin/kbs/{name}", status_code=303)
 
 
 @action
 async def delete(request: Request) -> Response:
     name = request.path_params["name"]
-    entry = _entry(request, name)
+    _entry(request, name)
     require(request, name, "admin")
     typed = str((await request.form()).get("confirm") or "").strip()
     if typed != name:
         message = (f"type the base's name, {name}, to delete it" if not typed
                    else f"{typed!r} is not {name!r}: nothing was deleted")
-        return _base_page(request, entry, error=message, status=400)
+        return _base_page(request, name, error=message, status=400)
     await delete_base(request, name)
     return RedirectResponse("/admin/kbs", status_code=303)
 
@@ -115,5 +149,6 @@ ROUTES = [
     Route("/kbs", kbs_page, methods=["GET"]),
     Route("/kbs", create, methods=["POST"]),
     Route("/kbs/{name}", kb_page, methods=["GET"]),
+    Route("/kbs/{name}/settings", change_settings, methods=["POST"]),
     Route("/kbs/{name}/delete", delete, methods=["POST"]),
 ]

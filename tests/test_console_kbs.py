@@ -103,6 +103,15 @@ def stray_urls(text: str, kb: str, *, elsewhere: frozenset[str] = frozenset()) -
     return stray
 
 
+def settings_table(text: str) -> dict[str, tuple[str, str]]:
+    """A base's page's settings: each setting's value and where it comes from."""
+    section = must_find(r'<section class="card" id="overrides">(.*?)</section>', text, re.DOTALL).group(1)
+    return {key: (value, " ".join(re.sub(r"<[^>]+>", " ", source).split()))
+            for key, value, source in re.findall(r'<tr data-setting="(\w+)"><td><code>\w+</code></td>'
+                                                 r'<td class="value">([^<]*)</td>\s*<td>(.*?)</td></tr>',
+                                                 section, re.DOTALL)}
+
+
 def switcher(text: str) -> tuple[str, list[str], str]:
     """The header's switcher: its action, the bases it offers, the one selected."""
     block = must_find(r'<form method="get" action="([^"]*)" class="kb-switch".*?</form>', text, re.DOTALL)
@@ -238,12 +247,15 @@ async def test_creating_a_base_in_the_console(console: httpx.AsyncClient) -> Non
                                               ("setting", ""), ("value", ""), ("setting", "chunk_tokens"),
                                               ("value", "800")])
     assert made.status_code == 303 and made.headers["location"] == "/admin/kbs/contracts"
-    assert registry(console).bases["contracts"].overrides == {"language": "German", "chunk_tokens": "800"}
+    assert registry(console).bases["contracts"].overrides == {"language": "German", "chunk_tokens": 800}
     page = await console.get("/admin/kbs/contracts")
     assert page.status_code == 200
-    overrides = must_find(r'<section class="card" id="overrides">(.*?)</section>', page.text, re.DOTALL).group(1)
-    assert re.findall(r"<code>(\w+)</code></td><td class=\"value\">(\w+)</td>", overrides) == [
-        ("chunk_tokens", "800"), ("language", "German")]
+    table = settings_table(page.text)
+    assert list(table) == ["llm_model", "entity_types", "language", "chunk_tokens", "chunk_overlap", "gleaning"]
+    assert (table["language"], table["chunk_tokens"], table["chunk_overlap"]) == (
+        ("German", "this base"), ("800", "this base"), ("100", "the gateway"))
+    assert table["entity_types"][0].startswith("Person, ") and table["entity_types"][1] == "the gateway"
+    assert table["llm_model"] == ("the upstream&#39;s first chat model", "the gateway")
     listing = await console.get("/admin/kbs")
     row = must_find(r'<tr data-name="contracts">(.*?)</tr>', listing.text, re.DOTALL).group(1)
     assert "<code>language</code> = German" in row and "closed" in row
@@ -258,6 +270,9 @@ async def test_creating_a_base_in_the_console(console: httpx.AsyncClient) -> Non
         ([("name", "x"), ("setting", ""), ("value", "German")], 400, "names no setting"),
         ([("name", "x"), ("setting", "language"), ("value", "a"), ("setting", "language"), ("value", "b")], 400,
          "overridden twice"),
+        ([("name", "x"), ("setting", "chunk_tokens"), ("value", "lots")], 400, "settings.chunk_tokens: invalid value"),
+        ([("name", "x"), ("setting", "mode"), ("value", "local")], 400,
+         "&#39;mode&#39; is not a setting a knowledge base may override"),
     ]:
         refused = await post(console, "/admin/kbs", fields)
         assert refused.status_code == status, (fields, refused.text[:300])
@@ -345,3 +360,36 @@ async def test_a_base_deleted_in_the_console_is_taken_out_of_its_keys(console: h
     deleted = await post(console, "/admin/kbs/hr/delete", {"confirm": "hr"})
     assert deleted.status_code == 303
     assert tuple(keys.keys[key.id].kbs) == ("eng",)   # a base made later under the name is not the key's
+
+
+async def test_changing_a_bases_settings_in_the_console(console: httpx.AsyncClient) -> None:
+    made = await post(console, "/admin/kbs", [("name", "code"), ("setting", "language"), ("value", "German")])
+    assert made.status_code == 303
+    page = await console.get("/admin/kbs/code", params={"kb": "code"})
+    assert 'action="/admin/kbs/code/settings?kb=code"' in page.text
+    assert 'name="language" value="German"' in page.text and 'name="chunk_tokens" value=""' in page.text
+
+    # a filled field sets, an empty one removes (the gateway's value then applies)
+    changed = await post(console, "/admin/kbs/code/settings?kb=code",
+                         {"entity_types": "Module, Function", "chunk_tokens": "600", "language": ""})
+    assert changed.status_code == 303 and changed.headers["location"] == "/admin/kbs/code?kb=code"
+    assert registry(console).bases["code"].overrides == {"entity_types": ["Module", "Function"], "chunk_tokens": 600}
+    table = settings_table((await console.get("/admin/kbs/code")).text)
+    assert table["entity_types"] == ("Module, Function", "this base") and table["language"][1] == "the gateway"
+    assert (await console.get("/rag/kbs/code")).json()["effective"]["chunk_tokens"] == 600
+
+    # refused as a whole, said above the form with what was typed; nothing changes
+    for fields, said in [({"chunk_tokens": "600", "chunk_overlap": "700"}, "must be below settings.chunk_tokens"),
+                         ({"gleaning": "9"}, "settings.gleaning: invalid value")]:
+        refused = await post(console, "/admin/kbs/code/settings", fields)
+        assert refused.status_code == 400
+        assert said in must_find(r'<p class="error" role="alert">(.*?)</p>', refused.text).group(1)
+        for key, value in fields.items():
+            assert f'name="{key}" value="{value}"' in refused.text
+        assert registry(console).bases["code"].overrides == {"entity_types": ["Module", "Function"],
+                                                             "chunk_tokens": 600}
+
+    default = await console.get("/admin/kbs/default")
+    assert 'id="settings-form"' not in default.text and "runs with the gateway" in default.text
+    refused = await post(console, "/admin/kbs/default/settings", {"language": "German"})
+    assert refused.status_code == 409 and "runs with the gateway&#39;s own settings" in refused.text
