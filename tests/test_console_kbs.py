@@ -393,3 +393,17 @@ async def test_changing_a_bases_settings_in_the_console(console: httpx.AsyncClie
     assert 'id="settings-form"' not in default.text and "runs with the gateway" in default.text
     refused = await post(console, "/admin/kbs/default/settings", {"language": "German"})
     assert refused.status_code == 409 and "runs with the gateway&#39;s own settings" in refused.text
+
+
+async def test_a_base_whose_list_entry_was_edited_into_a_bad_override_says_so_and_is_mended(
+        console: httpx.AsyncClient) -> None:
+    await create(console, "broken")
+    registry(console).bases["broken"].overrides = {"chunk_tokens": "lots"}   # as if the file had been edited
+    page = await console.get("/admin/kbs/broken")
+    assert page.status_code == 200
+    said = must_find(r'<p class="error" role="alert">(.*?)</p>', page.text).group(1)
+    assert "settings.chunk_tokens: invalid value &#39;lots&#39;" in said and "cannot open" in said
+    assert 'name="chunk_tokens" value="lots"' in page.text
+    mended = await post(console, "/admin/kbs/broken/settings", {"chunk_tokens": ""})
+    assert mended.status_code == 303 and registry(console).bases["broken"].overrides == {}
+    assert (await console.get("/admin/documents", params={"kb": "broken"})).status_code == 200
