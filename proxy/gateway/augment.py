@@ -36,7 +36,7 @@ from proxy.upstream.model_calls import cache_key
 
 if TYPE_CHECKING:
     from proxy.core.settings import Settings
-    from proxy.gateway.grounding import Grounding
+    from proxy.gateway.chat import Grounding
     from proxy.knowledge.service import Knowledge
     from proxy.monitoring.metrics import Metrics
 

@@ -22,13 +22,25 @@ from starlette.types import ASGIApp
 from proxy.core.payloads import parse_object, read_body, require_model
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward
-from proxy.gateway.grounding import rename_reply
 from proxy.gateway.relay import StreamRelay
+from proxy.gateway.renaming import rename_reply
 
 if TYPE_CHECKING:
-    from proxy.gateway.grounding import Grounding
+    from proxy.gateway.knowledge_models import KnowledgeModel
+    from proxy.knowledge.service import Knowledge
 
 Flavour = Literal["ollama", "openai"]
+
+
+@dataclass
+class Grounding:
+    """Where a request's retrieval comes from: ``knowledge`` (None: not grounded, ``reason`` says why)."""
+
+    kb: str | None
+    knowledge: Knowledge | None = None
+    reason: str | None = None
+    mode: str | None = None                 # the knowledge model's mode, if it has one
+    model: KnowledgeModel | None = None
 
 
 @dataclass

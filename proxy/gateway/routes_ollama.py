@@ -18,9 +18,10 @@ from proxy.core.errors import UpstreamError
 from proxy.core.payloads import parse_object, read_body, require_fields, require_model
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward, forward_small, upstream_headers
-from proxy.gateway.grounding import apply_model, ground, knowledge_model, rename_reply
+from proxy.gateway.grounding import apply_model, ground, knowledge_model
 from proxy.gateway.model_lists import remember_upstream_names, with_models
 from proxy.gateway.relay import StreamRelay, whole_response
+from proxy.gateway.renaming import rename_reply
 
 Handler = Callable[[Request], Awaitable[Response | ASGIApp]]
 
