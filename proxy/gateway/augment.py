@@ -383,7 +383,7 @@ class Augmenter:
         if cached is not None:
             return Response(cached.encode(), media_type="application/json; charset=utf-8",
                             headers={"x-graphgate-cache": "hit"})
-        with self.gateway.metrics.upstream_call("chat_relay") as call:   # a cache miss goes upstream
+        with self.gateway.metrics.upstream_call("chat_relay", turn.kb) as call:   # a cache miss goes upstream
             response = await forward(turn.request, content=payload)
             call.status = response.status_code if isinstance(response, Response) else 0
         if isinstance(response, Response) and response.status_code == 200:

@@ -59,6 +59,11 @@ class ChatTurn:
         self.client_model = str(self.body["model"])
 
     @property
+    def kb(self) -> str:
+        """The knowledge base the turn is counted under (``default`` for one no stage grounded)."""
+        return (self.grounding.kb if self.grounding is not None else None) or "default"
+
+    @property
     def model(self) -> str:
         """The model the turn is forwarded to."""
         return str(self.body["model"])
@@ -104,7 +109,7 @@ class ChatPipeline:
             turn = result
         payload = turn.payload()
         gateway.metrics.chat_forwarded(started)
-        with gateway.metrics.upstream_call("chat_relay") as call:
+        with gateway.metrics.upstream_call("chat_relay", turn.kb) as call:
             response = await forward(request, content=payload)
             call.status = response.response.status_code if isinstance(response, StreamRelay) else response.status_code
         return rename_reply(response, turn.model, turn.client_model)
