@@ -10,6 +10,7 @@ from starlette.requests import Request
 
 from proxy.core.errors import NotFound, ServiceUnavailable
 from proxy.guards.access import Role, require
+from proxy.knowledge.bases import REQUEST_LEASES, acquire_for_request
 
 if TYPE_CHECKING:
     import anyio
@@ -54,7 +55,7 @@ class Gateway:
     keys: KeyStore | None = None   # the stored API keys (proxy/guards/keys.py), loaded by the lifespan
 
 
-LEASES = "graphgate.kb_leases"   # the request scope's list of lease releases (ReleaseLeases ends them)
+LEASES = REQUEST_LEASES   # the request scope's list of lease releases (ReleaseLeases ends them)
 KB_HEADER = "x-graphgate-kb"
 
 
@@ -88,32 +89,7 @@ async def knowledge(request: Request, action: Role | None = None) -> Knowledge:
         if gateway.knowledge is None:
             raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
         return gateway.knowledge
-    service, release = await gateway.bases.acquire(name)
-    leases = request.scope.get(LEASES)
-    if leases is None:   # no ReleaseLeases in front (cannot happen in the app): the lease ends now
-        release()
-    else:
-        leases.append(release)
-    return service
-
-
-async def open_base(request: Request, name: str) -> Knowledge:
-    """The service of knowledge base ``name``, opened if it is not, leased until the response to
-    ``request`` has been sent (the chat path's ``knowledge``: the base comes from the model)."""
-    gateway: Gateway = request.app.state.gateway
-    if gateway.bases is None:
-        if name != "default":
-            raise NotFound(f"no knowledge base named {name!r}")
-        if gateway.knowledge is None:
-            raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
-        return gateway.knowledge
-    service, release = await gateway.bases.acquire(name)
-    leases = request.scope.get(LEASES)
-    if leases is None:
-        release()
-    else:
-        leases.append(release)
-    return service
+    return await acquire_for_request(gateway.bases, name, request.scope)
 
 
 async def delete_base(request: Request, name: str) -> dict[str, Any]:

@@ -416,3 +416,19 @@ async def test_a_deleted_base_is_taken_out_of_its_keys(settings: Settings, fake:
         assert (await client.post("/rag/kbs", json={"name": "hr"}, headers=ADMIN)).status_code == 201
         assert (await client.get("/rag/documents", params={"kb": "hr"}, headers=reader)).status_code == 404
         assert (await client.get("/rag/documents", params={"kb": "eng"}, headers=reader)).status_code == 200
+
+
+async def test_the_public_health_check_does_not_tell_other_bases_apart(
+        settings: Settings, fake: FakeOllama) -> None:
+    async with gateway_client(with_admin_key(settings), fake) as client:
+        for name in ("hr", "eng"):
+            assert (await client.post("/rag/kbs", json={"name": name}, headers=ADMIN)).status_code == 201
+        reader = bearer((await make_key(client, ADMIN, name="hr", role="read", kbs=["hr"]))["token"])
+        assert (await client.get("/rag/health")).status_code == 200   # default's: public, as before
+        anonymous = await client.get("/rag/health", params={"kb": "hr"})
+        unknown = await client.get("/rag/health", params={"kb": "nowhere"})
+        assert anonymous.status_code == unknown.status_code == 404
+        assert anonymous.json()["error"] == "no knowledge base named 'hr'"
+        assert (await client.get("/rag/health", params={"kb": "hr"}, headers=reader)).json()["kb"] == "hr"
+        assert (await client.get("/rag/health", params={"kb": "eng"}, headers=reader)).status_code == 404
+        assert (await client.get("/rag/health", params={"kb": "eng"}, headers=ADMIN)).json()["kb"] == "eng"

@@ -24,6 +24,7 @@ from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
 from tests.mcp_helpers import http_session, structured, wait_processed
+from tests.test_kb_settings import samples_of
 
 pytestmark = pytest.mark.anyio
 
@@ -158,3 +159,28 @@ def test_deleting_a_base_leaves_the_other_whole(world: dict[str, Any], tmp_path:
     after = {kb: httpx.get(f"{url}/rag/stats", params={"kb": kb}).json() for kb in ("hr", "legal")}
     assert {kb: s["documents"] for kb, s in after.items()} == {kb: s["documents"] for kb, s in before.items()}
     assert httpx.get(f"{url}/rag/documents", params={"kb": "scratch"}).status_code == 404
+
+
+def test_metrics_count_each_base_under_its_own_label(world: dict[str, Any]) -> None:
+    url = world["url"]
+    samples = samples_of(httpx.get(f"{url}/metrics").text)
+    before = {kb: samples.get(("graphgate_chat_turns_augmented_total", (("kb", kb),)), 0.0) for kb in OWN}
+    relays = {kb: samples.get(("graphgate_upstream_requests_total", (("kb", kb), ("kind", "chat_relay"))), 0.0)
+              for kb in OWN}
+    message = {"role": "user", "content": f"{QUESTION} (metrics)"}
+    assert httpx.post(f"{url}/api/chat", json={"model": "hr-bot", "messages": [message],
+                                               "stream": False}).status_code == 200
+    deadline = time.monotonic() + 10   # the turn's counts follow its trace, written in the background
+    while True:
+        samples = samples_of(httpx.get(f"{url}/metrics").text)
+        if samples.get(("graphgate_chat_turns_augmented_total", (("kb", "hr"),)), 0.0) > before["hr"]:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert samples[("graphgate_chat_turns_augmented_total", (("kb", "hr"),))] == before["hr"] + 1
+    assert samples.get(("graphgate_chat_turns_augmented_total", (("kb", "legal"),)), 0.0) == before["legal"]
+    assert samples[("graphgate_upstream_requests_total", (("kb", "hr"), ("kind", "chat_relay")))] == relays["hr"] + 1
+    assert samples.get(("graphgate_upstream_requests_total", (("kb", "legal"), ("kind", "chat_relay"))),
+                       0.0) == relays["legal"]
+    counts = {kb: samples[("graphgate_documents", (("kb", kb), ("status", "processed")))] for kb in OWN}
+    assert counts == {"hr": 1, "legal": 1}

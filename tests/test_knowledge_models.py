@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from proxy.app import Settings
-from proxy.gateway.grounding import ReplyRenamer
+from proxy.gateway.renaming import ReplyRenamer
 from tests.chat_helpers import MODEL, chats
 from tests.conftest import gateway_client
 from tests.corpus import CLUB, TEAM

@@ -29,7 +29,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -54,6 +54,21 @@ BASES_DIR = "kbs"
 REGISTRY_FILE = "registry.json"
 TOMBSTONE = ".deleting-"
 NAME = re.compile(r"[a-z0-9_-]{1,64}")
+
+
+REQUEST_LEASES = "graphgate.kb_leases"   # a request scope's list of lease releases (proxy.state.ReleaseLeases)
+
+
+async def acquire_for_request(bases: KnowledgeBases, name: str, scope: MutableMapping[str, Any]) -> Knowledge:
+    """Base ``name``'s service, leased until the request whose ``scope`` this is has been answered
+    (ended at once when nothing in front of the app ends leases)."""
+    service, release = await bases.acquire(name)
+    leases = scope.get(REQUEST_LEASES)
+    if leases is None:
+        release()
+    else:
+        leases.append(release)
+    return service
 
 
 def check_name(name: str) -> str:

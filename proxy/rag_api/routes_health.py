@@ -22,6 +22,8 @@ from starlette.routing import Route
 
 from proxy.core.errors import ServiceUnavailable
 from proxy.core.responses import json_response
+from proxy.guards.access import unknown_base
+from proxy.guards.middleware import KeyCheck, mark
 from proxy.state import kb_name, knowledge
 from proxy.upstream.watch import FRESH_SECONDS
 
@@ -55,6 +57,7 @@ async def health(request: Request) -> Response:
     name = kb_name(request)
     kb, kb_error = gateway.knowledge, gateway.knowledge_error
     if name != "default":   # opened if it is not (a lease until the response is sent); unknown: 404
+        identify(request)
         try:
             kb, kb_error = await knowledge(request), None
         except ServiceUnavailable as exc:
@@ -76,6 +79,20 @@ async def health(request: Request) -> Response:
     if not ready:
         body["error"] = "; ".join(problems)
     return json_response(body, 200 if ready else 503, headers={"cache-control": "no-store"})
+
+
+def identify(request: Request) -> None:
+    """Health is public, but another base than ``default`` is not: once the gateway is guarded (a key
+    in use, or a console password), only a key that may read it gets its report, and anyone else the
+    404 an unknown base gets, so that names cannot be probed."""
+    settings = request.app.state.gateway.settings
+    check = KeyCheck(settings.api_key)
+    if not (check.in_use(request.scope) or settings.admin_password):
+        return
+    who = check.principal(request.scope)
+    if who is None:
+        raise unknown_base(kb_name(request))
+    mark(request.scope, who)
 
 
 async def _store_report(kb: Any, kb_error: str | None, store_probe: Any
