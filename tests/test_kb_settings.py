@@ -281,3 +281,20 @@ async def test_a_list_edited_into_a_bad_override_says_so_and_is_mended_by_patch(
     assert other.status_code == 200   # the other bases keep serving
     assert mended.status_code == 200 and mended.json()["settings"] == {}
     assert opened.status_code == 200 and opened.json()["documents"] == []
+
+
+async def test_a_list_edited_into_an_unknown_override_is_mended_by_patch(settings: Settings,
+                                                                         fake: FakeOllama) -> None:
+    async with gateway_client(settings, fake) as client:
+        await create(client, "hand")
+    path = settings.data_dir / BASES_DIR / REGISTRY_FILE
+    registry = json.loads(path.read_text())
+    registry["bases"]["hand"]["settings"] = {"colour": "red"}   # no setting at all
+    path.write_text(json.dumps(registry))
+    async with gateway_client(settings, fake) as client:
+        other = await client.patch("/rag/kbs/hand", json={"settings": {"language": "German"}})
+        assert other.status_code == 400 and "'colour'" in other.json()["error"], other.text
+        mended = await client.patch("/rag/kbs/hand", json={"settings": {"colour": None}})
+        assert mended.status_code == 200, mended.text
+        assert (await client.get("/rag/kbs/hand")).json()["settings"] == {}
+        assert (await client.get("/rag/documents", params={"kb": "hand"})).status_code == 200

@@ -75,12 +75,15 @@ def merge_overrides(current: Mapping[str, Any], changes: Any, base: Settings) ->
     merged = dict(current)
     for name, value in changes.items():
         if value is None:
-            if name not in OVERRIDABLE:
+            if name not in OVERRIDABLE and name not in merged:   # (one in a list edited by hand may go)
                 parse_override(name, value)   # the same 400 as for a value
             merged.pop(name, None)
         else:
             merged[name] = parse_override(name, value)
-    effective = apply_overrides(base, merged)
+    try:
+        effective = apply_overrides(base, merged)
+    except ValueError as exc:   # a bad override kept from a list edited by hand, and not removed here
+        raise BadRequest(f"{exc}: remove it with {{\"settings\": {{<name>: null}}}}") from exc
     if effective.chunk_overlap >= effective.chunk_tokens:
         raise BadRequest(f"settings.chunk_overlap ({effective.chunk_overlap}) must be below settings.chunk_tokens "
                          f"({effective.chunk_tokens})")
