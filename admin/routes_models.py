@@ -15,11 +15,10 @@ from starlette.routing import Route
 
 from admin.guard import action
 from admin.rendering import render
-from proxy.core.errors import BadRequest, Conflict, GraphGateError, NotFound
+from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.core.modes import MODES
-from proxy.gateway.knowledge_models import canonical
 from proxy.guards.access import principal, require
-from proxy.rag_api.routes_models import refresh_upstream_names, registry
+from proxy.rag_api.routes_models import refresh_upstream_names, registry, save_model
 from proxy.state import bases
 
 BLANK = {"alias": "", "model": "", "kb": "default", "mode": "", "system": "", "options": ""}
@@ -93,29 +92,11 @@ def spec_of(values: dict[str, str]) -> dict[str, Any]:
     return spec
 
 
-async def save(request: Request, alias: str, spec: dict[str, Any], *, editing: str | None) -> None:
-    """Store the knowledge model, with the checks of ``PUT /rag/models``; a new one may not take
-    the name of one that exists (its page edits it)."""
-    models = registry(request)
-    current = models.resolve(alias) if alias else None
-    if current is not None:
-        if editing is None or canonical(editing) != current.alias:
-            if principal(request).sees(current.kb):
-                raise Conflict(f"a knowledge model named {current.alias!r} already exists: edit it on its page")
-            raise Conflict(f"the name {alias!r} is taken: choose another")
-        require(request, current.kb, "admin")
-    require(request, spec["kb"], "admin")
-    if alias and canonical(alias) in {canonical(name) for name in models.upstream_models or ()}:
-        raise Conflict(f"the upstream has a model named {alias!r}: choose another name for the knowledge model")
-    await models.put(alias, spec, bases(request).names())
-
-
 @action
 async def create(request: Request) -> Response:
     values = values_of(await request.form())
     try:
-        await refresh_upstream_names(request)
-        await save(request, values["alias"], spec_of(values), editing=None)
+        await save_model(request, values["alias"], spec_of(values), replace=False)
     except GraphGateError as exc:
         if exc.status >= 500:
             raise
@@ -132,8 +113,7 @@ async def update(request: Request) -> Response:
     alias = _visible(request, request.path_params["alias"])["alias"]
     values = {**values_of(await request.form()), "alias": alias}   # the page's: renaming is a new model
     try:
-        await refresh_upstream_names(request)
-        await save(request, alias, spec_of(values), editing=alias)
+        await save_model(request, alias, spec_of(values))
     except GraphGateError as exc:
         if exc.status >= 500:
             raise
