@@ -68,7 +68,8 @@ async def test_creating_editing_and_deleting_a_knowledge_model(console: httpx.As
     listed = await api_models(console)
     assert listed["hr-bot:latest"] | {"created_at": "", "updated_at": ""} == {
         "alias": "hr-bot:latest", "model": MODEL, "kb": "hr", "mode": "local", "system": "You answer HR questions.",
-        "options": {"temperature": 0.2}, "created_at": "", "updated_at": "", "base_model_present": True}
+        "options": {"temperature": 0.2}, "created_at": "", "updated_at": "", "base_model_present": True,
+        "shadowed": False}
     tags = [m["name"] for m in (await console.get("/api/tags")).json()["models"]]
     assert "hr-bot:latest" in tags   # what every Ollama client lists
     base = await console.get("/admin/kbs/hr")   # its base names it, and says what deleting the base does to it

@@ -350,3 +350,88 @@ async def test_scoped_keys_may_be_kept_from_plain_models(settings: Settings, fak
         assert (await client.post("/api/chat", headers=reader, json={
             "model": "hr-bot", "messages": [{"role": "user", "content": "hi"}], "stream": False})).status_code == 200
         assert len((await client.get("/api/tags", headers=ADMIN)).json()["models"]) > 1   # the admin sees all
+
+
+async def test_a_knowledge_model_never_hides_an_upstream_model(settings: Settings, fake: FakeOllama) -> None:
+    async with gateway_client(settings, fake) as client:
+        await create(client, "hr")
+        for taken in ("Qwen3", "library/qwen3:latest", "registry.ollama.ai/library/qwen3"):   # one model for Ollama
+            reply = await put(client, taken, model=MODEL, kb="hr")
+            assert reply.status_code == 409 and "upstream has a model named" in reply.json()["error"], taken
+        assert (await put(client, "mistral", model=MODEL, kb="hr", system="HR only.")).status_code == 201
+        # through the gateway, the upstream may not make a model of a knowledge model's name
+        for path, body in (("/api/pull", {"model": "mistral"}), ("/api/create", {"model": "Mistral:latest"}),
+                           ("/api/copy", {"source": MODEL, "destination": "mistral"})):
+            reply = await client.post(path, json=body)
+            assert reply.status_code == 409 and "is the name of a knowledge model" in reply.json()["error"], path
+        assert not fake.requests_to("/api/pull") and not fake.requests_to("/api/copy")
+        # pulled behind the gateway's back: once the upstream lists it, the upstream's model wins
+        fake.models["mistral:latest"] = {**fake.models[MODEL], "name": "mistral:latest", "model": "mistral:latest"}
+        tags = [m["name"] for m in (await client.get("/api/tags")).json()["models"]]
+        assert tags.count("mistral:latest") == 1
+        await client.post("/api/chat", json={"model": "mistral", "stream": False,
+                                             "messages": [{"role": "user", "content": "hi"}]})
+        sent = last_chat(fake)
+        assert sent["model"] == "mistral" and "HR only." not in json.dumps(sent["messages"])
+        assert (await client.get("/rag/models/mistral")).json()["shadowed"] is True
+
+
+async def test_a_knowledge_model_needs_the_upstreams_list_to_be_made(settings: Settings, fake: FakeOllama) -> None:
+    async with gateway_client(settings, fake) as client:
+        fake.fail_paths["/api/tags"] = 500
+        reply = await put(client, "qwen3", model=MODEL, kb="default")
+        assert reply.status_code == 503 and "cannot be read" in reply.json()["error"]
+        assert (await client.get("/rag/models")).json()["models"] == []
+
+
+async def test_context_replies_and_openai_options_of_a_knowledge_model(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await create(client, "hr")
+        await upload(client, "hr", "team.txt", TEAM)
+        await put(client, "hr-bot", model=MODEL, kb="hr",
+                  options={"temperature": 0.1, "num_predict": 5, "seed": 42, "num_ctx": 4096})
+        # a streamed /context reply is GraphGate's own, made under the client's name
+        async with client.stream("POST", "/api/chat", json={"model": "hr-bot", "messages": [
+                {"role": "user", "content": f"/context {QUESTION}"}]}) as reply:
+            assert reply.status_code == 200
+            lines = [json.loads(line) async for line in reply.aiter_lines() if line.strip()]
+        assert {line["model"] for line in lines} == {"hr-bot"} and "Orion" in lines[0]["message"]["content"]
+        # /v1 takes some of Ollama's options as its own fields; the request's own win
+        await client.post("/v1/chat/completions", json={"model": "hr-bot", "seed": 7,
+                                                        "messages": [{"role": "user", "content": QUESTION}]})
+        sent = last_chat(fake)
+        assert (sent["temperature"], sent["max_tokens"], sent["seed"]) == (0.1, 5, 7) and "options" not in sent
+
+
+async def test_generate_with_a_knowledge_model_of_a_deleted_base_is_not_found(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    async with gateway_client(settings.replace(augment_generate=True), fake) as client:
+        await create(client, "hr")
+        await upload(client, "hr", "team.txt", TEAM)
+        await put(client, "hr-bot", model=MODEL, kb="hr")
+        reply = await client.post("/api/generate", json={"model": "hr-bot", "prompt": QUESTION, "stream": False})
+        assert reply.status_code == 200 and reply.json()["model"] == "hr-bot"
+        assert {t["model"] for t in await traces_of(client, "hr", 1)} == {"hr-bot"}
+        assert (await client.delete("/rag/kbs/hr", params={"confirm": "hr"})).status_code == 200
+    async with gateway_client(settings, fake) as client:   # not augmenting completions: the same 404
+        before = len(fake.requests_to("/api/generate"))
+        reply = await client.post("/api/generate", json={"model": "hr-bot", "prompt": "hi", "stream": False})
+        assert reply.status_code == 404 and "no longer exists" in reply.json()["error"]
+        assert len(fake.requests_to("/api/generate")) == before
+
+
+async def test_the_metrics_need_the_admin_key_once_a_key_is_limited_to_some_bases(
+        settings: Settings, fake: FakeOllama) -> None:
+    async with gateway_client(settings.replace(api_key="the-admin-key"), fake) as client:
+        assert (await client.get("/metrics")).status_code == 200   # only the admin key: open, as before
+        keys = await scoped_world(client)
+        assert (await client.get("/metrics")).status_code == 401
+        reply = await client.get("/metrics", headers={"authorization": f"Bearer {keys['admin']}"})
+        assert reply.status_code == 403 and 'kb="legal"' not in reply.text
+        assert 'kb="legal"' in (await client.get("/metrics", headers=ADMIN)).text
+        # the role before the name: a read key cannot probe the names of other bases' models
+        reader = {"authorization": f"Bearer {keys['read']}"}
+        taken = await client.put("/rag/models/legal-bot", json={"model": MODEL, "kb": "hr"}, headers=reader)
+        free = await client.put("/rag/models/free-name", json={"model": MODEL, "kb": "hr"}, headers=reader)
+        assert taken.status_code == free.status_code == 403 and taken.json() == free.json()

@@ -111,7 +111,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("api_key", "GRAPHGATE_API_KEY", "", parse_optional_str,
             "When set, every /api/* and /v1/* request needs `Authorization: Bearer <key>`.", secret=True),
     Setting("metrics_require_key", "GRAPHGATE_METRICS_REQUIRE_KEY", "false", parse_bool,
-            "Make GET /metrics (Prometheus) need the API key too. Off by default: a scrape job usually sends "
+            "Make GET /metrics (Prometheus) need the API key too (it does anyway once a key limited to some "
+            "knowledge bases exists: its labels name every base). Off by default: a scrape job usually sends "
             "no credentials, and the metrics hold counts and latencies, never documents or questions."),
     Setting("max_body_bytes", "GRAPHGATE_MAX_BODY_BYTES", "64MiB", parse_size,
             "Largest request body accepted on JSON endpoints (blob uploads are streamed and exempt)."),

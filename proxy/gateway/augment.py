@@ -249,7 +249,7 @@ class Augmenter:
         return turn.grounding.knowledge if turn.grounding is not None else self.gateway.knowledge
 
     async def generate(self, request: Any, body: dict[str, Any], raw: bytes,
-                       grounding: Grounding | None = None) -> bytes:
+                       grounding: Grounding | None = None, client_model: str | None = None) -> bytes:
         """/api/generate (only with GRAPHGATE_AUGMENT_GENERATE): the prompt is the question and the
         context joins the `system` field. Raw prompts and model loads are forwarded as they are."""
         prompt = body.get("prompt")
@@ -260,6 +260,7 @@ class Augmenter:
             messages.insert(0, {"role": "system", "content": body["system"]})
         pseudo = ChatTurn("ollama", request.url.path, request.headers, {**body, "messages": messages}, raw, request,
                           grounding=grounding)
+        pseudo.client_model = client_model or pseudo.client_model   # a knowledge model's name, in its traces
         result = await self(pseudo, whole_turn_only=True)
         if not isinstance(result, ChatTurn) or not result.changed:
             return raw

@@ -44,6 +44,8 @@ def knowledge_model(request: Request, name: str) -> KnowledgeModel | None:
     base the key may not see, and for a plain model the key may not see."""
     gateway = request.app.state.gateway
     found = gateway.models.resolve(name) if gateway.models is not None else None
+    if found is not None and gateway.models.shadowed(found):
+        found = None   # the upstream has a model of that name (pulled since): it wins
     who = principal(request)
     if found is not None:
         if not who.sees(found.kb):
@@ -54,11 +56,24 @@ def knowledge_model(request: Request, name: str) -> KnowledgeModel | None:
     return None
 
 
-def apply_model(body: dict[str, Any], found: KnowledgeModel, *, system_field: bool = False) -> dict[str, Any]:
+# Ollama's options that its OpenAI-compatible API takes, as its own top-level fields
+OPENAI_FIELDS = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "stop": "stop",
+                 "num_predict": "max_tokens", "frequency_penalty": "frequency_penalty",
+                 "presence_penalty": "presence_penalty"}
+
+
+def apply_model(body: dict[str, Any], found: KnowledgeModel, *, system_field: bool = False,
+                openai: bool = False) -> dict[str, Any]:
     """``body`` for the base model: renamed, with the knowledge model's options under the request's
-    and its system prompt when the request has none (``system_field``: /api/generate's field)."""
+    and its system prompt when the request has none (``system_field``: /api/generate's field).
+    ``openai``: a /v1 body, which has no ``options``: those /v1 takes become its top-level fields
+    (unless the request sets them), the others cannot be sent that way."""
     out = {**body, "model": found.model}
-    if found.options:
+    if found.options and openai:
+        for option, name in OPENAI_FIELDS.items():
+            if option in found.options and name not in body:
+                out[name] = found.options[option]
+    elif found.options:
         given = body.get("options")
         out["options"] = {**found.options, **(given if isinstance(given, dict) else {})}
     if found.system:
@@ -109,7 +124,7 @@ async def ground_turn(turn: ChatTurn) -> ChatTurn:
     """The chat pipeline's first stage: the turn for its base model, with its grounding."""
     found = knowledge_model(turn.request, turn.model)
     if found is not None:
-        turn.body = apply_model(turn.body, found)
+        turn.body = apply_model(turn.body, found, openai=turn.flavour == "openai")
         turn.changed = True
     turn.grounding = await ground(turn.request, found)
     return turn

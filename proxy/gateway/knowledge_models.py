@@ -45,6 +45,14 @@ def canonical(name: str) -> str:
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
 
 
+def model_key(name: str) -> str:
+    """What makes two names one model for Ollama: case, the default registry and namespace, the tag."""
+    key = canonical(name.strip()).casefold()
+    for prefix in ("registry.ollama.ai/", "library/"):
+        key = key.removeprefix(prefix)
+    return key
+
+
 def check_model_name(name: Any, what: str = "model name") -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise BadRequest(f"invalid {what} {str(name)[:100]!r}: use Ollama's form, e.g. 'hr-assistant' or "
@@ -69,8 +77,11 @@ class KnowledgeModel:
 
     def describe(self, upstream_models: Iterable[str] | None = None) -> dict[str, Any]:
         """The alias as the API shows it; ``base_model_present`` is None when the upstream's list is unknown."""
-        present = None if upstream_models is None else canonical(self.model) in {canonical(m) for m in upstream_models}
-        return {"alias": self.alias, **self.entry(), "base_model_present": present}
+        names = None if upstream_models is None else {model_key(m) for m in upstream_models}
+        present = None if names is None else model_key(self.model) in names
+        shadowed = None if names is None else model_key(self.alias) in names
+        # shadowed: the upstream has a model of this name (pulled after the alias was made): it wins
+        return {"alias": self.alias, **self.entry(), "base_model_present": present, "shadowed": shadowed}
 
 
 def check_spec(alias: str, spec: dict[str, Any], known_bases: Iterable[str]) -> KnowledgeModel:
@@ -109,6 +120,7 @@ class KnowledgeModels:
         self.path = data_dir / MODELS_FILE
         self.models: dict[str, KnowledgeModel] = {}
         self.upstream_models: tuple[str, ...] | None = None   # the upstream's names when last read
+        self.upstream_keys: frozenset[str] = frozenset()        # their model_key()s
         self.error: str | None = None   # why the list could not be read (then it is not written either)
         self._write = anyio.Lock()
 
@@ -142,6 +154,20 @@ class KnowledgeModels:
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, self.path)
+
+    def note_upstream(self, names: tuple[str, ...]) -> None:
+        """The upstream's model names, as last read: an upstream model wins over a knowledge model of
+        the same name (one pulled after the alias was made), and a new alias may not take one."""
+        self.upstream_models = names
+        self.upstream_keys = frozenset(model_key(name) for name in names)
+
+    def shadowed(self, model: KnowledgeModel) -> bool:
+        return model_key(model.alias) in self.upstream_keys
+
+    def claims(self, name: str) -> KnowledgeModel | None:
+        """The knowledge model that already has ``name`` in Ollama's sense (case, namespace, tag)."""
+        key = model_key(name)
+        return next((m for m in self.models.values() if model_key(m.alias) == key), None)
 
     # --- reads (the chat path: one dict lookup) ---
 

@@ -25,7 +25,8 @@ def visible_models(request: Request) -> tuple[list[KnowledgeModel], bool]:
     """The knowledge models the request's key may see, and whether it may see the plain models."""
     gateway = request.app.state.gateway
     who = principal(request)
-    models = list(gateway.models.models.values()) if gateway.models is not None else []
+    registry = gateway.models
+    models = [m for m in registry.models.values() if not registry.shadowed(m)] if registry is not None else []
     return [m for m in models if who.sees(m.kb)], plain_models_visible(gateway, who)
 
 
@@ -76,5 +77,5 @@ def remember_upstream_names(gateway: Any, body: bytes) -> None:
     except (ValueError, AttributeError):
         return
     if isinstance(entries, list):
-        gateway.models.upstream_models = tuple(str(e.get("name")) for e in entries
-                                               if isinstance(e, dict) and e.get("name"))
+        names = tuple(str(e.get("name")) for e in entries if isinstance(e, dict) and e.get("name"))
+        gateway.models.note_upstream(names)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 
 class ReplyRenamer:
@@ -45,6 +45,8 @@ class ReplyRenamer:
 def rename_reply(response: Any, upstream_name: str, client_name: str, field: str = "model") -> Any:
     """``response`` (a StreamRelay or a whole Response) answering under ``client_name``."""
     if upstream_name == client_name:
+        return response
+    if isinstance(response, StreamingResponse):   # GraphGate's own reply (/context): made under the client's name
         return response
     renamer = ReplyRenamer(upstream_name, client_name, field)
     if isinstance(response, Response):

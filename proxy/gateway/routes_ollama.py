@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from proxy.core.errors import UpstreamError
+from proxy.core.errors import Conflict, UpstreamError
 from proxy.core.payloads import parse_object, read_body, require_fields, require_model
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward, forward_small, upstream_headers
@@ -73,10 +73,12 @@ async def tags(request: Request) -> Response:
 
 
 def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
-                  needs_model: bool = True, discovery_call: bool = False, models: bool = False) -> Handler:
+                  needs_model: bool = True, discovery_call: bool = False, models: bool = False,
+                  makes: str | None = None) -> Handler:
     """A handler that checks the JSON body and forwards it unchanged; ``models``: a knowledge
     model's name is sent as its base model's (embeddings, completions, /api/show) and the reply
-    renamed back."""
+    renamed back; ``makes``: the body's field naming a model the call makes upstream (pull, create,
+    copy), which may not be a knowledge model's name (it would hide the one or the other)."""
 
     async def handler(request: Request) -> Response | ASGIApp:
         raw = await read_body(request, request.app.state.gateway.settings.max_body_bytes)
@@ -84,6 +86,8 @@ def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
         if needs_model:
             require_model(body, legacy_name=legacy_name)
         require_fields(body, *fields)
+        if makes is not None:
+            refuse_knowledge_model_name(request, body.get(makes) or body.get("name"))
         found, name_field = None, "model" if "model" in body or not legacy_name else "name"
         if models:
             name = str(body[name_field])
@@ -97,6 +101,14 @@ def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
     return handler
 
 
+def refuse_knowledge_model_name(request: Request, name: object) -> None:
+    registry = request.app.state.gateway.models
+    taken = registry.claims(name) if registry is not None and isinstance(name, str) else None
+    if taken is not None:
+        raise Conflict(f"{name!r} is the name of a knowledge model (GET /rag/models): delete it, or give the "
+                       "upstream model another name")
+
+
 async def generate(request: Request) -> Response | ASGIApp:
     started = time.perf_counter()
     gateway = request.app.state.gateway
@@ -108,10 +120,11 @@ async def generate(request: Request) -> Response | ASGIApp:
     if found is not None:
         body = apply_model(body, found, system_field=True)
         raw = json_bytes(body)
-    kb = found.kb if found is not None else gateway.settings.plain_model_kb
-    kb = "default" if kb == "none" else kb   # an ungrounded completion is counted under default
+    # a knowledge model's base is opened (a 404 when it was deleted) whether or not completions are augmented
+    grounding = await ground(request, found) if found is not None or gateway.settings.augment_generate else None
+    kb = (grounding.kb if grounding is not None else None) or "default"
     if gateway.settings.augment_generate:
-        raw = await gateway.augmenter.generate(request, body, raw, await ground(request, found))
+        raw = await gateway.augmenter.generate(request, body, raw, grounding, client_model=name)
     gateway.metrics.chat_forwarded(started)
     with gateway.metrics.upstream_call("chat_relay", kb) as call:   # a completion relayed like a chat
         response = await forward(request, content=raw)
@@ -139,10 +152,11 @@ ROUTES = [
     Route("/api/generate", generate, methods=["POST"]),
     Route("/api/embed", json_endpoint(models=True), methods=["POST"]),
     Route("/api/embeddings", json_endpoint(models=True), methods=["POST"]),
-    Route("/api/pull", json_endpoint(legacy_name=True), methods=["POST"]),
+    Route("/api/pull", json_endpoint(legacy_name=True, makes="model"), methods=["POST"]),
     Route("/api/push", json_endpoint(legacy_name=True), methods=["POST"]),
-    Route("/api/create", json_endpoint(legacy_name=True), methods=["POST"]),
-    Route("/api/copy", json_endpoint(needs_model=False, fields=("source", "destination")), methods=["POST"]),
+    Route("/api/create", json_endpoint(legacy_name=True, makes="model"), methods=["POST"]),
+    Route("/api/copy", json_endpoint(needs_model=False, fields=("source", "destination"), makes="destination"),
+          methods=["POST"]),
     Route("/api/delete", json_endpoint(legacy_name=True), methods=["DELETE"]),
     Route("/api/blobs/{digest}", blobs, methods=["HEAD", "POST"]),
 ]

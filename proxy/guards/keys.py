@@ -177,6 +177,11 @@ class KeyStore:
         """Whether the API needs a key because of stored ones (or of an unreadable key file)."""
         return bool(self.keys) or self.broken is not None
 
+    @property
+    def some_limited(self) -> bool:
+        """Whether some key is limited to some knowledge bases (then the base names are not for everyone)."""
+        return any(key.kbs is not None for key in self.keys.values())
+
     def verify(self, token: str) -> ApiKey | None:
         """The key this token is, or None."""
         if not token.startswith(TOKEN_PREFIX):

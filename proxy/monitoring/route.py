@@ -1,9 +1,10 @@
 """GET /metrics: the Prometheus text of this gateway's registry.
 
 Open by default, like Ollama's GET /: a Prometheus scrape job usually sends no credentials, and
-the text holds counts and latencies, never a document, a question or a key. With
-GRAPHGATE_METRICS_REQUIRE_KEY (and a key in use: GRAPHGATE_API_KEY or a stored one) it needs an
-admin key that is not limited to some knowledge bases (the labels may name every base).
+the text holds counts and latencies, never a document, a question or a key. It needs an admin key
+that is not limited to some knowledge bases with GRAPHGATE_METRICS_REQUIRE_KEY (and a key in use:
+GRAPHGATE_API_KEY or a stored one), and always once a key limited to some bases exists: the
+``kb`` labels name every base, which such a key must not learn.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ async def metrics(request: Request) -> Response:
     gateway = request.app.state.gateway
     settings = gateway.settings
     check = KeyCheck(settings.api_key)
-    if settings.metrics_require_key and check.in_use(request.scope):
+    store = check.store(request.scope)
+    limited = store is not None and store.some_limited
+    if (settings.metrics_require_key or limited) and check.in_use(request.scope):
         who = check.principal(request.scope)
         if who is None:
             return error_response(request.url.path, 401, UNAUTHORIZED, headers={"www-authenticate": "Bearer"})

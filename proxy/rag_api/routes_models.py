@@ -13,7 +13,7 @@ from starlette.routing import Route
 from proxy.core.errors import Conflict, GraphGateError, NotFound, ServiceUnavailable
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
-from proxy.gateway.knowledge_models import KnowledgeModels, canonical
+from proxy.gateway.knowledge_models import KnowledgeModels, canonical, model_key
 from proxy.gateway.model_lists import remember_upstream_names
 from proxy.guards.access import principal, require
 from proxy.state import bases
@@ -64,18 +64,21 @@ async def save_model(request: Request, alias: str, spec: dict[str, Any], *,
     the admin role on its base and on the base of the model it replaces; a name the upstream has is
     a 409, and so is a name taken when ``replace`` is off. (Its description, whether it is new.)"""
     models = registry(request)
-    current = models.resolve(alias) if alias else None
+    kb = spec.get("kb", "default")
+    if isinstance(kb, str):   # the role first: a key that may not make models learns nothing of their names
+        require(request, kb, "admin")
+    current = models.claims(alias) if alias else None
     if current is not None:
         if not principal(request).sees(current.kb):
             raise Conflict(f"the name {alias!r} is taken: choose another")
-        if not replace:
+        if not replace or current.alias != canonical(alias):
             raise Conflict(f"a knowledge model named {current.alias!r} already exists: edit it on its page")
         require(request, current.kb, "admin")
-    kb = spec.get("kb", "default")
-    if isinstance(kb, str):
-        require(request, kb, "admin")
     await refresh_upstream_names(request)
-    if alias and canonical(alias) in {canonical(name) for name in models.upstream_models or ()}:
+    if models.upstream_models is None:
+        raise ServiceUnavailable("the upstream's model list cannot be read, so the name cannot be checked against "
+                                 "its models: try again when the upstream answers")
+    if alias and model_key(alias) in models.upstream_keys:
         raise Conflict(f"the upstream has a model named {alias!r}: choose another name for the knowledge model")
     return await models.put(alias, spec, bases(request).names())
 
