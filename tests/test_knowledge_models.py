@@ -254,17 +254,19 @@ def test_the_renamer_rewrites_whole_lines_only() -> None:
     assert renamer.whole(b'{"model":"llama3.2:latest-x"}') == b'{"model":"llama3.2:latest-x"}'
 
 
-async def test_an_unreadable_model_list_is_kept_and_plain_chats_go_on(settings: Settings, fake: FakeOllama) -> None:
+@pytest.mark.parametrize("content", ['{"models": {"hr-bot:latest": ', "null", "[]", '{"models": {"x": 3}}'])
+async def test_an_unreadable_model_list_is_kept_and_plain_chats_go_on(settings: Settings, fake: FakeOllama,
+                                                                      content: str) -> None:
     settings.data_dir.mkdir(parents=True)
     broken = settings.data_dir / "models.json"
-    broken.write_text('{"models": {"hr-bot:latest": ')   # a torn file, say
+    broken.write_text(content)   # a torn file, or one edited into another shape
     async with gateway_client(settings, fake) as client:
         reply = await client.post("/api/chat", json={"model": MODEL, "stream": False,
                                                      "messages": [{"role": "user", "content": "hi"}]})
         assert reply.status_code == 200
         refused = await put(client, "hr-bot", model=MODEL, kb="default")
         assert refused.status_code == 503 and "cannot read" in refused.json()["error"]
-    assert broken.read_text() == '{"models": {"hr-bot:latest": '   # left for the operator to repair
+    assert broken.read_text() == content   # left for the operator to repair
 
 
 ADMIN = {"authorization": "Bearer the-admin-key"}

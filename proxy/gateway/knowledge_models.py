@@ -144,7 +144,10 @@ class KnowledgeModels:
             data = json.loads(self.path.read_text("utf-8"))
         except FileNotFoundError:
             return {}
-        return dict(data.get("models", {}))
+        entries = data.get("models") if isinstance(data, dict) else None
+        if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
+            raise ValueError('not a list of knowledge models ({"models": {"<name>": {...}}})')
+        return entries
 
     def _save_sync(self, models: dict[str, KnowledgeModel]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
