@@ -97,6 +97,7 @@ async def delete_base(request: Request, name: str) -> dict[str, Any]:
     out of the API keys that name it, so that a base made later under the name is not theirs."""
     gateway: Gateway = request.app.state.gateway
     registry = bases(request)
+    registry.check_list()   # a list that cannot be read: 503, not "no such base"
     if name not in registry.names():
         raise NotFound(f"no knowledge base named {name!r}")
     if gateway.keys is not None and name != "default":

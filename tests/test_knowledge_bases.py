@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -350,3 +351,84 @@ async def test_the_console_pages_read_the_base_their_address_names(
         assert "team.txt" in hr_page.text and "club.txt" not in hr_page.text
         assert "club.txt" in default_page.text and "team.txt" not in default_page.text
         assert (await client.get("/admin/documents", params={"kb": "nope"})).status_code == 404
+
+
+async def test_concurrent_creations_all_reach_the_list_on_disk(
+        settings: Settings, fake: FakeOllama, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two creations at once, the first one's write slowed: the list on disk ends with both (a write
+    never lands over a newer one), so both are there after a restart."""
+    fsync = os.fsync
+    calls: list[int] = []
+
+    def slow_first_fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:   # the first creation's write of the list, in its worker thread
+            time.sleep(0.3)
+        fsync(fd)
+
+    async with gateway_client(settings, fake) as client:
+        monkeypatch.setattr(os, "fsync", slow_first_fsync)
+        async with anyio.create_task_group() as group:
+            group.start_soon(create, client, "aaa")
+            await anyio.sleep(0.05)   # its write has begun
+            group.start_soon(create, client, "bbb")
+        monkeypatch.setattr(os, "fsync", fsync)
+        assert registry_of(client).names() == ["default", "aaa", "bbb"]
+    on_disk = json.loads((settings.data_dir / BASES_DIR / REGISTRY_FILE).read_text())
+    assert sorted(on_disk["bases"]) == ["aaa", "bbb"]
+    async with gateway_client(settings, fake) as client:
+        assert [b["name"] for b in (await client.get("/rag/kbs")).json()["kbs"]] == ["default", "aaa", "bbb"]
+        assert (await client.get("/rag/documents", params={"kb": "bbb"})).status_code == 200
+
+
+async def test_a_base_is_not_closed_while_its_documents_are_extracted(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    """Uploaded, then no request for longer than the idle time: the extraction goes on to the end
+    (its LLM calls are not thrown away), and the base closes once it is done and idle."""
+    fake.hold_structured = anyio.Event()   # the extraction waits on the LLM
+    async with gateway_client(settings.replace(kb_idle_seconds=0.3), fake) as client:
+        bases = registry_of(client)
+        await create(client, "slow")
+        response = await client.post("/rag/documents", params={"kb": "slow"}, json={"name": "club.txt", "text": CLUB})
+        assert response.status_code in (200, 202), response.text
+        document_id = response.json()["documents"][0]["id"]
+        base = bases.bases["slow"]
+        knowledge = base.knowledge
+        assert knowledge is not None and knowledge.pipeline.busy
+        await anyio.sleep(1.0)   # more than three times the idle time, no request
+        assert base.knowledge is knowledge and knowledge.pipeline.busy
+        fake.hold_structured.set()
+        with anyio.fail_after(10):
+            while knowledge.pipeline.busy:
+                await anyio.sleep(0.02)
+        assert base.knowledge is knowledge   # done just now: not idle yet
+        with anyio.fail_after(10):
+            while base.knowledge is not None:   # then closed once idle
+                await anyio.sleep(0.02)
+        assert bases.opened == 1
+        document = (await client.get(f"/rag/documents/{document_id}", params={"kb": "slow"})).json()
+        assert document["status"] == "processed", document
+
+
+@pytest.mark.parametrize("text", ['{"version": 1, "bases": {"hr": {"uid": "0123', '["hr"]',
+                                  '{"bases": {"hr": "not an entry"}}'], ids=["torn", "a-list", "a-bad-entry"])
+async def test_a_list_that_cannot_be_read_leaves_default_serving_and_the_file_untouched(
+        settings: Settings, fake: FakeOllama, text: str) -> None:
+    root = settings.data_dir / BASES_DIR
+    root.mkdir(parents=True)
+    (root / "hr").mkdir()
+    registry = root / REGISTRY_FILE
+    registry.write_text(text)
+    async with gateway_client(settings, fake) as client:
+        assert (await client.get("/rag/documents")).status_code == 200
+        assert [b["name"] for b in (await client.get("/rag/kbs")).json()["kbs"]] == ["default"]
+        for response in (await client.get("/rag/documents", params={"kb": "hr"}),
+                         await client.get("/rag/kbs/hr"),
+                         await client.post("/rag/kbs", json={"name": "new"}),
+                         await client.patch("/rag/kbs/hr", json={"settings": {"chunk_tokens": 600}}),
+                         await client.delete("/rag/kbs/hr", params={"confirm": "hr"})):
+            assert response.status_code == 503, response.text
+            assert "cannot be read" in response.text and str(registry) in response.text, response.text
+        assert not (root / "new").exists()
+    assert registry.read_text() == text
+    assert (root / "hr").is_dir()

@@ -18,6 +18,12 @@ the next request opens it with the new settings). A deletion closes the
 base, renames its directory to a tombstone (``kbs/.deleting-<name>.<id>``), drops it from the list,
 then removes the tombstone; a deletion killed half-way is finished at the next start (a tombstone
 whose id the list still holds is dropped from it first), so a base is there whole or not at all.
+The list is written by one writer at a time, from a snapshot taken on the event loop once the
+previous write is done, so the file always ends with the newest state. A list that cannot be read
+(torn, edited into the wrong shape) does not stop the gateway: ``default`` serves, the other bases
+answer 503 naming the file, and the file is never overwritten (the operator repairs it and restarts).
+A base whose pipeline has documents queued or in extraction is not idle: it is closed once the
+work is done and the idle time has passed since.
 """
 
 from __future__ import annotations
@@ -124,6 +130,8 @@ class KnowledgeBases:
         self.default_error: str | None = None
         self.default_created_at = _now()
         self.group: TaskGroup | None = None
+        self.registry_error: str | None = None   # why the list could not be read (bases other than default: 503)
+        self.save_lock = anyio.Lock()   # one writer of the list at a time
         self.opened = 0   # how many times a base was opened (the tests count lazy opens)
 
     # --- the list on disk ---
@@ -137,23 +145,50 @@ class KnowledgeBases:
         self.default_created_at = created_at or self.default_created_at
         return entries, tombstones
 
-    def _finish_sync(self, tombstones: list[Path]) -> None:
+    async def _load(self) -> list[Path]:
+        """Fill ``bases`` from the list and return the tombstones to finish; a list that cannot be
+        read leaves only ``default`` and the reason in ``registry_error`` (the file is left alone)."""
+        try:
+            entries, tombstones = await anyio.to_thread.run_sync(self._load_sync)
+        except (OSError, ValueError) as exc:
+            self.registry_error = (f"the list of knowledge bases cannot be read ({self.registry_path}: {exc}); "
+                                   f"repair or move it away and restart the gateway")
+            log.error("%s", self.registry_error)
+            return []
+        self.bases = {name: Base(name=name, uid=e["uid"], created_at=e["created_at"], overrides=dict(e["settings"]))
+                      for name, e in entries.items()}
+        return tombstones
+
+    async def _finish(self, tombstones: list[Path]) -> None:
         """Remove what killed deletions left (the list first, then the files)."""
         if not tombstones:
             return
         try:
-            self._save_sync()
+            await self._save()
             for tomb in tombstones:
                 log.info("finishing the deletion of knowledge base %s", tomb.name)
-                shutil.rmtree(tomb)
+                await anyio.to_thread.run_sync(shutil.rmtree, tomb)
         except OSError as exc:   # a read-only disk, say: the gateway still starts; the next start tries again
             log.warning("could not finish deleting knowledge bases in %s: %s", self.root, exc)
 
-    def _save_sync(self) -> None:
+    def check_list(self) -> None:
+        """503 naming the file when the list of bases could not be read at start-up."""
+        if self.registry_error is not None:
+            raise ServiceUnavailable(self.registry_error)
+
+    async def _save(self) -> None:
+        """Write the list as it is now. One writer at a time, and the snapshot is taken on the event
+        loop once the lock is held: a write never lands over a newer one."""
+        self.check_list()   # never over a list that could not be read
+        async with self.save_lock:
+            body = {"version": 1, "default_created_at": self.default_created_at,
+                    "bases": {b.name: b.entry() for b in sorted(self.bases.values(), key=lambda b: b.name)}}
+            with anyio.CancelScope(shield=True):   # a caller that goes away does not leave the lock mid-write
+                await anyio.to_thread.run_sync(self._write_sync, body)
+
+    def _write_sync(self, body: dict[str, Any]) -> None:
         """Write the list whole: a temporary file, fsynced, renamed over the old one."""
         self.root.mkdir(parents=True, exist_ok=True)
-        body = {"version": 1, "default_created_at": self.default_created_at,
-                "bases": {b.name: b.entry() for b in sorted(self.bases.values(), key=lambda b: b.name)}}
         tmp = self.root / f".{REGISTRY_FILE}.{uuid.uuid4().hex}.tmp"
         with open(tmp, "w", encoding="utf-8") as out:
             json.dump(body, out, indent=1)
@@ -171,10 +206,7 @@ class KnowledgeBases:
     async def run(self) -> AsyncIterator[KnowledgeBases]:
         """Load the list (nothing is opened: start-up does not grow with the number of bases), run
         the idle reaper, and close every open base on the way out."""
-        entries, tombstones = await anyio.to_thread.run_sync(self._load_sync)
-        self.bases = {name: Base(name=name, uid=str(e["uid"]), created_at=str(e["created_at"]),
-                                 overrides=dict(e.get("settings") or {})) for name, e in entries.items()}
-        await anyio.to_thread.run_sync(self._finish_sync, tombstones)
+        await self._finish(await self._load())
         try:
             async with anyio.create_task_group() as group:
                 self.group = group
@@ -210,6 +242,7 @@ class KnowledgeBases:
         check_name(name)
         if name == DEFAULT:
             return {**self.describe()[0], "effective": effective_values(self.settings)}
+        self.check_list()
         base = self.bases.get(name)
         if base is None or base.deleting:
             raise NotFound(f"no knowledge base named {name!r}")
@@ -250,6 +283,7 @@ class KnowledgeBases:
                 raise ServiceUnavailable(f"the knowledge store is unavailable: {self.default_error}")
             return self.default, _nothing
         check_name(name)
+        self.check_list()
         base = self.bases.get(name)
         if base is None or base.deleting:
             raise NotFound(f"no knowledge base named {name!r}")
@@ -338,9 +372,12 @@ class KnowledgeBases:
             await anyio.sleep(min(max(idle / 4, 0.02), 5.0))
             now = time.monotonic()
             for base in list(self.bases.values()):
+                if base.knowledge is not None and _working(base.knowledge):
+                    base.last_used = now   # in use by its own work: the idle time counts from its end
+                    continue
                 if base.knowledge is not None and base.leases == 0 and now - base.last_used >= idle:
                     async with base.lock:
-                        if base.knowledge is not None and base.leases == 0 \
+                        if base.knowledge is not None and base.leases == 0 and not _working(base.knowledge) \
                                 and time.monotonic() - base.last_used >= idle:
                             await self._close(base)
 
@@ -348,6 +385,7 @@ class KnowledgeBases:
 
     async def create(self, name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         check_name(name)
+        self.check_list()
         if name == DEFAULT or name in self.bases:
             raise Conflict(f"a knowledge base named {name!r} already exists")
         if self.directory(name).exists():
@@ -356,7 +394,7 @@ class KnowledgeBases:
         base = Base(name=name, uid=uuid.uuid4().hex[:12], created_at=_now(), overrides=checked)
         self.bases[name] = base
         try:   # listed first, then made: a kill in between leaves a listed base whose directory opens empty
-            await anyio.to_thread.run_sync(self._save_sync)
+            await self._save()
             await anyio.to_thread.run_sync(lambda: self.directory(name).mkdir(parents=True, exist_ok=True))
         except OSError:
             self.bases.pop(name, None)
@@ -371,6 +409,7 @@ class KnowledgeBases:
         if name == DEFAULT:
             raise Conflict("the default knowledge base runs with the gateway's own settings (GRAPHGATE_*, "
                            "flags): change those and restart; overrides are for the other bases")
+        self.check_list()
         base = self.bases.get(name)
         if base is None or base.deleting:
             raise NotFound(f"no knowledge base named {name!r}")
@@ -379,7 +418,7 @@ class KnowledgeBases:
             before = base.overrides
             base.overrides = merged
             try:
-                await anyio.to_thread.run_sync(self._save_sync)
+                await self._save()
             except OSError:
                 base.overrides = before
                 raise
@@ -395,6 +434,7 @@ class KnowledgeBases:
         check_name(name)
         if name == DEFAULT:
             raise Conflict("the default knowledge base cannot be deleted")
+        self.check_list()
         base = self.bases.get(name)
         if base is None or base.deleting:
             raise NotFound(f"no knowledge base named {name!r}")
@@ -415,7 +455,7 @@ class KnowledgeBases:
             base.deleting = False
             raise
         del self.bases[name]
-        await anyio.to_thread.run_sync(self._save_sync)
+        await self._save()
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
         if self.metrics is not None:
             self.metrics.forget(name)
@@ -430,15 +470,33 @@ def read_registry_sync(root: Path) -> tuple[dict[str, Any], str | None, list[Pat
     created_at = None
     registry = root / REGISTRY_FILE
     if registry.is_file():
-        raw = json.loads(registry.read_text(encoding="utf-8"))
-        entries = dict(raw.get("bases", {}))
-        created_at = raw.get("default_created_at")
+        entries, created_at = _parse_registry(registry.read_text(encoding="utf-8"))
     tombstones = sorted(root.glob(TOMBSTONE + "*")) if root.is_dir() else []
     for tomb in tombstones:
         name, _, uid = tomb.name[len(TOMBSTONE):].rpartition(".")
         if name in entries and entries[name].get("uid") == uid:
             del entries[name]   # killed between the rename and the list's write
     return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, created_at, tombstones
+
+
+def _parse_registry(text: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """The list's entries (each with its uid, created_at and settings) and default's created_at;
+    ValueError saying what is wrong when the text is no such list (torn, edited by hand)."""
+    raw = json.loads(text)
+    if not isinstance(raw, dict) or not isinstance(raw.get("bases", {}), dict):
+        raise ValueError("not a list of knowledge bases (an object with a \"bases\" object)")
+    created_at = raw.get("default_created_at")
+    if created_at is not None and not isinstance(created_at, str):
+        raise ValueError("default_created_at is not a string")
+    entries: dict[str, dict[str, Any]] = {}
+    for name, entry in raw.get("bases", {}).items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("uid"), str) \
+                or not isinstance(entry.get("created_at"), str) \
+                or not isinstance(entry.get("settings") or {}, dict):
+            raise ValueError(f"the entry of {name!r} is not an object with a uid, a created_at and settings")
+        entries[name] = {"uid": entry["uid"], "created_at": entry["created_at"],
+                         "settings": dict(entry.get("settings") or {})}
+    return entries, created_at
 
 
 def base_settings_sync(settings: Settings, name: str) -> Settings:
@@ -453,6 +511,12 @@ def base_settings_sync(settings: Settings, name: str) -> Settings:
         raise NotFound(f"no knowledge base named {name!r} in {settings.data_dir}")
     base_settings = settings.replace(data_dir=settings.data_dir / BASES_DIR / name, inbox_dir=None)
     return apply_overrides(base_settings, dict(entries[name].get("settings") or {}))
+
+
+def _working(knowledge: Knowledge) -> bool:
+    """The base has documents queued, being extracted or merged, or community summaries being
+    written: closing it would throw away LLM calls in flight."""
+    return knowledge.pipeline.busy or knowledge.communities.status.state == "running"
 
 
 def _nothing() -> None:
