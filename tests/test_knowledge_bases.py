@@ -421,8 +421,8 @@ async def test_a_list_that_cannot_be_read_leaves_default_serving_and_the_file_un
     registry.write_text(text)
     async with gateway_client(settings, fake) as client:
         assert (await client.get("/rag/documents")).status_code == 200
-        assert [b["name"] for b in (await client.get("/rag/kbs")).json()["kbs"]] == ["default"]
-        for response in (await client.get("/rag/documents", params={"kb": "hr"}),
+        for response in (await client.get("/rag/kbs"),   # not "default" alone: the list says it cannot be read
+                         await client.get("/rag/documents", params={"kb": "hr"}),
                          await client.get("/rag/kbs/hr"),
                          await client.post("/rag/kbs", json={"name": "new"}),
                          await client.patch("/rag/kbs/hr", json={"settings": {"chunk_tokens": 600}}),

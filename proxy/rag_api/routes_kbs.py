@@ -21,7 +21,9 @@ from proxy.state import bases, delete_base
 async def list_bases(request: Request) -> Response:
     """The bases the request's key may see (a scoped key never learns the others' names)."""
     who = principal(request)
-    return json_response({"kbs": [base for base in bases(request).describe() if who.sees(base["name"])]})
+    registry = bases(request)
+    registry.check_list()   # an unreadable list: 503 with the reason, not "default" alone
+    return json_response({"kbs": [base for base in registry.describe() if who.sees(base["name"])]})
 
 
 async def create_base(request: Request) -> Response:
