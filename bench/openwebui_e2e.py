@@ -9,11 +9,14 @@ its Ollama connection (OLLAMA_BASE_URL = the gateway).
    one knowledge model (alias) on each;
 3. Open WebUI (its own venv: ``--openwebui`` names its ``open-webui`` command) started offline in a
    temporary DATA_DIR, its first (admin) user signed up through its API;
-4. the checks: (a) Open WebUI's model list (GET /api/models) holds both aliases and the plain
-   models; (b) a chat with each alias through Open WebUI (POST /api/chat/completions) reached the
-   upstream under the base model's name, grounded in its own base's facts and none of the other's;
-   (c) Open WebUI's title task for that chat (POST /api/v1/tasks/title/completions) went upstream
-   un-augmented, and GraphGate's trace says it skipped it as an Open WebUI task.
+4. the checks: (a) Open WebUI's model list (GET /api/models) holds both aliases, as Ollama models,
+   and the plain model; with each alias (b) a new chat started as Open WebUI's front end starts
+   one (POST /api/chat/completions with its background tasks: title, tags, follow-ups): the chat
+   turn reached the upstream under the base model's name, grounded in its own base's facts and
+   none of the other's; the three task calls went as Open WebUI rendered them, un-augmented, and
+   GraphGate's traces in that base say so (one augmented turn, three skipped as Open WebUI
+   tasks); Open WebUI saved the answer in its chat and titled it; (c) a streamed chat through its
+   OpenAI-style API (no chat kept): the upstream's reply comes back, the turn grounded as in (b).
 
 With ``--plain`` (a gateway without knowledge models), the chats use the plain model, grounded in
 the default base (which then holds hr's document); legal's facts must still not reach it.
@@ -35,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +57,7 @@ from tests.servers import Server, free_port  # noqa: E402
 BASE_MODEL = "llama3.2:latest"
 QUESTION = "What does Alice Smith do?"
 # what only one base knows about the entity both share
-FACTS = {"hr": ("Orion",), "legal": ("chess",)}
+FACTS: dict[str, tuple[str, ...]] = {"hr": ("Orion",), "legal": ("chess",)}
 ALIASES = {"hr": "hr-assistant", "legal": "legal-assistant"}
 OPENWEBUI_START_SECONDS = 180
 ADMIN = {"name": "E2E Admin", "email": "admin@example.com", "password": "e2e-password-1"}
@@ -105,17 +109,6 @@ def traces_of(gateway: httpx.Client, kb: str) -> list[dict[str, Any]]:
     response = gateway.get("/rag/traces", params={"kb": kb})
     assert response.status_code == 200, f"GET /rag/traces?kb={kb}: {response.status_code} {response.text}"
     return response.json()["traces"]
-
-
-def wait_for_trace(gateway: httpx.Client, kb: str, seen: int, what: str) -> dict[str, Any]:
-    """The newest trace of ``kb`` once there are more than ``seen`` (traces are written in the background)."""
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        traces = traces_of(gateway, kb)
-        if len(traces) > seen:
-            return traces[0]
-        time.sleep(0.1)
-    raise AssertionError(f"no trace in {kb} for {what} within 15 s")
 
 
 # --- Open WebUI ---------------------------------------------------------------------------------
@@ -179,14 +172,46 @@ def sign_up_admin(webui: httpx.Client) -> str:
 
 # --- the checks ---------------------------------------------------------------------------------
 
+# what Open WebUI's own front end asks for with a new chat: it then sends the title task at once,
+# beside the chat, and the follow-ups and tags tasks after the answer
+UI_TASKS = {"title_generation": True, "tags_generation": True, "follow_up_generation": True}
+
+
 def upstream_chats(fake: FakeOllama) -> list[dict[str, Any]]:
     """The chat turns that reached the upstream (not GraphGate's own extraction and keyword calls,
     which ask for a JSON format)."""
     return [r.json for r in fake.requests_to("/api/chat") if isinstance(r.json, dict) and not r.json.get("format")]
 
 
+def wait_for_upstream_chats(fake: FakeOllama, before: int, count: int, seconds: float = 30) -> list[dict[str, Any]]:
+    """The chat turns after the first ``before``, once there are ``count`` (or what came in ``seconds``),
+    and a moment more so that an unexpected extra one is seen too."""
+    deadline = time.monotonic() + seconds
+    while len(upstream_chats(fake)) - before < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    return upstream_chats(fake)[before:]
+
+
 def text_of(request: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content", "")) for m in request.get("messages") or [] if isinstance(m, dict))
+
+
+def is_task(turn: dict[str, Any]) -> bool:
+    """One of Open WebUI's task prompts, as it renders them: one user message under a '### Task:' heading."""
+    messages = turn.get("messages") or []
+    return [m.get("role") for m in messages] == ["user"] and text_of(turn).lstrip().startswith("### Task:")
+
+
+def task_line(turn: dict[str, Any]) -> str:
+    return text_of(turn).lstrip().removeprefix("### Task:").strip().split("\n", 1)[0][:60]
+
+
+def around(text: str, word: str, width: int = 100) -> str:
+    """The text around the first ``word`` in it (what the detail of a check shows)."""
+    at = text.find(word)
+    snippet = text[max(0, at - width):at + width] if at >= 0 else text[:2 * width]
+    return snippet.replace("\n", " ")
 
 
 def check_models(report: Report, webui: httpx.Client, targets: dict[str, str]) -> None:
@@ -197,76 +222,118 @@ def check_models(report: Report, webui: httpx.Client, targets: dict[str, str]) -
     listed = {m["id"]: m for m in response.json()["data"]}
     for kb, model in targets.items():
         entry = listed.get(model)
-        report.check(f"Open WebUI's model picker holds {model!r} (base {kb})",
+        report.check(f"Open WebUI's model picker holds {model!r} (base {kb}) as an Ollama model",
                      entry is not None and entry.get("owned_by") == "ollama",
                      f"owned_by={entry.get('owned_by') if entry else None}; listed: {sorted(listed)}")
     report.check(f"Open WebUI's model picker holds the plain model {BASE_MODEL!r}", BASE_MODEL in listed,
                  f"listed: {sorted(listed)}")
 
 
-def check_chat(report: Report, webui: httpx.Client, gateway: httpx.Client, fake: FakeOllama,
-               kb: str, model: str, other: str) -> list[dict[str, Any]] | None:
-    """A chat with ``model`` through Open WebUI, grounded in ``kb`` only; the messages of the turn."""
+def check_grounding(report: Report, what: str, turn: dict[str, Any], kb: str,
+                    facts: dict[str, tuple[str, ...]]) -> None:
+    """The turn went upstream under the base model's name with ``kb``'s facts and no other base's."""
+    text = text_of(turn)
+    report.check(f"{what}: forwarded under the base model's name", turn.get("model") == BASE_MODEL,
+                 f"model={turn.get('model')!r}")
+    own = facts[kb]
+    report.check(f"{what}: grounded in {kb} ({', '.join(own)} in the context)",
+                 all(fact in text for fact in own), around(text, own[0]))
+    others = [fact for base, known in facts.items() if base != kb for fact in known]
+    leaked = [fact for fact in others if fact in text]
+    report.check(f"{what}: nothing of the other bases ({', '.join(others)}) reached the upstream",
+                 not leaked, f"leaked {leaked}: {around(text, leaked[0])}" if leaked else "")
+
+
+def new_traces(gateway: httpx.Client, kb: str, before: int, count: int) -> list[dict[str, Any]]:
+    """The traces of ``kb`` after the first ``before``, once there are ``count`` (written in the background)."""
+    deadline = time.monotonic() + 15
+    while True:
+        traces = traces_of(gateway, kb)
+        if len(traces) - before >= count or time.monotonic() > deadline:
+            return traces[:len(traces) - before]   # newest first
+        time.sleep(0.1)
+
+
+def check_ui_chat(report: Report, webui: httpx.Client, gateway: httpx.Client, fake: FakeOllama,
+                  kb: str, model: str, facts: dict[str, tuple[str, ...]]) -> None:
+    """A new chat as Open WebUI's front end starts one (its background tasks asked for): the chat
+    turn grounded in ``kb`` only, its title, tags and follow-ups tasks un-augmented, and the answer
+    saved in Open WebUI's chat."""
+    what = f"new chat with {model!r} as Open WebUI's front end starts one"
+    chats_before = {c["id"] for c in webui.get("/api/v1/chats/").json()}
     before = len(upstream_chats(fake))
     traces_before = len(traces_of(gateway, kb))
-    messages = [{"role": "user", "content": QUESTION}]
+    user_id, assistant_id = str(uuid.uuid4()), str(uuid.uuid4())
+    body = {"model": model, "stream": True, "parent_id": None, "id": assistant_id,
+            "messages": [{"role": "user", "content": QUESTION}],
+            "user_message": {"id": user_id, "parentId": None, "childrenIds": [assistant_id], "role": "user",
+                             "content": QUESTION, "timestamp": int(time.time()), "models": [model]},
+            "background_tasks": UI_TASKS, "features": {}, "params": {}}
     began = time.monotonic()
-    response = webui.post("/api/chat/completions", json={"model": model, "messages": messages, "stream": False})
-    report.timings[f"chat with {model} through Open WebUI (s)"] = time.monotonic() - began
-    if not report.check(f"chat with {model!r} through Open WebUI answers", response.status_code == 200,
+    response = webui.post("/api/chat/completions", json=body)
+    if not report.check(f"{what}: accepted", response.status_code == 200,
                         f"{response.status_code} {response.text[:300]}"):
-        return None
-    answer = response.json()["choices"][0]["message"]["content"]
-    sent = upstream_chats(fake)[before:]
-    if not report.check(f"chat with {model!r}: one turn reached the upstream", len(sent) == 1,
-                        f"{len(sent)} chat requests"):
-        return None
-    turn = sent[0]
-    text = text_of(turn)
-    report.check(f"chat with {model!r}: forwarded under the base model's name", turn.get("model") == BASE_MODEL,
-                 f"model={turn.get('model')!r}")
-    own, others = FACTS[kb], FACTS[other]
-    report.check(f"chat with {model!r}: grounded in {kb} ({', '.join(own)} in the context)",
-                 all(fact in text for fact in own), text[:400].replace("\n", " "))
-    report.check(f"chat with {model!r}: nothing of {other} ({', '.join(others)}) reached the upstream",
-                 not any(fact in text for fact in others), text[:400].replace("\n", " "))
-    trace = wait_for_trace(gateway, kb, traces_before, f"the chat with {model}")
-    report.check(f"chat with {model!r}: GraphGate's trace in {kb} says augmented", _augmented(trace),
-                 _trace_summary(trace))
-    return [*messages, {"role": "assistant", "content": answer}]
+        return
+    turns = wait_for_upstream_chats(fake, before, 1 + len(UI_TASKS))
+    report.timings[f"new chat with {model}: its turn and tasks upstream (s)"] = time.monotonic() - began
+    chats = [t for t in turns if not is_task(t)]
+    tasks = [t for t in turns if is_task(t)]
+    if not report.check(f"{what}: one chat turn and {len(UI_TASKS)} task calls reached the upstream",
+                        len(chats) == 1 and len(tasks) == len(UI_TASKS),
+                        f"{len(chats)} chat turns, tasks: {[task_line(t) for t in tasks]}"):
+        return
+    check_grounding(report, what, chats[0], kb, facts)
+    report.check(f"{what}: the task calls went under the base model's name",
+                 all(t.get("model") == BASE_MODEL for t in tasks), f"{[t.get('model') for t in tasks]}")
+    every_fact = [fact for known in facts.values() for fact in known]
+    augmented = [task_line(t) for t in tasks if any(fact in text_of(t) for fact in every_fact)]
+    report.check(f"{what}: the task calls went as Open WebUI rendered them (no context)", not augmented,
+                 f"with context: {augmented}" if augmented else "; ".join(task_line(t) for t in tasks))
+    traces = new_traces(gateway, kb, traces_before, 1 + len(UI_TASKS))
+    grounded = [t for t in traces if t.get("augmented")]
+    skipped = [str(t.get("reason")) for t in traces if not t.get("augmented")]
+    report.check(f"{what}: GraphGate's traces in {kb}: the chat augmented, each task skipped as an Open WebUI task",
+                 len(grounded) == 1 and grounded[0].get("query") == QUESTION and len(skipped) == len(UI_TASKS)
+                 and all(reason.startswith("background task (") for reason in skipped),
+                 f"augmented: {[t.get('query') for t in grounded]}; skipped: {skipped}")
+    new_chats = [c["id"] for c in webui.get("/api/v1/chats/").json() if c["id"] not in chats_before]
+    if not report.check(f"{what}: Open WebUI saved the chat", len(new_chats) == 1, f"new chats: {new_chats}"):
+        return
+    reply = "".join(fake.reply)
+    deadline = time.monotonic() + 10
+    while True:
+        chat = webui.get(f"/api/v1/chats/{new_chats[0]}").json()["chat"]
+        saved = chat.get("history", {}).get("messages", {}).get(assistant_id, {})
+        if saved.get("content") == reply or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    report.check(f"{what}: the answer came back through Open WebUI (saved in its chat, titled)",
+                 saved.get("content") == reply and bool(chat.get("title")) and chat.get("title") != "New Chat",
+                 f"answer {saved.get('content')!r}, title {chat.get('title')!r}")
 
 
-def check_title_task(report: Report, webui: httpx.Client, gateway: httpx.Client, fake: FakeOllama,
-                     kb: str, model: str, messages: list[dict[str, Any]]) -> None:
+def check_api_chat(report: Report, webui: httpx.Client, fake: FakeOllama,
+                   kb: str, model: str, facts: dict[str, tuple[str, ...]]) -> None:
+    """A chat through Open WebUI's OpenAI-style API (streamed, no chat kept): grounded in ``kb`` only."""
+    what = f"API chat with {model!r} (streamed)"
     before = len(upstream_chats(fake))
-    traces_before = len(traces_of(gateway, kb))
-    response = webui.post("/api/v1/tasks/title/completions", json={"model": model, "messages": messages})
-    if not report.check(f"title task for the chat with {model!r} answers", response.status_code == 200
-                        and "choices" in response.json(), f"{response.status_code} {response.text[:300]}"):
+    began = time.monotonic()
+    answer = []
+    with webui.stream("POST", "/api/chat/completions",
+                      json={"model": model, "stream": True, "messages": [{"role": "user", "content": QUESTION}]}) as r:
+        status = r.status_code
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                for choice in json.loads(line[len("data: "):]).get("choices") or []:
+                    answer.append((choice.get("delta") or {}).get("content") or "")
+    report.timings[f"API chat with {model} through Open WebUI (s)"] = time.monotonic() - began
+    reply = "".join(fake.reply)
+    if not report.check(f"{what}: answered with the upstream's reply", status == 200 and "".join(answer) == reply,
+                        f"{status} {''.join(answer)!r}"):
         return
-    sent = upstream_chats(fake)[before:]
-    if not report.check(f"title task for {model!r}: one request reached the upstream", len(sent) == 1,
-                        f"{len(sent)} chat requests"):
-        return
-    turn = sent[0]
-    text = text_of(turn)
-    report.check(f"title task for {model!r}: sent as Open WebUI rendered it (one user message, no context)",
-                 [m.get("role") for m in turn["messages"]] == ["user"] and text.lstrip().startswith("### Task:")
-                 and not any(fact in text for facts in FACTS.values() for fact in facts),
-                 text[:200].replace("\n", " "))
-    report.check(f"title task for {model!r}: forwarded under the base model's name", turn.get("model") == BASE_MODEL,
-                 f"model={turn.get('model')!r}")
-    trace = wait_for_trace(gateway, kb, traces_before, f"the title task of {model}")
-    report.check(f"title task for {model!r}: GraphGate's trace says skipped as an Open WebUI task",
-                 not _augmented(trace) and "background task (title" in json.dumps(trace), _trace_summary(trace))
-
-
-def _augmented(trace: dict[str, Any]) -> bool:
-    return bool(trace.get("augmented"))
-
-
-def _trace_summary(trace: dict[str, Any]) -> str:
-    return json.dumps({k: trace.get(k) for k in ("model", "augmented", "reason", "mode", "query")})[:300]
+    turns = wait_for_upstream_chats(fake, before, 1)
+    if report.check(f"{what}: one turn reached the upstream", len(turns) == 1, f"{len(turns)} chat turns"):
+        check_grounding(report, what, turns[0], kb, facts)
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -289,10 +356,12 @@ def run(openwebui_command: str, *, plain: bool = False, keep: Path | None = None
                     ingest(gateway, "default" if plain else "hr", "team.txt", TEAM)
                     ingest(gateway, "legal", "club.txt", CLUB)
                     report.timings["bases made and ingested (s)"] = time.monotonic() - began
+                    facts: dict[str, tuple[str, ...]]
                     if plain:
                         targets = {"default": BASE_MODEL}
-                        FACTS["default"] = FACTS["hr"]
+                        facts = {"default": FACTS["hr"], "legal": FACTS["legal"]}
                     else:
+                        facts = dict(FACTS)
                         for kb, alias in ALIASES.items():
                             make_alias(gateway, alias, kb)
                         targets = dict(ALIASES)
@@ -303,10 +372,8 @@ def run(openwebui_command: str, *, plain: bool = False, keep: Path | None = None
                         webui.headers["Authorization"] = f"Bearer {sign_up_admin(webui)}"
                         check_models(report, webui, targets)
                         for kb, model in targets.items():
-                            other = "legal" if kb != "legal" else "hr"
-                            messages = check_chat(report, webui, gateway, fake, kb, model, other)
-                            if messages is not None:
-                                check_title_task(report, webui, gateway, fake, kb, model, messages)
+                            check_ui_chat(report, webui, gateway, fake, kb, model, facts)
+                            check_api_chat(report, webui, fake, kb, model, facts)
             finally:
                 server.stop()
     finally:
@@ -317,8 +384,9 @@ def run(openwebui_command: str, *, plain: bool = False, keep: Path | None = None
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--openwebui", default=shutil.which("open-webui") or "open-webui",
-                        help="Open WebUI's command (its own venv's bin/open-webui)")
+    parser.add_argument("--openwebui", default=os.environ.get("GRAPHGATE_E2E_OPENWEBUI") or "open-webui",
+                        help="Open WebUI's command, its own venv's bin/open-webui (bench/openwebui_install.sh); "
+                             "default: $GRAPHGATE_E2E_OPENWEBUI, or open-webui on the PATH")
     parser.add_argument("--plain", action="store_true",
                         help="no knowledge models: chat with the plain model over the default base")
     parser.add_argument("--keep", type=Path, help="work in this directory and keep it (logs, data)")

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install Open WebUI into its own venv for bench/openwebui_e2e.py and tests/test_openwebui_e2e.py,
+# without its machine-learning stack: the e2e runs it with embeddings through its Ollama
+# connection (RAG_EMBEDDING_ENGINE=ollama), so torch, sentence-transformers, transformers,
+# accelerate, faster-whisper (speech to text) and the OCR/vision packages are never imported.
+# Seen here: ~70 s and 1.3 GB (the full install, with the CPU torch on this machine's disk: ~65 s
+# and 2.9 GB, and a start-up twice as slow because it imports torch).
+#
+#     bash bench/openwebui_install.sh /path/to/venv      # then /path/to/venv/bin/open-webui
+#
+# Does nothing if that venv already has this version.
+set -euo pipefail
+
+VERSION=0.12.4
+VENV=${1:?usage: openwebui_install.sh VENV_DIR}
+EXCLUDED="accelerate sentence-transformers transformers faster-whisper einops opencv-python-headless rapidocr"
+
+if [ -x "$VENV/bin/open-webui" ] && [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("open-webui"))' 2>/dev/null)" = "$VERSION" ]; then
+    echo "Open WebUI $VERSION already in $VENV"
+    exit 0
+fi
+started=$(date +%s)
+python3 -m venv "$VENV"
+"$VENV/bin/pip" install --quiet --no-deps "open-webui==$VERSION"
+# its own pins (so the versions are the ones it was released with), less the excluded and the extras
+"$VENV/bin/python" - "$EXCLUDED" > "$VENV/openwebui-requirements.txt" <<'EOF'
+import importlib.metadata
+import re
+import sys
+
+excluded = set(sys.argv[1].split())
+for requirement in importlib.metadata.requires("open-webui") or []:
+    name = re.split(r"[\[=<>!~; ]", requirement, maxsplit=1)[0].lower()
+    if "extra ==" not in requirement and name not in excluded:
+        print(requirement)
+EOF
+"$VENV/bin/pip" install --quiet -r "$VENV/openwebui-requirements.txt"
+echo "Open WebUI $VERSION installed in $VENV in $(( $(date +%s) - started )) s ($(du -sh "$VENV" | cut -f1))"
