@@ -23,6 +23,8 @@ from proxy.core.settings import Settings
 from proxy.gateway import routes_ollama, routes_openai
 from proxy.gateway.augment import Augmenter
 from proxy.gateway.chat import ChatPipeline
+from proxy.gateway.grounding import ground_turn
+from proxy.gateway.knowledge_models import KnowledgeModels
 from proxy.guards.body_limit import BodyLimitMiddleware
 from proxy.guards.middleware import build_middleware
 from proxy.knowledge.bases import KnowledgeBases
@@ -30,7 +32,7 @@ from proxy.knowledge.service import run_knowledge
 from proxy.mcp_server.http import McpEndpoint
 from proxy.monitoring import route as metrics_route
 from proxy.monitoring.metrics import Metrics
-from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_kbs, routes_query
+from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_kbs, routes_models, routes_query
 from proxy.state import Gateway, ReleaseLeases
 from proxy.upstream.client import Upstream
 from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher
@@ -89,7 +91,7 @@ def create_app(settings: Settings | None = None, *,
                           watcher=watcher, metrics=Metrics(lambda: gateway.knowledge))
         gateway.store_probe = anyio.CapacityLimiter(1)
         gateway.augmenter = Augmenter(gateway)
-        gateway.chat.stages.append(gateway.augmenter)
+        gateway.chat.stages.extend([ground_turn, gateway.augmenter])   # the turn's knowledge base, then its context
         app.state.gateway = gateway
         try:
             async with AsyncExitStack() as stack:
@@ -102,6 +104,7 @@ def create_app(settings: Settings | None = None, *,
                                        embed_limiter=embed_limiter)
                 await stack.enter_async_context(bases.run())   # opens none: each on its first use
                 gateway.bases = bases
+                gateway.models = await KnowledgeModels(settings.data_dir).load()
                 try:
                     gateway.knowledge = bases.default = await stack.enter_async_context(
                         run_knowledge(settings, upstream, gateway.metrics, limiter=limiter,
@@ -119,7 +122,8 @@ def create_app(settings: Settings | None = None, *,
 
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_documents.ROUTES,
-                *routes_query.ROUTES, *routes_graph.ROUTES, *routes_kbs.ROUTES, mcp.route(), *metrics_route.ROUTES,
+                *routes_query.ROUTES, *routes_graph.ROUTES, *routes_kbs.ROUTES, *routes_models.ROUTES, mcp.route(),
+                *metrics_route.ROUTES,
                 *admin_mount()],
         middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware),  # after auth
                     Middleware(ReleaseLeases)],   # innermost: a request's leases on knowledge bases end with it

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from proxy.core.settings import Settings
     from proxy.gateway.augment import Augmenter
     from proxy.gateway.chat import ChatPipeline
+    from proxy.gateway.knowledge_models import KnowledgeModels
     from proxy.guards.auth import Auth
     from proxy.knowledge.bases import KnowledgeBases
     from proxy.knowledge.service import Knowledge
@@ -47,6 +48,7 @@ class Gateway:
     tags_cache: tuple[bytes, dict[str, str]] | None = field(default=None)
     console: ConsoleResources | None = None
     bases: KnowledgeBases | None = None   # the named knowledge bases; ``knowledge`` is ``default``'s service
+    models: KnowledgeModels | None = None   # the knowledge models (aliases the chat routes resolve)
 
 
 LEASES = "graphgate.kb_leases"   # the request scope's list of lease releases (ReleaseLeases ends them)
@@ -74,6 +76,25 @@ async def knowledge(request: Request) -> Knowledge:
     service, release = await gateway.bases.acquire(name)
     leases = request.scope.get(LEASES)
     if leases is None:   # no ReleaseLeases in front (cannot happen in the app): the lease ends now
+        release()
+    else:
+        leases.append(release)
+    return service
+
+
+async def open_base(request: Request, name: str) -> Knowledge:
+    """The service of knowledge base ``name``, opened if it is not, leased until the response to
+    ``request`` has been sent (the chat path's ``knowledge``: the base comes from the model)."""
+    gateway: Gateway = request.app.state.gateway
+    if gateway.bases is None:
+        if name != "default":
+            raise NotFound(f"no knowledge base named {name!r}")
+        if gateway.knowledge is None:
+            raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
+        return gateway.knowledge
+    service, release = await gateway.bases.acquire(name)
+    leases = request.scope.get(LEASES)
+    if leases is None:
         release()
     else:
         leases.append(release)

@@ -143,3 +143,11 @@ def parse_path(raw: str) -> Path:
 
 
 # Ollama's own default OLLAMA_ORIGINS: local pages on any port plus app and extension schemes.
+
+
+def parse_plain_model_kb(raw: str) -> str:
+    """A knowledge base's name (as proxy/knowledge/bases.py accepts them), or ``none``."""
+    value = raw.strip()
+    if not re.fullmatch(r"[a-z0-9_-]{1,64}", value):
+        raise ValueError("expected a knowledge base's name (lowercase letters, digits, '-', '_') or none")
+    return value

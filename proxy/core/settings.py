@@ -31,6 +31,7 @@ from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers ar
     parse_optional_url,
     parse_origins,
     parse_path,
+    parse_plain_model_kb,
     parse_port,
     parse_positive_float,
     parse_positive_int,
@@ -267,6 +268,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("rerank_top_n", "GRAPHGATE_RERANK_TOP_N", "0", int_between(0, 1000),
             "Chunks kept after re-ranking, best first; 0: all of them. Below GRAPHGATE_CHUNK_TOP_K, the "
             "re-ranking server chooses these among that many fused candidates."),
+    Setting("plain_model_kb", "GRAPHGATE_PLAIN_MODEL_KB", "default", parse_plain_model_kb,
+            "Knowledge base that grounds chats with plain upstream models (those that are not knowledge "
+            "models, see /rag/models): a base's name, or `none` to forward them ungrounded."),
+    Setting("scoped_keys_see_plain_models", "GRAPHGATE_SCOPED_KEYS_SEE_PLAIN_MODELS", "true", parse_bool,
+            "Whether an API key limited to some knowledge bases sees and may chat with the upstream's plain "
+            "models (off: only the knowledge models of its bases)."),
     Setting("augment_generate", "GRAPHGATE_AUGMENT_GENERATE", "false", parse_bool,
             "Also augment /api/generate (off by default, like LightRAG)."),
     Setting("answer_cache", "GRAPHGATE_ANSWER_CACHE", "false", parse_bool,
@@ -370,6 +377,8 @@ class Settings:
     rerank_model: str | None = None
     rerank_timeout: float = 2.0
     rerank_top_n: int = 0
+    plain_model_kb: str = "default"
+    scoped_keys_see_plain_models: bool = True
     augment_generate: bool = False
     answer_cache: bool = False
     default_num_ctx: int = 4096

@@ -36,11 +36,12 @@ from proxy.upstream.model_calls import cache_key
 
 if TYPE_CHECKING:
     from proxy.core.settings import Settings
+    from proxy.gateway.grounding import Grounding
     from proxy.knowledge.service import Knowledge
     from proxy.monitoring.metrics import Metrics
 
 
-class Grounding(Protocol):
+class AugmenterGateway(Protocol):
     """What the augmenter reads of the gateway (``proxy.state.Gateway``): the knowledge service
     appears once the store has opened, and stays None when it cannot."""
 
@@ -195,7 +196,7 @@ def history_of(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 class Augmenter:
-    def __init__(self, gateway: Grounding) -> None:
+    def __init__(self, gateway: AugmenterGateway) -> None:
         self.gateway = gateway
 
     async def __call__(self, turn: ChatTurn, *, whole_turn_only: bool = False) -> ChatTurn | Response:
@@ -215,16 +216,21 @@ class Augmenter:
         header = None if control.mode else header_mode(turn.headers.get("x-graphgate-mode"))
         if control.filters is None:
             control = replace(control, filters=header_filter(turn.headers.get("x-graphgate-filter")))
-        mode = control.mode or header or self.gateway.settings.mode
+        grounding = turn.grounding
+        mode = control.mode or header or (grounding.mode if grounding else None) or self.gateway.settings.mode
         if control.text != prefixed:
             turn = turn.with_messages([*turn.messages[:-1], with_text(turn.messages[-1], control.text)])
         if whole_turn_only:
             control = replace(control, context_only=False)
         if mode == "bypass":
             source = ("the /bypass prefix" if control.mode else "the X-GraphGate-Mode header" if header
+                      else f"knowledge model {turn.client_model!r}" if grounding and grounding.mode
                       else "GRAPHGATE_MODE")
             return self._skip(turn, f"bypass mode (from {source})", mode)
-        knowledge = self.gateway.knowledge
+        knowledge = self._knowledge(turn)
+        if knowledge is None and grounding is not None and grounding.reason:
+            self._skip(turn, grounding.reason, mode)
+            return self._context_reply(turn, NO_CONTEXT, time.perf_counter()) if control.context_only else turn
         if knowledge is None or not knowledge.has_chunks():
             # the knowledge base is empty or unavailable
             self._skip(turn, "the knowledge base is empty (no processed documents)", mode)
@@ -240,7 +246,12 @@ class Augmenter:
             return self._skip(turn, f"model {turn.model!r} cannot chat (capabilities: {capabilities})", mode)
         return await self._augment(turn, control, mode, info, cache=not whole_turn_only)
 
-    async def generate(self, request: Any, body: dict[str, Any], raw: bytes) -> bytes:
+    def _knowledge(self, turn: ChatTurn) -> Knowledge | None:
+        """The knowledge base of the turn (its grounding; ``default`` for a turn no stage grounded)."""
+        return turn.grounding.knowledge if turn.grounding is not None else self.gateway.knowledge
+
+    async def generate(self, request: Any, body: dict[str, Any], raw: bytes,
+                       grounding: Grounding | None = None) -> bytes:
         """/api/generate (only with GRAPHGATE_AUGMENT_GENERATE): the prompt is the question and the
         context joins the `system` field. Raw prompts and model loads are forwarded as they are."""
         prompt = body.get("prompt")
@@ -249,7 +260,8 @@ class Augmenter:
         messages = [{"role": "user", "content": prompt}]
         if isinstance(body.get("system"), str) and body["system"]:
             messages.insert(0, {"role": "system", "content": body["system"]})
-        pseudo = ChatTurn("ollama", request.url.path, request.headers, {**body, "messages": messages}, raw, request)
+        pseudo = ChatTurn("ollama", request.url.path, request.headers, {**body, "messages": messages}, raw, request,
+                          grounding=grounding)
         result = await self(pseudo, whole_turn_only=True)
         if not isinstance(result, ChatTurn) or not result.changed:
             return raw
@@ -263,10 +275,10 @@ class Augmenter:
     async def _augment(self, turn: ChatTurn, control: TurnControl, mode: str, info: Any, *,
                        cache: bool) -> ChatTurn | Response:
         started = time.perf_counter()
-        knowledge, settings = self.gateway.knowledge, self.gateway.settings
+        knowledge, settings = self._knowledge(turn), self.gateway.settings
         assert knowledge is not None
         query = message_text(turn.messages[-1]).strip()
-        trace = Trace("ollama" if turn.flavour == "ollama" else "openai", turn.model, mode, query, False)
+        trace = Trace("ollama" if turn.flavour == "ollama" else "openai", turn.client_model, mode, query, False)
         budget = self._budget(turn, info)
         trace.detail["budget"] = budget.as_dict()
         if budget.reason:
@@ -308,7 +320,7 @@ class Augmenter:
 
     def _budget(self, turn: ChatTurn, info: Any) -> Budget:
         settings = self.gateway.settings
-        count = self.gateway.knowledge.tokenizer.count  # type: ignore[union-attr]
+        count = self._knowledge(turn).tokenizer.count  # type: ignore[union-attr]
         conversation = conversation_tokens(turn.messages, count)
         options = turn.body.get("options") if turn.flavour == "ollama" else None
         window, source, raised = window_for(options if isinstance(options, dict) else None, info, settings,
@@ -332,7 +344,7 @@ class Augmenter:
 
     def _finish(self, turn: ChatTurn, trace: Trace, reason: str | None) -> ChatTurn:
         trace.reason = reason
-        self.gateway.knowledge.record(trace)  # type: ignore[union-attr]
+        self._knowledge(turn).record(trace)  # type: ignore[union-attr]
         return turn
 
     def _skip(self, turn: ChatTurn, reason: str, mode: str | None = None, *,
@@ -340,31 +352,32 @@ class Augmenter:
         """Forward the turn as it is, leaving a trace with the reason (GET /rag/traces, the console's
         Chats page). Without a store (it could not be opened) there is nowhere to keep one; the
         store's failure was logged at start-up."""
-        knowledge = self.gateway.knowledge
+        knowledge = self._knowledge(turn)
         if knowledge is not None:
             messages = turn.messages
             last = messages[-1] if messages else None
             query = message_text(last) if isinstance(last, dict) else ""
             if query_chars is not None and len(query) > query_chars:
                 query = query[:query_chars] + "…"
-            knowledge.record(Trace("ollama" if turn.flavour == "ollama" else "openai", turn.model,
+            knowledge.record(Trace("ollama" if turn.flavour == "ollama" else "openai", turn.client_model,
                                    mode or self.gateway.settings.mode, query, False, reason, detail or {}))
         return turn
 
     def _context_reply(self, turn: ChatTurn, text: str, started: float) -> Response:
-        count = self.gateway.knowledge.tokenizer.count if self.gateway.knowledge else len
+        knowledge = self._knowledge(turn)
+        count = knowledge.tokenizer.count if knowledge else len
         prompt, tokens = conversation_tokens(turn.messages, count), count(text)
         if turn.flavour == "ollama":
-            return ollama_reply(turn.model, text, stream=turn.streaming, started=started, prompt_tokens=prompt,
+            return ollama_reply(turn.client_model, text, stream=turn.streaming, started=started, prompt_tokens=prompt,
                                 tokens=tokens)
         usage = bool((turn.body.get("stream_options") or {}).get("include_usage"))
-        return openai_reply(turn.model, text, stream=turn.streaming, prompt_tokens=prompt, tokens=tokens,
+        return openai_reply(turn.client_model, text, stream=turn.streaming, prompt_tokens=prompt, tokens=tokens,
                             include_usage=usage)
 
     async def _cached_answer(self, turn: ChatTurn) -> Response:
         """Non-streaming answers cached under the request and the knowledge-base generation, so
         that any change to the documents makes them miss (LightRAG#755)."""
-        knowledge = self.gateway.knowledge
+        knowledge = self._knowledge(turn)
         assert knowledge is not None
         payload = turn.payload()
         key = cache_key(turn.model, [turn.path, payload.decode("utf-8", "replace"), knowledge.generation])

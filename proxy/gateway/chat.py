@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -22,7 +22,11 @@ from starlette.types import ASGIApp
 from proxy.core.payloads import parse_object, read_body, require_model
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward
+from proxy.gateway.grounding import rename_reply
 from proxy.gateway.relay import StreamRelay
+
+if TYPE_CHECKING:
+    from proxy.gateway.grounding import Grounding
 
 Flavour = Literal["ollama", "openai"]
 
@@ -36,9 +40,15 @@ class ChatTurn:
     raw: bytes
     request: Request
     changed: bool = False
+    client_model: str = field(init=False)   # the model the client named (a knowledge model's name, say)
+    grounding: Grounding | None = None       # where its retrieval comes from (the grounding stage sets it)
+
+    def __post_init__(self) -> None:
+        self.client_model = str(self.body["model"])
 
     @property
     def model(self) -> str:
+        """The model the turn is forwarded to."""
         return str(self.body["model"])
 
     @property
@@ -78,11 +88,11 @@ class ChatPipeline:
         for stage in self.stages:
             result = await stage(turn)
             if not isinstance(result, ChatTurn):
-                return result
+                return rename_reply(result, turn.model, turn.client_model)
             turn = result
         payload = turn.payload()
         gateway.metrics.chat_forwarded(started)
         with gateway.metrics.upstream_call("chat_relay") as call:
             response = await forward(request, content=payload)
             call.status = response.response.status_code if isinstance(response, StreamRelay) else response.status_code
-        return response
+        return rename_reply(response, turn.model, turn.client_model)

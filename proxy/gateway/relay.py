@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import anyio
 import httpx
@@ -52,6 +53,7 @@ class StreamRelay:
         self.last_line = b""  # the last whole non-blank line relayed
         self._partial: list[bytes] = []  # the line being relayed, up to the end of the last chunk
         self._partial_size = 0  # its bytes; -1 once it is longer than LINE_KEPT
+        self.renamer: Any = None  # a grounding.ReplyRenamer when the client named a knowledge model
 
     def _start_message(self) -> Message:
         headers = [(k.encode("latin-1"), v.encode("latin-1"))
@@ -107,10 +109,16 @@ class StreamRelay:
         ends_with_newline = True
         try:
             async for chunk in self.upstream.iter_raw(self.response):
+                if chunk and self.renamer is not None:
+                    chunk = self.renamer.chunk(chunk)
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     ends_with_newline = chunk.endswith(b"\n")
                     self._note_lines(chunk)
+            if self.renamer is not None and (rest := self.renamer.flush()):
+                await send({"type": "http.response.body", "body": rest, "more_body": True})
+                ends_with_newline = rest.endswith(b"\n")
+                self._note_lines(rest)
         except UpstreamError as exc:
             # Ollama's way once bytes are out: one error line, then close (no done line)
             log.warning("upstream failed during %s: %s", self.path, exc.message)

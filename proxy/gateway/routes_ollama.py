@@ -16,7 +16,10 @@ from starlette.types import ASGIApp
 
 from proxy.core.errors import UpstreamError
 from proxy.core.payloads import parse_object, read_body, require_fields, require_model
+from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward, forward_small, upstream_headers
+from proxy.gateway.grounding import apply_model, ground, knowledge_model, rename_reply
+from proxy.gateway.model_lists import remember_upstream_names, with_models
 from proxy.gateway.relay import StreamRelay, whole_response
 
 Handler = Callable[[Request], Awaitable[Response | ASGIApp]]
@@ -27,8 +30,24 @@ async def root(request: Request) -> Response:
 
 
 async def discovery(request: Request) -> Response:
-    """/api/version and /api/ps: the upstream's answer, with the short discovery deadline."""
+    """/api/version: the upstream's answer, with the short discovery deadline."""
     return await forward_small(request)
+
+
+async def running(request: Request) -> Response:
+    """/api/ps: the upstream's loaded models; a knowledge model is loaded when its base model is."""
+    response = await forward_small(request)
+    if response.status_code != 200 or request.method != "GET":
+        return response
+    return _with_body(response, with_models(bytes(response.body), request, listing="models", key="name",
+                                            rename=("name", "model")))
+
+
+def _with_body(response: Response, body: bytes) -> Response:
+    if body is not response.body:
+        response.body = body
+        response.headers["content-length"] = str(len(body))
+    return response
 
 
 async def tags(request: Request) -> Response:
@@ -43,15 +62,20 @@ async def tags(request: Request) -> Response:
         if gateway.tags_cache is None:
             raise
         body, headers = gateway.tags_cache
-        return Response(body, 200, headers={**headers, "x-graphgate-stale": "1"})
+        listed = with_models(body, request, listing="models", key="name", rename=("name", "model"))
+        return Response(listed, 200, headers={**headers, "x-graphgate-stale": "1"})
     if response.status_code == 200 and request.method == "GET":
         gateway.tags_cache = (body, {"content-type": response.headers.get("content-type", "application/json")})
+        remember_upstream_names(gateway, body)
+        body = with_models(body, request, listing="models", key="name", rename=("name", "model"))
     return whole_response(response, body)
 
 
 def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
-                  needs_model: bool = True, discovery_call: bool = False) -> Handler:
-    """A handler that checks the JSON body and forwards it unchanged."""
+                  needs_model: bool = True, discovery_call: bool = False, models: bool = False) -> Handler:
+    """A handler that checks the JSON body and forwards it unchanged; ``models``: a knowledge
+    model's name is sent as its base model's (embeddings, completions, /api/show) and the reply
+    renamed back."""
 
     async def handler(request: Request) -> Response | ASGIApp:
         raw = await read_body(request, request.app.state.gateway.settings.max_body_bytes)
@@ -59,9 +83,15 @@ def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
         if needs_model:
             require_model(body, legacy_name=legacy_name)
         require_fields(body, *fields)
-        if discovery_call:
-            return await forward_small(request, content=raw)
-        return await forward(request, content=raw)
+        found, name_field = None, "model" if "model" in body or not legacy_name else "name"
+        if models:
+            name = str(body[name_field])
+            found = knowledge_model(request, name)
+            if found is not None:   # the name alone: a knowledge model's system prompt is for chats
+                raw = json_bytes({**body, name_field: found.model})
+        response = (await forward_small(request, content=raw) if discovery_call
+                    else await forward(request, content=raw))
+        return rename_reply(response, found.model, name) if found is not None else response
 
     return handler
 
@@ -72,13 +102,18 @@ async def generate(request: Request) -> Response | ASGIApp:
     raw = await read_body(request, gateway.settings.max_body_bytes)
     body = parse_object(raw)
     require_model(body)
+    name = str(body["model"])
+    found = knowledge_model(request, name)
+    if found is not None:
+        body = apply_model(body, found, system_field=True)
+        raw = json_bytes(body)
     if gateway.settings.augment_generate:
-        raw = await gateway.augmenter.generate(request, body, raw)
+        raw = await gateway.augmenter.generate(request, body, raw, await ground(request, found))
     gateway.metrics.chat_forwarded(started)
     with gateway.metrics.upstream_call("chat_relay") as call:   # a completion relayed like a chat
         response = await forward(request, content=raw)
         call.status = response.response.status_code if isinstance(response, StreamRelay) else response.status_code
-    return response
+    return rename_reply(response, found.model, name) if found is not None else response
 
 
 async def chat(request: Request) -> Response | ASGIApp:
@@ -95,12 +130,12 @@ ROUTES = [
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/api/version", discovery, methods=["GET", "HEAD"]),
     Route("/api/tags", tags, methods=["GET", "HEAD"]),
-    Route("/api/ps", discovery, methods=["GET", "HEAD"]),
-    Route("/api/show", json_endpoint(legacy_name=True, discovery_call=True), methods=["POST"]),
+    Route("/api/ps", running, methods=["GET", "HEAD"]),
+    Route("/api/show", json_endpoint(legacy_name=True, discovery_call=True, models=True), methods=["POST"]),
     Route("/api/chat", chat, methods=["POST"]),
     Route("/api/generate", generate, methods=["POST"]),
-    Route("/api/embed", json_endpoint(), methods=["POST"]),
-    Route("/api/embeddings", json_endpoint(), methods=["POST"]),
+    Route("/api/embed", json_endpoint(models=True), methods=["POST"]),
+    Route("/api/embeddings", json_endpoint(models=True), methods=["POST"]),
     Route("/api/pull", json_endpoint(legacy_name=True), methods=["POST"]),
     Route("/api/push", json_endpoint(legacy_name=True), methods=["POST"]),
     Route("/api/create", json_endpoint(legacy_name=True), methods=["POST"]),

@@ -1,0 +1,193 @@
+"""Knowledge models: model names GraphGate adds to the upstream's list, each one an upstream model
+grounded in one knowledge base, like an Ollama Modelfile's ``FROM`` (issue 20, part 2).
+
+    PUT /rag/models/hr-assistant {"model": "llama3.2", "kb": "hr", "mode": "mix",
+                                  "system": "You answer HR questions.", "options": {"temperature": 0.2}}
+
+Any Ollama client then lists ``hr-assistant:latest`` and chats with it; the chat is grounded in
+``hr`` and forwarded as ``llama3.2`` (proxy/gateway/grounding.py). The list is
+``<data_dir>/models.json``, written whole (fsynced, renamed over the old one) by one writer at a
+time; lookups are one dict read, on the chat path.
+
+Names follow Ollama's: ``hr`` and ``hr:latest`` are one model, and a name is stored with its tag.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
+from proxy.core.modes import MODES
+
+log = logging.getLogger("graphgate")
+
+MODELS_FILE = "models.json"
+# Ollama's model names: an optional namespace path, a name, an optional tag
+_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}"
+_NAME = re.compile(rf"(?:{_PART}/){{0,2}}{_PART}(?::[A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})?")
+SPEC_KEYS = frozenset({"model", "kb", "mode", "system", "options"})
+MAX_SYSTEM_CHARS = 32_000
+MAX_OPTIONS_BYTES = 8 * 1024
+
+
+def canonical(name: str) -> str:
+    """``name`` with its tag: Ollama's ``hr`` is ``hr:latest``."""
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def check_model_name(name: Any, what: str = "model name") -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise BadRequest(f"invalid {what} {str(name)[:100]!r}: use Ollama's form, e.g. 'hr-assistant' or "
+                         "'team/hr:v2' (letters, digits, '.', '_', '-')")
+    return name
+
+
+@dataclass(frozen=True)
+class KnowledgeModel:
+    alias: str                     # with its tag
+    model: str                     # the upstream model it is forwarded as
+    kb: str                        # the knowledge base that grounds its chats
+    mode: str | None = None        # the retrieval mode of its chats (None: GRAPHGATE_MODE)
+    system: str | None = None      # its system prompt, used when a conversation has none
+    options: dict[str, Any] = field(default_factory=dict)   # defaults for the request's options
+    created_at: str = ""
+    updated_at: str = ""
+
+    def entry(self) -> dict[str, Any]:
+        return {"model": self.model, "kb": self.kb, "mode": self.mode, "system": self.system,
+                "options": self.options, "created_at": self.created_at, "updated_at": self.updated_at}
+
+    def describe(self, upstream_models: Iterable[str] | None = None) -> dict[str, Any]:
+        """The alias as the API shows it; ``base_model_present`` is None when the upstream's list is unknown."""
+        present = None if upstream_models is None else canonical(self.model) in {canonical(m) for m in upstream_models}
+        return {"alias": self.alias, **self.entry(), "base_model_present": present}
+
+
+def check_spec(alias: str, spec: dict[str, Any], known_bases: Iterable[str]) -> KnowledgeModel:
+    """A knowledge model from a PUT body; 400 naming the first bad field (nothing is stored)."""
+    unknown = sorted(set(spec) - SPEC_KEYS)
+    if unknown:
+        raise BadRequest(f"unknown field {unknown[0]!r}: a knowledge model has {', '.join(sorted(SPEC_KEYS))}")
+    model = check_model_name(spec.get("model"), "base model")
+    if canonical(model) == alias:
+        raise BadRequest(f"a knowledge model cannot be its own base model ({alias!r})")
+    kb = spec.get("kb", "default")
+    if not isinstance(kb, str) or kb not in set(known_bases):
+        raise BadRequest(f"no knowledge base named {str(kb)[:100]!r}: create it first (POST /rag/kbs)")
+    mode = spec.get("mode")
+    if mode is not None and mode not in MODES:
+        raise BadRequest(f"invalid mode {str(mode)[:40]!r}: one of {', '.join(MODES)}")
+    system = spec.get("system")
+    if system is not None and (not isinstance(system, str) or len(system) > MAX_SYSTEM_CHARS):
+        raise BadRequest(f"system must be a string of at most {MAX_SYSTEM_CHARS} characters")
+    options = spec.get("options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest("options must be an object, as in Ollama's requests (e.g. {\"temperature\": 0.2})")
+    if len(json.dumps(options)) > MAX_OPTIONS_BYTES:
+        raise BadRequest(f"options must be at most {MAX_OPTIONS_BYTES} bytes of JSON")
+    return KnowledgeModel(alias=alias, model=model, kb=kb, mode=mode, system=system or None, options=dict(options))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class KnowledgeModels:
+    """The knowledge models of a gateway (see the module's docstring)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / MODELS_FILE
+        self.models: dict[str, KnowledgeModel] = {}
+        self.upstream_models: tuple[str, ...] | None = None   # the upstream's names when last read
+        self.error: str | None = None   # why the list could not be read (then it is not written either)
+        self._write = anyio.Lock()
+
+    async def load(self) -> KnowledgeModels:
+        """Read the list; an unreadable one is left as it is on disk (and changes to it refused), so
+        that a gateway whose data directory is broken still proxies plain models."""
+        try:
+            entries = await anyio.to_thread.run_sync(self._read_sync)
+            self.models = {alias: KnowledgeModel(alias=alias, **entry) for alias, entry in entries.items()}
+        except (OSError, ValueError, TypeError) as exc:
+            self.error = f"cannot read {self.path}: {exc}"
+            log.error("knowledge models unavailable: %s", self.error)
+        return self
+
+    def _writable(self) -> None:
+        if self.error:
+            raise ServiceUnavailable(f"the knowledge models are unavailable: {self.error}")
+
+    def _read_sync(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text("utf-8"))
+        except FileNotFoundError:
+            return {}
+        return dict(data.get("models", {}))
+
+    def _save_sync(self, models: dict[str, KnowledgeModel]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".tmp")
+        with open(temporary, "w", encoding="utf-8") as out:
+            json.dump({"models": {alias: m.entry() for alias, m in sorted(models.items())}}, out, indent=1)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.path)
+
+    # --- reads (the chat path: one dict lookup) ---
+
+    def resolve(self, name: str) -> KnowledgeModel | None:
+        """The knowledge model a request's model name names, if any (``hr`` or ``hr:latest``)."""
+        found = self.models.get(name)
+        if found is None and ":" not in name.rsplit("/", 1)[-1]:
+            found = self.models.get(f"{name}:latest")
+        return found
+
+    def list(self, kbs: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Every knowledge model (or those grounded in ``kbs``), by name."""
+        wanted = None if kbs is None else set(kbs)
+        return [m.describe(self.upstream_models) for alias, m in sorted(self.models.items())
+                if wanted is None or m.kb in wanted]
+
+    def get(self, alias: str) -> dict[str, Any]:
+        found = self.resolve(alias)
+        if found is None:
+            raise NotFound(f"no knowledge model named {alias!r}")
+        return found.describe(self.upstream_models)
+
+    # --- writes (one at a time; the file first, then the dict the chats read) ---
+
+    async def put(self, alias: str, spec: dict[str, Any], known_bases: Iterable[str]) -> tuple[dict[str, Any], bool]:
+        """Create or replace ``alias``; (its description, whether it is new)."""
+        alias = canonical(check_model_name(alias, "knowledge model name"))
+        model = check_spec(alias, spec, known_bases)
+        self._writable()
+        async with self._write:
+            old = self.models.get(alias)
+            now = _now()
+            model = KnowledgeModel(**{**model.__dict__, "created_at": old.created_at if old else now,
+                                      "updated_at": now})
+            models = {**self.models, alias: model}
+            await anyio.to_thread.run_sync(self._save_sync, models)
+            self.models = models
+        return model.describe(self.upstream_models), old is None
+
+    async def delete(self, alias: str) -> dict[str, Any]:
+        self._writable()
+        async with self._write:
+            found = self.resolve(alias)
+            if found is None:
+                raise NotFound(f"no knowledge model named {alias!r}")
+            models = {name: m for name, m in self.models.items() if name != found.alias}
+            await anyio.to_thread.run_sync(self._save_sync, models)
+            self.models = models
+        return {"deleted": found.alias}

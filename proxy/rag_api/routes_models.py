@@ -1,0 +1,89 @@
+"""``/rag/models``: the knowledge models (proxy/gateway/knowledge_models.py): list, describe,
+create or replace, delete. A key sees and manages only the models of its knowledge bases
+(managing one needs the admin role on its base)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.core.errors import Conflict, GraphGateError, NotFound, ServiceUnavailable
+from proxy.core.payloads import parse_object, read_body
+from proxy.core.responses import json_response
+from proxy.gateway.knowledge_models import KnowledgeModels, canonical
+from proxy.gateway.model_lists import remember_upstream_names
+from proxy.guards.access import principal, require
+from proxy.state import bases
+
+
+def registry(request: Request) -> KnowledgeModels:
+    models: KnowledgeModels | None = request.app.state.gateway.models
+    if models is None:
+        raise ServiceUnavailable("the knowledge models are unavailable")
+    return models
+
+
+async def refresh_upstream_names(request: Request) -> None:
+    """Read the upstream's model list now (``base_model_present``); the last one kept if it cannot."""
+    gateway = request.app.state.gateway
+    try:
+        response, body = await gateway.upstream.fetch("GET", "/api/tags", deadline=gateway.settings.discovery_timeout)
+    except GraphGateError:
+        return
+    if response.status_code == 200:
+        remember_upstream_names(gateway, body)
+
+
+def _visible(request: Request, alias: str) -> str:
+    """The model's knowledge base, when the request's key may see it (404 as for an unknown name otherwise)."""
+    found = registry(request).resolve(alias)
+    if found is None or not principal(request).sees(found.kb):
+        raise NotFound(f"no knowledge model named {alias!r}")
+    return found.kb
+
+
+async def list_models(request: Request) -> Response:
+    await refresh_upstream_names(request)
+    who = principal(request)
+    return json_response({"models": registry(request).list(None if who.kbs is None else who.kbs)})
+
+
+async def get_model(request: Request) -> Response:
+    alias = request.path_params["alias"]
+    _visible(request, alias)
+    await refresh_upstream_names(request)
+    return json_response(registry(request).get(alias))
+
+
+async def put_model(request: Request) -> Response:
+    alias = request.path_params["alias"]
+    spec = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    models = registry(request)
+    current = models.resolve(alias)
+    if current is not None:
+        _visible(request, alias)
+        require(request, current.kb, "admin")
+    kb = spec.get("kb", "default")
+    if isinstance(kb, str):
+        require(request, kb, "admin")
+    await refresh_upstream_names(request)
+    upstream_names = models.upstream_models or ()
+    if canonical(alias) in {canonical(name) for name in upstream_names}:
+        raise Conflict(f"the upstream has a model named {alias!r}: choose another name for the knowledge model")
+    described, created = await models.put(alias, spec, bases(request).names())
+    return json_response(described, 201 if created else 200)
+
+
+async def delete_model(request: Request) -> Response:
+    alias = request.path_params["alias"]
+    require(request, _visible(request, alias), "admin")
+    return json_response(await registry(request).delete(alias))
+
+
+ROUTES = [
+    Route("/rag/models", list_models, methods=["GET"]),
+    Route("/rag/models/{alias:path}", get_model, methods=["GET"]),
+    Route("/rag/models/{alias:path}", put_model, methods=["PUT"]),
+    Route("/rag/models/{alias:path}", delete_model, methods=["DELETE"]),
+]
