@@ -6,22 +6,25 @@ its Ollama connection (OLLAMA_BASE_URL = the gateway).
    perfect model on the test corpus) and a ``python -m proxy serve`` of this tree over it;
 2. two knowledge bases whose documents share an entity (Alice Smith) with different facts: ``hr``
    (TEAM: she leads the Orion project) and ``legal`` (CLUB: she joined the Berlin chess club);
-   one knowledge model (alias) on each;
+   one knowledge model (alias) on each, with its own system prompt and temperature;
 3. Open WebUI (its own venv: ``--openwebui`` names its ``open-webui`` command) started offline in a
    temporary DATA_DIR, its first (admin) user signed up through its API;
 4. the checks: (a) Open WebUI's model list (GET /api/models) holds both aliases, as Ollama models,
    and the plain model; with each alias (b) a new chat started as Open WebUI's front end starts
    one (POST /api/chat/completions with its background tasks: title, tags, follow-ups): the chat
-   turn reached the upstream under the base model's name, grounded in its own base's facts and
-   none of the other's; the three task calls went as Open WebUI rendered them, un-augmented, and
-   GraphGate's traces in that base say so (one augmented turn, three skipped as Open WebUI
-   tasks); Open WebUI saved the answer in its chat and titled it; (c) a streamed chat through its
-   OpenAI-style API (no chat kept): the upstream's reply comes back, the turn grounded as in (b).
+   turn reached the upstream under the base model's name, with the alias's system prompt and
+   options, grounded in its own base's facts and none of the other's; the three task calls went
+   as Open WebUI rendered them, un-augmented; GraphGate's traces in that base say so (the chat
+   augmented under the alias's name, the three tasks skipped as Open WebUI tasks); Open WebUI
+   saved the answer in its chat and titled it; (c) a streamed chat through its OpenAI-style API
+   (no chat kept): the upstream's reply comes back, the turn grounded as in (b).
 
-With ``--plain`` (a gateway without knowledge models), the chats use the plain model, grounded in
-the default base (which then holds hr's document); legal's facts must still not reach it.
+With ``--plain``, no knowledge models: the chats use the plain model, grounded in the default base
+(GRAPHGATE_PLAIN_MODEL_KB's default), which then holds hr's document; legal's facts must still not
+reach it.
 
-    python bench/openwebui_e2e.py --openwebui /work/owui-venv/bin/open-webui
+    bash bench/openwebui_install.sh /tmp/owui      # its own venv, once (~90 s, 1.3 GB)
+    python bench/openwebui_e2e.py --openwebui /tmp/owui/bin/open-webui
 
 Prints each check with PASS/FAIL and the timings (Open WebUI's start-up above all); exits 1 if a
 check failed. tests/test_openwebui_e2e.py runs the same checks.
@@ -59,6 +62,10 @@ QUESTION = "What does Alice Smith do?"
 # what only one base knows about the entity both share
 FACTS: dict[str, tuple[str, ...]] = {"hr": ("Orion",), "legal": ("chess",)}
 ALIASES = {"hr": "hr-assistant", "legal": "legal-assistant"}
+# each alias's own system prompt and options (a Modelfile's SYSTEM and PARAMETER): they must reach the
+# upstream with its chats
+SYSTEMS = {"hr": "You answer questions about the HR handbook.", "legal": "You answer questions about contracts."}
+TEMPERATURES = {"hr": 0.25, "legal": 0.75}
 OPENWEBUI_START_SECONDS = 180
 ADMIN = {"name": "E2E Admin", "email": "admin@example.com", "password": "e2e-password-1"}
 
@@ -101,7 +108,8 @@ def ingest(gateway: httpx.Client, kb: str, name: str, text: str) -> None:
 
 
 def make_alias(gateway: httpx.Client, alias: str, kb: str) -> None:
-    made = gateway.put(f"/rag/models/{alias}", json={"model": BASE_MODEL, "kb": kb})
+    made = gateway.put(f"/rag/models/{alias}", json={"model": BASE_MODEL, "kb": kb, "system": SYSTEMS[kb],
+                                                       "options": {"temperature": TEMPERATURES[kb]}})
     assert made.status_code in (200, 201), f"PUT /rag/models/{alias}: {made.status_code} {made.text}"
 
 
@@ -198,13 +206,17 @@ def text_of(request: dict[str, Any]) -> str:
 
 
 def is_task(turn: dict[str, Any]) -> bool:
-    """One of Open WebUI's task prompts, as it renders them: one user message under a '### Task:' heading."""
-    messages = turn.get("messages") or []
-    return [m.get("role") for m in messages] == ["user"] and text_of(turn).lstrip().startswith("### Task:")
+    """One of Open WebUI's task prompts, as it renders them: one user message under a '### Task:'
+    heading (after the knowledge model's system prompt, if it has one: a Modelfile's SYSTEM applies
+    to every request with the model's name)."""
+    *before, last = turn.get("messages") or [{}]
+    return (all(m.get("role") == "system" for m in before) and last.get("role") == "user"
+            and str(last.get("content", "")).lstrip().startswith("### Task:"))
 
 
 def task_line(turn: dict[str, Any]) -> str:
-    return text_of(turn).lstrip().removeprefix("### Task:").strip().split("\n", 1)[0][:60]
+    prompt = str(turn["messages"][-1].get("content", ""))
+    return prompt.lstrip().removeprefix("### Task:").strip().split("\n", 1)[0][:60]
 
 
 def around(text: str, word: str, width: int = 100) -> str:
@@ -230,9 +242,16 @@ def check_models(report: Report, webui: httpx.Client, targets: dict[str, str]) -
 
 
 def check_grounding(report: Report, what: str, turn: dict[str, Any], kb: str,
-                    facts: dict[str, tuple[str, ...]]) -> None:
-    """The turn went upstream under the base model's name with ``kb``'s facts and no other base's."""
+                    facts: dict[str, tuple[str, ...]], *, alias: bool) -> None:
+    """The turn went upstream under the base model's name with ``kb``'s facts and no other base's
+    (and, for a knowledge model, with its system prompt and options)."""
     text = text_of(turn)
+    if alias:
+        options = turn.get("options") or {}
+        report.check(f"{what}: with the knowledge model's system prompt and options",
+                     SYSTEMS[kb] in text and not any(SYSTEMS[other] in text for other in SYSTEMS if other != kb)
+                     and options.get("temperature") == TEMPERATURES[kb],
+                     f"system prompt {'in' if SYSTEMS[kb] in text else 'NOT in'} the turn, options {options}")
     report.check(f"{what}: forwarded under the base model's name", turn.get("model") == BASE_MODEL,
                  f"model={turn.get('model')!r}")
     own = facts[kb]
@@ -282,7 +301,7 @@ def check_ui_chat(report: Report, webui: httpx.Client, gateway: httpx.Client, fa
                         len(chats) == 1 and len(tasks) == len(UI_TASKS),
                         f"{len(chats)} chat turns, tasks: {[task_line(t) for t in tasks]}"):
         return
-    check_grounding(report, what, chats[0], kb, facts)
+    check_grounding(report, what, chats[0], kb, facts, alias=model != BASE_MODEL)
     report.check(f"{what}: the task calls went under the base model's name",
                  all(t.get("model") == BASE_MODEL for t in tasks), f"{[t.get('model') for t in tasks]}")
     every_fact = [fact for known in facts.values() for fact in known]
@@ -292,11 +311,13 @@ def check_ui_chat(report: Report, webui: httpx.Client, gateway: httpx.Client, fa
     traces = new_traces(gateway, kb, traces_before, 1 + len(UI_TASKS))
     grounded = [t for t in traces if t.get("augmented")]
     skipped = [str(t.get("reason")) for t in traces if not t.get("augmented")]
-    report.check(f"{what}: GraphGate's traces in {kb}: the chat augmented, each task skipped as an Open WebUI task",
-                 len(grounded) == 1 and grounded[0].get("query") == QUESTION and len(skipped) == len(UI_TASKS)
+    report.check(f"{what}: GraphGate's traces in {kb}: the chat augmented under its name, "
+                 "each task skipped as an Open WebUI task",
+                 len(grounded) == 1 and grounded[0].get("query") == QUESTION and grounded[0].get("model") == model
+                 and len(skipped) == len(UI_TASKS)
                  and sorted(skipped) == sorted(f"background task ({task}, recognised by its template)"
                                                for task in ("title", "tags", "follow-ups")),
-                 f"augmented: {[t.get('query') for t in grounded]}; skipped: {skipped}")
+                 f"augmented: {[(t.get('model'), t.get('query')) for t in grounded]}; skipped: {skipped}")
     new_chats = [c["id"] for c in webui.get("/api/v1/chats/").json() if c["id"] not in chats_before]
     if not report.check(f"{what}: Open WebUI saved the chat", len(new_chats) == 1, f"new chats: {new_chats}"):
         return
@@ -334,7 +355,7 @@ def check_api_chat(report: Report, webui: httpx.Client, fake: FakeOllama,
         return
     turns = wait_for_upstream_chats(fake, before, 1)
     if report.check(f"{what}: one turn reached the upstream", len(turns) == 1, f"{len(turns)} chat turns"):
-        check_grounding(report, what, turns[0], kb, facts)
+        check_grounding(report, what, turns[0], kb, facts, alias=model != BASE_MODEL)
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -365,7 +386,8 @@ def run(openwebui_command: str, *, plain: bool = False, keep: Path | None = None
                         facts = dict(FACTS)
                         for kb, alias in ALIASES.items():
                             make_alias(gateway, alias, kb)
-                        targets = dict(ALIASES)
+                        # made as "hr-assistant", listed (as by Ollama) and picked as "hr-assistant:latest"
+                        targets = {kb: f"{alias}:latest" for kb, alias in ALIASES.items()}
                     (work / "openwebui").mkdir(exist_ok=True)
                     with openwebui(openwebui_command, work / "openwebui", server.url, work / "openwebui.log",
                                    report) as webui_url, \

@@ -44,3 +44,4 @@ def test_open_webui_lists_the_knowledge_models_grounds_their_chats_and_leaves_it
     assert sum("nothing of the other bases" in name for name in names) == 4, names
     assert sum("each task skipped as an Open WebUI task" in name for name in names) == 2, names
     assert sum("the answer came back through Open WebUI" in name for name in names) == 2, names
+    assert sum("with the knowledge model's system prompt and options" in name for name in names) == 4, names
