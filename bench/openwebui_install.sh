@@ -19,9 +19,14 @@ if [ -x "$VENV/bin/open-webui" ] && [ "$("$VENV/bin/python" -c 'import importlib
     echo "Open WebUI $VERSION already in $VENV"
     exit 0
 fi
+# pip's own output, less this machine's notes on local package folders it does not have (one per
+# package); a failing pip still fails the script (pipefail)
+quiet_pip() {
+    "$VENV/bin/pip" "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+}
 started=$(date +%s)
 python3 -m venv "$VENV"
-"$VENV/bin/pip" install --quiet --no-deps "open-webui==$VERSION"
+quiet_pip install --quiet --disable-pip-version-check --no-deps "open-webui==$VERSION"
 # its own pins (so the versions are the ones it was released with), less the excluded and the extras
 "$VENV/bin/python" - "$EXCLUDED" > "$VENV/openwebui-requirements.txt" <<'EOF'
 import importlib.metadata
@@ -34,5 +39,6 @@ for requirement in importlib.metadata.requires("open-webui") or []:
     if "extra ==" not in requirement and name not in excluded:
         print(requirement)
 EOF
-"$VENV/bin/pip" install --quiet -r "$VENV/openwebui-requirements.txt"
+# --no-warn-conflicts: pip would list the excluded packages as missing requirements of open-webui
+quiet_pip install --quiet --disable-pip-version-check --no-warn-conflicts -r "$VENV/openwebui-requirements.txt"
 echo "Open WebUI $VERSION installed in $VENV in $(( $(date +%s) - started )) s ($(du -sh "$VENV" | cut -f1))"
