@@ -43,7 +43,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +51,24 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.corpus import CLUB, PEOPLE, TEAM  # noqa: E402 - after the path is set
+from bench.openwebui_browser import check_in_browser  # noqa: E402 - after the path is set
+from bench.openwebui_turns import (  # noqa: E402
+    Report,
+    around,
+    is_task,
+    task_line,
+    text_of,
+    upstream_chats,
+    wait_for_upstream_chats,
+)
+from tests.corpus import CLUB, PEOPLE, TEAM  # noqa: E402
 from tests.extractor import KnownFacts  # noqa: E402
 from tests.fake_ollama import FakeOllama  # noqa: E402
 from tests.servers import Server, free_port  # noqa: E402
 
 BASE_MODEL = "llama3.2:latest"
 QUESTION = "What does Alice Smith do?"
+BROWSER_QUESTION = "Who is Alice Smith?"
 # what only one base knows about the entity both share
 FACTS: dict[str, tuple[str, ...]] = {"hr": ("Orion",), "legal": ("chess",)}
 ALIASES = {"hr": "hr-assistant", "legal": "legal-assistant"}
@@ -68,24 +78,6 @@ SYSTEMS = {"hr": "You answer questions about the HR handbook.", "legal": "You an
 TEMPERATURES = {"hr": 0.25, "legal": 0.75}
 OPENWEBUI_START_SECONDS = 180
 ADMIN = {"name": "E2E Admin", "email": "admin@example.com", "password": "e2e-password-1"}
-
-
-@dataclass
-class Report:
-    checks: list[tuple[str, bool, str]] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def check(self, name: str, ok: bool, detail: str = "") -> bool:
-        self.checks.append((name, ok, detail))
-        print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  ({detail})" if detail else ""), flush=True)
-        return ok
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.checks) and all(ok for _, ok, _ in self.checks)
-
-    def failures(self) -> list[str]:
-        return [f"{name}: {detail}" for name, ok, detail in self.checks if not ok]
 
 
 # --- GraphGate: bases, documents, aliases -------------------------------------------------------
@@ -183,47 +175,6 @@ def sign_up_admin(webui: httpx.Client) -> str:
 # what Open WebUI's own front end asks for with a new chat: it then sends the title task at once,
 # beside the chat, and the follow-ups and tags tasks after the answer
 UI_TASKS = {"title_generation": True, "tags_generation": True, "follow_up_generation": True}
-
-
-def upstream_chats(fake: FakeOllama) -> list[dict[str, Any]]:
-    """The chat turns that reached the upstream (not GraphGate's own extraction and keyword calls,
-    which ask for a JSON format)."""
-    return [r.json for r in fake.requests_to("/api/chat") if isinstance(r.json, dict) and not r.json.get("format")]
-
-
-def wait_for_upstream_chats(fake: FakeOllama, before: int, count: int, seconds: float = 30) -> list[dict[str, Any]]:
-    """The chat turns after the first ``before``, once there are ``count`` (or what came in ``seconds``),
-    and a moment more so that an unexpected extra one is seen too."""
-    deadline = time.monotonic() + seconds
-    while len(upstream_chats(fake)) - before < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
-    return upstream_chats(fake)[before:]
-
-
-def text_of(request: dict[str, Any]) -> str:
-    return "\n".join(str(m.get("content", "")) for m in request.get("messages") or [] if isinstance(m, dict))
-
-
-def is_task(turn: dict[str, Any]) -> bool:
-    """One of Open WebUI's task prompts, as it renders them: one user message under a '### Task:'
-    heading (after the knowledge model's system prompt, if it has one: a Modelfile's SYSTEM applies
-    to every request with the model's name)."""
-    *before, last = turn.get("messages") or [{}]
-    return (all(m.get("role") == "system" for m in before) and last.get("role") == "user"
-            and str(last.get("content", "")).lstrip().startswith("### Task:"))
-
-
-def task_line(turn: dict[str, Any]) -> str:
-    prompt = str(turn["messages"][-1].get("content", ""))
-    return prompt.lstrip().removeprefix("### Task:").strip().split("\n", 1)[0][:60]
-
-
-def around(text: str, word: str, width: int = 100) -> str:
-    """The text around the first ``word`` in it (what the detail of a check shows)."""
-    at = text.find(word)
-    snippet = text[max(0, at - width):at + width] if at >= 0 else text[:2 * width]
-    return snippet.replace("\n", " ")
 
 
 def check_models(report: Report, webui: httpx.Client, targets: dict[str, str]) -> None:
@@ -360,7 +311,7 @@ def check_api_chat(report: Report, webui: httpx.Client, fake: FakeOllama,
 
 # --- the run ------------------------------------------------------------------------------------
 
-def run(openwebui_command: str, *, plain: bool = False, keep: Path | None = None) -> Report:
+def run(openwebui_command: str, *, plain: bool = False, browser: bool = True, keep: Path | None = None) -> Report:
     report = Report()
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="graphgate-owui-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -392,11 +343,18 @@ def run(openwebui_command: str, *, plain: bool = False, keep: Path | None = None
                     with openwebui(openwebui_command, work / "openwebui", server.url, work / "openwebui.log",
                                    report) as webui_url, \
                             httpx.Client(base_url=webui_url, timeout=60) as webui:
-                        webui.headers["Authorization"] = f"Bearer {sign_up_admin(webui)}"
+                        token = sign_up_admin(webui)
+                        webui.headers["Authorization"] = f"Bearer {token}"
                         check_models(report, webui, targets)
                         for kb, model in targets.items():
                             check_ui_chat(report, webui, gateway, fake, kb, model, facts)
                             check_api_chat(report, webui, fake, kb, model, facts)
+                        if browser:
+                            kb, model = next(iter(targets.items()))
+                            check_in_browser(report, webui_url, token, fake, kb=kb, model=model,
+                                             listed=list(dict.fromkeys([*targets.values(), BASE_MODEL])),
+                                             facts=facts, question=BROWSER_QUESTION,
+                                             screenshots=work / "screenshots")
             finally:
                 server.stop()
     finally:
@@ -412,9 +370,12 @@ def main() -> int:
                              "default: $GRAPHGATE_E2E_OPENWEBUI, or open-webui on the PATH")
     parser.add_argument("--plain", action="store_true",
                         help="no knowledge models: chat with the plain model over the default base")
-    parser.add_argument("--keep", type=Path, help="work in this directory and keep it (logs, data)")
+    parser.add_argument("--no-browser", action="store_true",
+                        help="leave out the part in headless chromium (the model picker, a chat typed in)")
+    parser.add_argument("--keep", type=Path,
+                        help="work in this directory and keep it (logs, data, the browser's screenshots)")
     args = parser.parse_args()
-    report = run(args.openwebui, plain=args.plain, keep=args.keep)
+    report = run(args.openwebui, plain=args.plain, browser=not args.no_browser, keep=args.keep)
     print()
     for name, seconds in report.timings.items():
         print(f"{name}: {seconds:.2f}")

@@ -1,7 +1,8 @@
 """Open WebUI end to end (issue 20, part 4), through bench/openwebui_e2e.py: a real Open WebUI, its
 Ollama connection pointed at a real GraphGate over the fake Ollama, lists the knowledge models in
 its model picker, a chat with each is grounded in its own base only and forwarded under the base
-model's name, and its background tasks (title, tags, follow-ups) go upstream un-augmented.
+model's name, and its background tasks (title, tags, follow-ups) go upstream un-augmented; then
+the same in its pages, in headless chromium (bench/openwebui_browser.py).
 
 Open WebUI lives in a venv of its own (bench/openwebui_install.sh; .ci/run installs it), named by
 GRAPHGATE_E2E_OPENWEBUI: the path of its ``open-webui`` command, or ``off`` to say that this
@@ -41,7 +42,10 @@ def test_open_webui_lists_the_knowledge_models_grounds_their_chats_and_leaves_it
     # as the front end starts one (its title, tags and follow-ups tasks) and a streamed API chat
     names = [name for name, _, _ in report.checks]
     assert sum("model picker holds" in name for name in names) == 3, names
-    assert sum("nothing of the other bases" in name for name in names) == 4, names
+    assert sum("nothing of the other bases" in name for name in names) == 5, names   # 2 new, 2 API, 1 browser
     assert sum("each task skipped as an Open WebUI task" in name for name in names) == 2, names
     assert sum("the answer came back through Open WebUI" in name for name in names) == 2, names
     assert sum("with the knowledge model's system prompt and options" in name for name in names) == 4, names
+    # and in the browser: the picker showed the models, a chat typed in with one was answered and grounded
+    assert any(name.startswith("in the browser, Open WebUI's model picker shows") for name in names), names
+    assert sum(name.startswith("in the browser, the chat with") for name in names) == 4, names
