@@ -21,10 +21,14 @@ from admin import (
     routes_dashboard,
     routes_documents,
     routes_entities,
+    routes_kbs,
+    routes_keys,
     routes_merge,
+    routes_models,
     routes_playground,
 )
 from admin.guard import ConsoleGuard
+from admin.kb_links import CarryKnowledgeBase
 from admin.rendering import build_environment, installed_dir, is_htmx, render, static_dir
 from proxy.core.settings import Settings
 from proxy.guards.auth import Auth
@@ -64,7 +68,10 @@ def mount() -> list[Route | Mount]:
     routes = [
         *routes_auth.ROUTES, *routes_dashboard.ROUTES, *routes_documents.ROUTES, *routes_entities.ROUTES,
         *routes_merge.ROUTES, *routes_cache.ROUTES, *routes_chats.ROUTES, *routes_playground.ROUTES,
+        *routes_kbs.ROUTES, *routes_models.ROUTES, *routes_keys.ROUTES,
         Mount("/static/htmx", app=StaticFiles(directory=htmx_static()), name="htmx"),
         Mount("/static", app=StaticFiles(directory=static_dir()), name="static"),
     ]
-    return [Route("/admin", home), Mount("/admin", routes=routes, middleware=[Middleware(ConsoleGuard)])]
+    # the guard first; then every page, fragment and redirect keeps the request's knowledge base
+    middleware = [Middleware(ConsoleGuard), Middleware(CarryKnowledgeBase)]
+    return [Route("/admin", home), Mount("/admin", routes=routes, middleware=middleware)]

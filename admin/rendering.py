@@ -16,7 +16,10 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from admin.kb_links import carried_base, carry_in_html
 from proxy.core.errors import BadRequest, GraphGateError
+from proxy.guards.access import principal
+from proxy.state import kb_name
 
 
 class MissingResources(GraphGateError):
@@ -73,7 +76,7 @@ def when(value: Any) -> str:
         return "–"
     if isinstance(value, datetime):  # stored as naive UTC
         return value.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return str(value).replace("T", " ").rstrip("Z").split(".")[0] + " UTC"
+    return str(value).replace("T", " ").rstrip("Z").removesuffix("+00:00").split(".")[0] + " UTC"
 
 
 def build_environment() -> jinja2.Environment:
@@ -90,6 +93,16 @@ def is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true" and request.headers.get("hx-history-restore-request") != "true"
 
 
+def switchable_bases(request: Request) -> list[str]:
+    """The bases the header's switcher offers: none to whoever may not see the console (the login
+    page names no base), only its own to a principal limited to some."""
+    gateway = request.app.state.gateway
+    state = request.scope.get("state", {})
+    if gateway.bases is None or not gateway.console.auth.allowed(request.scope, state.get("session")):
+        return []
+    return principal(request).visible(gateway.bases.names())
+
+
 def render(request: Request, template: str, context: dict[str, Any] | None = None, *, status: int = 200,
            headers: dict[str, str] | None = None) -> HTMLResponse:
     console = request.app.state.gateway.console
@@ -99,6 +112,11 @@ def render(request: Request, template: str, context: dict[str, Any] | None = Non
         "csrf": state.get("csrf", ""),
         "open_console": console.auth.password is None,
         "path": request.url.path,
+        "kb": kb_name(request),
+        "kbs": switchable_bases(request),
         **(context or {}),
     })
+    kb = carried_base(request)
+    if kb is not None:   # every console URL of the page keeps the base it shows
+        page = carry_in_html(page, kb)
     return HTMLResponse(page, status_code=status, headers=headers)

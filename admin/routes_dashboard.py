@@ -10,13 +10,24 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from admin.rendering import render
+from proxy.core.errors import ServiceUnavailable
+from proxy.knowledge.service import Knowledge
+from proxy.state import kb_name, knowledge
+
+
+async def _current(request: Request) -> tuple[Knowledge | None, str | None]:
+    """The base the page shows (its ``kb``), or why it cannot be read (an unknown base is a 404)."""
+    try:
+        return await knowledge(request), None
+    except ServiceUnavailable as exc:
+        gateway = request.app.state.gateway
+        return None, gateway.knowledge_error if kb_name(request) == "default" else exc.message
 
 
 async def _overview(request: Request) -> dict[str, Any]:
-    gateway = request.app.state.gateway
-    kb = gateway.knowledge
+    kb, unavailable = await _current(request)
     if kb is None:
-        return {"unavailable": gateway.knowledge_error}
+        return {"unavailable": unavailable}
     stats = await kb.documents.stats()  # documents counted as the documents page shows them
     cache = {kind: totals.count for kind, totals in (await kb.cache.kinds()).items() if totals.count}
     return {"unavailable": None, "stats": stats, "pipeline": kb.documents.status(), "cache": cache,
@@ -29,7 +40,7 @@ async def dashboard(request: Request) -> Response:
 
 
 async def pipeline_fragment(request: Request) -> Response:
-    kb = request.app.state.gateway.knowledge
+    kb, _ = await _current(request)
     if kb is None:
         return render(request, "_pipeline.html", {"pipeline": None})
     return render(request, "_pipeline.html", {"pipeline": kb.documents.status()})

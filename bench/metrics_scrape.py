@@ -105,7 +105,7 @@ def main() -> None:
         if args.store is None:
             shutil.rmtree(data, ignore_errors=True)
     values = {sample.name: sample.value for family in text_string_to_metric_families(text)
-              for sample in family.samples if not sample.labels}
+              for sample in family.samples if sample.labels in ({}, {"kb": "default"})}
     print(f"GET /metrics over real uvicorn on 127.0.0.1 (the gateway idle {waited:.0f} s after it answered), "
           f"{args.scrapes} sequential scrapes of a store with "
           f"{values['graphgate_entities']:,.0f} entities, {values['graphgate_relations']:,.0f} relations, "

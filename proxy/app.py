@@ -26,13 +26,22 @@ from proxy.gateway.chat import ChatPipeline
 from proxy.gateway.grounding import ground_turn
 from proxy.gateway.knowledge_models import KnowledgeModels
 from proxy.guards.body_limit import BodyLimitMiddleware
+from proxy.guards.keys import KeyStore
 from proxy.guards.middleware import build_middleware
 from proxy.knowledge.bases import KnowledgeBases
-from proxy.knowledge.service import run_knowledge
+from proxy.knowledge.service import Knowledge, run_knowledge
 from proxy.mcp_server.http import McpEndpoint
 from proxy.monitoring import route as metrics_route
 from proxy.monitoring.metrics import Metrics
-from proxy.rag_api import routes_documents, routes_graph, routes_health, routes_kbs, routes_models, routes_query
+from proxy.rag_api import (
+    routes_documents,
+    routes_graph,
+    routes_health,
+    routes_kbs,
+    routes_keys,
+    routes_models,
+    routes_query,
+)
 from proxy.state import Gateway, ReleaseLeases
 from proxy.upstream.client import Upstream
 from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher
@@ -69,6 +78,13 @@ async def on_unexpected(request: Request, exc: Exception) -> Response:
     return _render_error(request, 500, f"internal error: {type(exc).__name__}")
 
 
+def open_services(gateway: Gateway) -> list[tuple[str, Knowledge | None]]:
+    """The open knowledge bases' services by name, default first (what the metrics' gauges read)."""
+    if gateway.bases is not None:
+        return gateway.bases.open_services()
+    return [("default", gateway.knowledge)]
+
+
 def create_app(settings: Settings | None = None, *,
                upstream_transport: httpx.AsyncBaseTransport | None = None,
                watch_seconds: float | None = None) -> Starlette:
@@ -88,8 +104,9 @@ def create_app(settings: Settings | None = None, *,
                                   chosen_model=lambda: gateway.knowledge.models.chosen_chat_model
                                   if gateway.knowledge else None)
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
-                          watcher=watcher, metrics=Metrics(lambda: gateway.knowledge))
+                          watcher=watcher, metrics=Metrics(lambda: open_services(gateway)))
         gateway.store_probe = anyio.CapacityLimiter(1)
+        gateway.keys = await KeyStore.open(settings.data_dir)   # before the first request: a stored key closes the API
         gateway.augmenter = Augmenter(gateway)
         gateway.chat.stages.extend([ground_turn, gateway.augmenter])   # the turn's knowledge base, then its context
         app.state.gateway = gateway
@@ -122,8 +139,8 @@ def create_app(settings: Settings | None = None, *,
 
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_documents.ROUTES,
-                *routes_query.ROUTES, *routes_graph.ROUTES, *routes_kbs.ROUTES, *routes_models.ROUTES, mcp.route(),
-                *metrics_route.ROUTES,
+                *routes_query.ROUTES, *routes_graph.ROUTES, *routes_kbs.ROUTES, *routes_models.ROUTES,
+                *routes_keys.ROUTES, mcp.route(), *metrics_route.ROUTES,
                 *admin_mount()],
         middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware),  # after auth
                     Middleware(ReleaseLeases)],   # innermost: a request's leases on knowledge bases end with it

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from starlette.requests import Request
 
 from proxy.core.errors import NotFound, ServiceUnavailable
+from proxy.guards.access import Role, require
+from proxy.knowledge.bases import REQUEST_LEASES, acquire_for_request
 
 if TYPE_CHECKING:
     import anyio
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from proxy.gateway.chat import ChatPipeline
     from proxy.gateway.knowledge_models import KnowledgeModels
     from proxy.guards.auth import Auth
+    from proxy.guards.keys import KeyStore
     from proxy.knowledge.bases import KnowledgeBases
     from proxy.knowledge.service import Knowledge
     from proxy.monitoring.metrics import Metrics
@@ -49,9 +52,10 @@ class Gateway:
     console: ConsoleResources | None = None
     bases: KnowledgeBases | None = None   # the named knowledge bases; ``knowledge`` is ``default``'s service
     models: KnowledgeModels | None = None   # the knowledge models (aliases the chat routes resolve)
+    keys: KeyStore | None = None   # the stored API keys (proxy/guards/keys.py), loaded by the lifespan
 
 
-LEASES = "graphgate.kb_leases"   # the request scope's list of lease releases (ReleaseLeases ends them)
+LEASES = REQUEST_LEASES   # the request scope's list of lease releases (ReleaseLeases ends them)
 KB_HEADER = "x-graphgate-kb"
 
 
@@ -61,44 +65,43 @@ def kb_name(request: Request) -> str:
     return request.query_params.get("kb") or request.headers.get(KB_HEADER) or "default"
 
 
-async def knowledge(request: Request) -> Knowledge:
+READING_POSTS = frozenset({"/rag/query"})   # POSTs that only read
+
+
+def action_of(request: Request) -> Role:
+    """What a request does to its base, for its key's role: GETs and queries read, the rest write."""
+    if request.method in ("GET", "HEAD") or request.url.path in READING_POSTS:
+        return "read"
+    return "write"
+
+
+async def knowledge(request: Request, action: Role | None = None) -> Knowledge:
     """The service of the knowledge base the request names (``kb_name``), opened if it is not; the
-    request holds a lease on it until its response is sent. 404 for a base that does not exist,
-    503 with the reason when the default store is unavailable."""
+    request holds a lease on it until its response is sent. The request's key must allow ``action``
+    on it (default: ``action_of``): 404 for a base it may not see (as for one that does not exist),
+    403 for too small a role; 503 with the reason when the default store is unavailable."""
     gateway: Gateway = request.app.state.gateway
     name = kb_name(request)
+    require(request, name, action or action_of(request))
     if name == "default" or gateway.bases is None:
         if name != "default":
             raise NotFound(f"no knowledge base named {name!r}")
         if gateway.knowledge is None:
             raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
         return gateway.knowledge
-    service, release = await gateway.bases.acquire(name)
-    leases = request.scope.get(LEASES)
-    if leases is None:   # no ReleaseLeases in front (cannot happen in the app): the lease ends now
-        release()
-    else:
-        leases.append(release)
-    return service
+    return await acquire_for_request(gateway.bases, name, request.scope)
 
 
-async def open_base(request: Request, name: str) -> Knowledge:
-    """The service of knowledge base ``name``, opened if it is not, leased until the response to
-    ``request`` has been sent (the chat path's ``knowledge``: the base comes from the model)."""
+async def delete_base(request: Request, name: str) -> dict[str, Any]:
+    """Delete knowledge base ``name`` with its data (the API's and the console's way): first taken
+    out of the API keys that name it, so that a base made later under the name is not theirs."""
     gateway: Gateway = request.app.state.gateway
-    if gateway.bases is None:
-        if name != "default":
-            raise NotFound(f"no knowledge base named {name!r}")
-        if gateway.knowledge is None:
-            raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
-        return gateway.knowledge
-    service, release = await gateway.bases.acquire(name)
-    leases = request.scope.get(LEASES)
-    if leases is None:
-        release()
-    else:
-        leases.append(release)
-    return service
+    registry = bases(request)
+    if name not in registry.names():
+        raise NotFound(f"no knowledge base named {name!r}")
+    if gateway.keys is not None and name != "default":
+        await gateway.keys.forget_base(name)
+    return await registry.delete(name)
 
 
 def bases(request: Request) -> KnowledgeBases:

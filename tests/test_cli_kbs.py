@@ -1,4 +1,4 @@
-"""The command line's ``--kb``: ``graphgate ingest``, ``status`` and ``query`` work on the knowledge
+"""The command line's ``--kb``: ``graphgate ingest``, ``status``, ``query`` and ``reindex`` work on the knowledge
 base it names, through a running gateway and without one; a base that does not exist stops the
 command with the reason and a non-zero exit, and nothing is sent."""
 
@@ -69,3 +69,26 @@ def test_an_unknown_base_stops_a_command_without_a_gateway(tmp_path: Path, upstr
     assert status == 0 and json.loads(out)["store"]["documents"]["processed"] == 1   # default untouched
     status, _, err = graphgate(capsys, "status", *flags, "--kb", "Bad Name!")
     assert status == 1 and "knowledge base" in err, err
+
+
+def test_reindex_a_named_base(settings: Settings, upstream: str, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "team.txt").write_text(TEAM)
+    with serve_in_thread(create_app(settings.replace(upstream=upstream))) as url:
+        assert httpx.post(url + "/rag/kbs", json={"name": "hr"}, trust_env=False).status_code == 201
+        status, _, err = graphgate(capsys, "ingest", str(tmp_path / "team.txt"), "--port",
+                                   str(urlsplit(url).port), "--kb", "hr")
+        assert status == 0 and "1 processed" in err, err
+    flags = ["--upstream", upstream, "--data-dir", str(settings.data_dir), "--port", str(free_port())]
+    status, out, err = graphgate(capsys, "reindex", *flags, "--kb", "hr")
+    assert status == 0, err
+    sizes = dict(part.split() for part in (out + err).split("indexes rebuilt: ")[1].split("\n")[0].split(", "))
+    assert int(sizes["chunks"]) == 1 and int(sizes["entities"]) >= 3   # hr's, not default's (empty)
+    status, out, err = graphgate(capsys, "reindex", *flags)
+    assert status == 0, err
+    sizes = dict(part.split() for part in (out + err).split("indexes rebuilt: ")[1].split("\n")[0].split(", "))
+    assert int(sizes["chunks"]) == 0
+    status, _, err = graphgate(capsys, "reindex", *flags, "--kb", "sales")
+    assert status == 1 and "no knowledge base named 'sales'" in err, err
+    status, out, err = graphgate(capsys, "status", *flags, "--kb", "hr")   # hr still whole after its reindex
+    assert status == 0 and json.loads(out)["store"]["documents"]["processed"] == 1, err

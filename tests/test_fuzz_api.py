@@ -115,6 +115,7 @@ def _param_values(h: Harness, name: str) -> st.SearchStrategy[str]:
         "token": ["x", "a" * 24],
         "digest": ["sha256:" + "0" * 64, "sha256-" + "a" * 64, "sha256:zz"],
         "model": MODEL_NAMES,
+        "alias": ["hr-bot", "hr-bot:latest", "team/hr:v2", *MODEL_NAMES],
         "path": ["console.css", "console.js", "htmx.min.js", "../../pyproject.toml", "%2e%2e/%2e%2e/pyproject.toml",
                  "..%2f..%2fpyproject.toml", "/etc/passwd", "nope.js"],
     }.get(name, ["x"])
@@ -512,7 +513,7 @@ def test_every_route_is_covered(gw: Harness) -> None:
         assert path in routes, path
     assert len(routes) >= 60
     unfilled = {name for template in routes for name, _ in PARAM.findall(template)} - {
-        "id", "name", "ref", "key", "kind", "token", "digest", "model", "path"}
+        "id", "name", "ref", "key", "kind", "token", "digest", "model", "alias", "path"}
     assert not unfilled, f"add values for these path parameters to param_values: {unfilled}"
 
 

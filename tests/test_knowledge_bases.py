@@ -138,7 +138,7 @@ async def test_names_unknown_bases_and_confirmations(settings: Settings, fake: F
         assert response.status_code == 200 and response.json() == {"deleted": "a-1_b"}
         assert (await client.get("/rag/documents", params={"kb": "a-1_b"})).status_code == 404
         assert [b["name"] for b in (await client.get("/rag/kbs")).json()["kbs"]] == ["default", "x" * 64]
-        # the settings overrides are kept (not applied yet)
+        # the settings overrides are kept (tests/test_kb_settings.py: checked and applied)
         response = await client.post("/rag/kbs", json={"name": "fr", "settings": {"language": "French"}})
         assert response.status_code == 201 and response.json()["settings"] == {"language": "French"}
     registry = json.loads((settings.data_dir / BASES_DIR / REGISTRY_FILE).read_text())

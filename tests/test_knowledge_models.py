@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from proxy.app import Settings
-from proxy.gateway.grounding import ReplyRenamer
+from proxy.gateway.renaming import ReplyRenamer
 from tests.chat_helpers import MODEL, chats
 from tests.conftest import gateway_client
 from tests.corpus import CLUB, TEAM
@@ -265,3 +265,88 @@ async def test_an_unreadable_model_list_is_kept_and_plain_chats_go_on(settings: 
         refused = await put(client, "hr-bot", model=MODEL, kb="default")
         assert refused.status_code == 503 and "cannot read" in refused.json()["error"]
     assert broken.read_text() == '{"models": {"hr-bot:latest": '   # left for the operator to repair
+
+
+ADMIN = {"authorization": "Bearer the-admin-key"}
+
+
+async def scoped_world(client: httpx.AsyncClient) -> dict[str, str]:
+    """hr and legal, one knowledge model on each; a read key and an admin key limited to hr."""
+    for kb, name, text in (("hr", "team.txt", TEAM), ("legal", "club.txt", CLUB)):
+        assert (await client.post("/rag/kbs", json={"name": kb}, headers=ADMIN)).status_code == 201
+        await client.post("/rag/documents", params={"kb": kb}, json={"name": name, "text": text}, headers=ADMIN)
+        reply = await client.put(f"/rag/models/{kb}-bot", json={"model": MODEL, "kb": kb}, headers=ADMIN)
+        assert reply.status_code == 201, reply.text
+    keys = {}
+    for role in ("read", "admin"):
+        made = await client.post("/rag/keys", json={"name": f"hr {role}", "role": role, "kbs": ["hr"]}, headers=ADMIN)
+        assert made.status_code == 201, made.text
+        keys[role] = made.json()["token"]
+    return keys
+
+
+async def test_a_scoped_key_sees_and_chats_with_its_bases_models_only(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    async with gateway_client(settings.replace(api_key="the-admin-key"), fake) as client:
+        keys = await scoped_world(client)
+        reader = {"authorization": f"Bearer {keys['read']}"}
+        tags = {m["name"] for m in (await client.get("/api/tags", headers=reader)).json()["models"]}
+        assert "hr-bot:latest" in tags and "legal-bot:latest" not in tags and MODEL in tags
+        everything = (await client.get("/api/tags", headers=ADMIN)).json()["models"]
+        assert "legal-bot:latest" in {m["name"] for m in everything}
+        v1 = {m["id"] for m in (await client.get("/v1/models", headers=reader)).json()["data"]}
+        assert "hr-bot:latest" in v1 and "legal-bot:latest" not in v1
+        running = {m["name"] for m in (await client.get("/api/ps", headers=reader)).json()["models"]}
+        assert "hr-bot:latest" in running and "legal-bot:latest" not in running
+        listed = (await client.get("/rag/models", headers=reader)).json()["models"]
+        assert [m["alias"] for m in listed] == ["hr-bot:latest"]
+
+        # another base's model is a model that does not exist, on every route
+        message = {"role": "user", "content": QUESTION}
+        before = len(fake.requests)
+        for path, body in (("/api/chat", {"model": "legal-bot", "messages": [message]}),
+                           ("/v1/chat/completions", {"model": "legal-bot", "messages": [message]}),
+                           ("/api/generate", {"model": "legal-bot", "prompt": "hi"}),
+                           ("/api/show", {"model": "legal-bot"}),
+                           ("/api/embed", {"model": "legal-bot", "input": "hi"})):
+            reply = await client.post(path, json=body, headers=reader)
+            assert reply.status_code == 404 and "model 'legal-bot' not found" in reply.text, (path, reply.text)
+        assert (await client.get("/v1/models/legal-bot:latest", headers=reader)).status_code == 404
+        assert len(fake.requests) == before   # nothing reached the upstream
+        assert (await client.get("/rag/models/legal-bot", headers=reader)).status_code == 404
+
+        # its own model: grounded in hr
+        reply = await client.post("/api/chat", json={"model": "hr-bot", "messages": [message], "stream": False},
+                                  headers=reader)
+        assert reply.status_code == 200 and "Orion" in context_of(last_chat(fake))
+        # a plain model: grounded in default, which this key may not read, so not grounded at all
+        await client.put("/rag/models/x", json={"model": MODEL, "kb": "default"}, headers=ADMIN)
+        await client.post("/rag/documents", json={"name": "club.txt", "text": CLUB}, headers=ADMIN)
+        reply = await client.post("/api/chat", json={"model": MODEL, "messages": [message], "stream": False},
+                                  headers=reader)
+        assert reply.status_code == 200 and last_chat(fake)["messages"] == [message]
+
+        # managing: a read key may not; an hr admin may on hr, and legal does not exist for it
+        spec = {"model": MODEL, "kb": "hr"}
+        assert (await client.put("/rag/models/new-bot", json=spec, headers=reader)).status_code == 403
+        hr_admin = {"authorization": f"Bearer {keys['admin']}"}
+        assert (await client.put("/rag/models/new-bot", json=spec, headers=hr_admin)).status_code == 201
+        reply = await client.put("/rag/models/new-bot", json={**spec, "kb": "legal"}, headers=hr_admin)
+        assert reply.status_code == 404 and "no knowledge base named 'legal'" in reply.text
+        assert (await client.delete("/rag/models/legal-bot", headers=hr_admin)).status_code == 404
+        assert (await client.delete("/rag/models/new-bot", headers=hr_admin)).status_code == 200
+
+
+async def test_scoped_keys_may_be_kept_from_plain_models(settings: Settings, fake: FakeOllama) -> None:
+    hidden = settings.replace(api_key="the-admin-key", scoped_keys_see_plain_models=False)
+    async with gateway_client(hidden, fake) as client:
+        keys = await scoped_world(client)
+        reader = {"authorization": f"Bearer {keys['read']}"}
+        tags = [m["name"] for m in (await client.get("/api/tags", headers=reader)).json()["models"]]
+        assert tags == ["hr-bot:latest"]
+        reply = await client.post("/api/chat", headers=reader, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": False})
+        assert reply.status_code == 404 and reply.json()["error"] == f"model '{MODEL}' not found"
+        assert (await client.post("/api/chat", headers=reader, json={
+            "model": "hr-bot", "messages": [{"role": "user", "content": "hi"}], "stream": False})).status_code == 200
+        assert len((await client.get("/api/tags", headers=ADMIN)).json()["models"]) > 1   # the admin sees all

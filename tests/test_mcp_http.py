@@ -71,8 +71,7 @@ async def test_the_tools_are_listed_with_input_and_output_schemas_and_descriptio
     by_name = {t.name: t for t in tools}
     query = by_name["query"]
     assert set(query.input_schema["properties"]) == {"question", "mode", "top_k", "filters", "kb"}
-    assert {name for name, tool in by_name.items() if "kb" in tool.input_schema["properties"]} == TOOLS - {
-        "rebuild_index"}   # a rebuild is the default base's (docs/knowledge-bases.md)
+    assert {name for name, tool in by_name.items() if "kb" in tool.input_schema["properties"]} == TOOLS
     assert query.input_schema["required"] == ["question"]
     assert query.output_schema is not None
     assert {"context", "entities", "relations", "chunks", "references"} <= set(query.output_schema["properties"])
@@ -80,7 +79,9 @@ async def test_the_tools_are_listed_with_input_and_output_schemas_and_descriptio
     assert hints["delete"] is not None and hints["delete"].destructive_hint is True
     assert hints["query"] is not None and hints["query"].read_only_hint is True
     assert {t.uri_template for t in templates} == {"graphgate://documents/{document_id}",
-                                                   "graphgate://entities/{name}"}
+                                                   "graphgate://entities/{name}",
+                                                   "graphgate://{kb}/documents/{document_id}",
+                                                   "graphgate://{kb}/entities/{name}"}
 
 
 async def test_query_answers_what_rag_query_answers(world: dict[str, Any]) -> None:
@@ -374,8 +375,23 @@ async def test_the_tools_work_on_the_knowledge_base_named(tmp_path: Path, fake: 
             people = structured(await client.call_tool("get_entities", {"query": "Acme", "kb": "hr"}))
             nowhere = await client.call_tool("stats", {"kb": "sales"})
             not_here = await client.call_tool("delete", {"document_id": inserted["id"]})   # it is in hr
+            rebuilt = structured(await client.call_tool("rebuild_index", {"kb": "hr"}))
+            rebuilt_default = structured(await client.call_tool("rebuild_index", {}))
+            rebuilt_nowhere = await client.call_tool("rebuild_index", {"kb": "sales"})
+            document = resource_json((await client.read_resource(f"graphgate://hr/documents/{inserted['id']}")
+                                      ).contents)
+            entity = resource_json((await client.read_resource("graphgate://hr/entities/Acme%20Corp")).contents)
+            with pytest.raises(MCPError, match="not found"):   # the default base has no such document
+                await client.read_resource(f"graphgate://documents/{inserted['id']}")
+            with pytest.raises(MCPError, match="no knowledge base named 'sales'"):
+                await client.read_resource(f"graphgate://sales/documents/{inserted['id']}")
     assert in_hr["documents"]["processed"] == 1 and in_default["documents"]["processed"] == 0
     assert [r["document"] for r in answer["references"]] == ["team.md"]
     assert [e["name"] for e in people["entities"]] == ["Acme Corp"]
     assert "no knowledge base named 'sales'" in error_text(nowhere)
     assert f"document {inserted['id']} not found" in error_text(not_here)
+    assert rebuilt["index_sizes"]["chunks"] == in_hr["chunks"] >= 1
+    assert rebuilt_default["index_sizes"]["chunks"] == 0
+    assert "no knowledge base named 'sales'" in error_text(rebuilt_nowhere)
+    assert document["name"] == "team.md" and document["status"] == "processed" and "Alice Smith" in document["text"]
+    assert entity["name"] == "Acme Corp" and entity["relations"]

@@ -15,6 +15,7 @@ from mcp import Client
 
 from proxy.app import create_app
 from proxy.core.settings import Settings
+from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -59,8 +60,36 @@ async def test_with_no_gateway_it_serves_its_own_store(tmp_path: Path, fake: Fak
     assert stats["documents"]["processed"] == 1 and stats["entities"] > 0
     assert "document doc-unknown not found" in error_text(unknown)
     assert "depth" in error_text(bad)
-    assert "no knowledge base named 'hr' here" in error_text(other_base) and "running gateway" in error_text(other_base)
+    assert "no knowledge base named 'hr'" in error_text(other_base)   # none was made
     assert (tmp_path / "data").is_dir()
+
+
+async def test_with_no_gateway_it_serves_the_other_bases_of_its_store_too(
+        tmp_path: Path, fake: FakeOllama, facts: KnownFacts, settings: Settings) -> None:
+    data = tmp_path / "data"
+    async with gateway_client(settings.replace(data_dir=data), fake) as gateway:   # makes hr, then stops
+        assert (await gateway.post("/rag/kbs", json={"name": "hr"})).status_code == 201
+        uploaded = await gateway.post("/rag/documents", params={"kb": "hr"}, json={"name": "team.md", "text": TEAM})
+        document_id = uploaded.json()["documents"][0]["id"]
+        with anyio.fail_after(20):
+            while (await gateway.get(f"/rag/documents/{document_id}", params={"kb": "hr"})).json()["status"] \
+                    != "processed":
+                await anyio.sleep(0.05)
+    with fake.serve() as upstream:
+        parameters = stdio_parameters(data, upstream, port=free_port())
+        with anyio.fail_after(60):
+            async with Client(parameters) as client:
+                in_hr = structured(await client.call_tool("stats", {"kb": "hr"}))
+                in_default = structured(await client.call_tool("stats", {}))
+                answer = structured(await client.call_tool("query", {"question": "Who works at Acme Corp?",
+                                                                     "kb": "hr"}))
+                document = resource_json((await client.read_resource(f"graphgate://hr/documents/{document_id}")
+                                          ).contents)
+                nowhere = await client.call_tool("stats", {"kb": "sales"})
+    assert in_hr["documents"]["processed"] == 1 and in_default["documents"].get("processed", 0) == 0
+    assert [r["document"] for r in answer["references"]] == ["team.md"]
+    assert document["status"] == "processed"
+    assert "no knowledge base named 'sales'" in error_text(nowhere)
 
 
 async def test_without_a_gateway_or_a_store_it_says_so_and_stops(tmp_path: Path) -> None:

@@ -44,36 +44,37 @@ async def test_an_ingest_moves_the_counts_and_the_freshness(settings: Settings, 
     fake.hold_structured = anyio.Event()   # extraction waits: the document stays unsearchable
     async with gateway_client(settings, fake) as client:
         before = await scrape(client)
-        assert value(before, "graphgate_store_up") == 1
-        assert [value(before, "graphgate_documents", status=s) for s in ("pending", "processing", "processed")] \
-            == [0, 0, 0]
-        assert value(before, "graphgate_entities") == value(before, "graphgate_chunks") == 0
-        assert value(before, "graphgate_index_freshness_seconds") == 0
+        assert value(before, "graphgate_store_up", kb="default") == 1
+        assert [value(before, "graphgate_documents", kb="default", status=s)
+                for s in ("pending", "processing", "processed")] == [0, 0, 0]
+        assert value(before, "graphgate_entities", kb="default") == value(before, "graphgate_chunks", kb="default") == 0
+        assert value(before, "graphgate_index_freshness_seconds", kb="default") == 0
 
         document = await upload(client, "team.txt", TEAM)
         await anyio.sleep(1.1)
         held = await scrape(client)
-        assert value(held, "graphgate_documents", status="pending") + value(
-            held, "graphgate_documents", status="processing") == 1
-        assert value(held, "graphgate_index_freshness_seconds") >= 1.0
-        assert value(held, "graphgate_pipeline_documents", state="extracting") == 1
+        assert value(held, "graphgate_documents", kb="default", status="pending") + value(
+            held, "graphgate_documents", kb="default", status="processing") == 1
+        assert value(held, "graphgate_index_freshness_seconds", kb="default") >= 1.0
+        assert value(held, "graphgate_pipeline_documents", kb="default", state="extracting") == 1
         assert value(held, "graphgate_llm_slots_busy", model="chat") >= 1   # the held extraction call
         assert value(held, "graphgate_llm_slots", model="chat") == settings.llm_concurrency
 
         fake.hold_structured.set()
         assert (await settle(client, document["id"]))["status"] == "processed"
         after = await scrape(client)
-    assert value(after, "graphgate_documents", status="processed") == 1
-    assert value(after, "graphgate_documents", status="pending") == value(
-        after, "graphgate_documents", status="processing") == 0
-    assert value(after, "graphgate_index_freshness_seconds") == 0
-    assert value(after, "graphgate_chunks") >= 1
-    assert value(after, "graphgate_entities") >= 3 and value(after, "graphgate_relations") >= 2
-    assert value(after, "graphgate_pipeline_documents", state="extracting") == 0
+    assert value(after, "graphgate_documents", kb="default", status="processed") == 1
+    assert value(after, "graphgate_documents", kb="default", status="pending") == value(
+        after, "graphgate_documents", kb="default", status="processing") == 0
+    assert value(after, "graphgate_index_freshness_seconds", kb="default") == 0
+    assert value(after, "graphgate_chunks", kb="default") >= 1
+    assert value(after, "graphgate_entities", kb="default") >= 3
+    assert value(after, "graphgate_relations", kb="default") >= 2
+    assert value(after, "graphgate_pipeline_documents", kb="default", state="extracting") == 0
     assert value(after, "graphgate_llm_slots_busy", model="chat") == 0
-    assert value(after, "graphgate_upstream_requests_total", kind="extraction") >= 1
-    assert value(after, "graphgate_upstream_requests_total", kind="embedding") >= 1
-    assert value(after, "graphgate_upstream_errors_total", kind="extraction") == 0
+    assert value(after, "graphgate_upstream_requests_total", kb="default", kind="extraction") >= 1
+    assert value(after, "graphgate_upstream_requests_total", kb="default", kind="embedding") >= 1
+    assert value(after, "graphgate_upstream_errors_total", kb="default", kind="extraction") == 0
 
 
 async def test_a_query_and_an_augmented_chat_fill_the_latency_histograms(settings: Settings, fake: FakeOllama,
@@ -90,20 +91,22 @@ async def test_a_query_and_an_augmented_chat_fill_the_latency_histograms(setting
         key = (name, tuple(sorted(labels.items())))
         return after[key] - before.get(key, 0.0)
 
-    assert moved("graphgate_query_duration_seconds_count", mode="local") == 1
-    assert moved("graphgate_query_duration_seconds_count", mode=settings.mode) == 1   # the chat turn
-    assert moved("graphgate_query_duration_seconds_sum", mode="local") > 0
+    assert moved("graphgate_query_duration_seconds_count", kb="default", mode="local") == 1
+    assert moved("graphgate_query_duration_seconds_count", kb="default", mode=settings.mode) == 1   # the chat turn
+    assert moved("graphgate_query_duration_seconds_sum", kb="default", mode="local") > 0
     for mode in ("local", settings.mode):
         for stage in ("linking", "embedding", "keywords", "search", "fusion", "chunks", "context"):
-            assert moved("graphgate_query_stage_duration_seconds_count", mode=mode, stage=stage) == 1, (mode, stage)
+            assert moved("graphgate_query_stage_duration_seconds_count", kb="default", mode=mode,
+                         stage=stage) == 1, (mode, stage)
         for stage in ("rerank", "filter"):   # no reranker set, no metadata filter given
-            assert moved("graphgate_query_stage_duration_seconds_count", mode=mode, stage=stage) == 0, (mode, stage)
-    assert moved("graphgate_chat_turns_augmented_total") == 1
+            assert moved("graphgate_query_stage_duration_seconds_count", kb="default", mode=mode,
+                         stage=stage) == 0, (mode, stage)
+    assert moved("graphgate_chat_turns_augmented_total", kb="default") == 1
     assert moved("graphgate_chat_added_ttfb_seconds_count") == 1
-    assert moved("graphgate_upstream_requests_total", kind="chat_relay") == 1
-    assert moved("graphgate_upstream_request_duration_seconds_count", kind="chat_relay") == 1
-    assert moved("graphgate_upstream_requests_total", kind="keywords") >= 1
-    assert moved("graphgate_upstream_errors_total", kind="chat_relay") == 0
+    assert moved("graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 1
+    assert moved("graphgate_upstream_request_duration_seconds_count", kb="default", kind="chat_relay") == 1
+    assert moved("graphgate_upstream_requests_total", kb="default", kind="keywords") >= 1
+    assert moved("graphgate_upstream_errors_total", kb="default", kind="chat_relay") == 0
 
 
 async def test_a_reranking_fills_the_rerank_histogram(settings: Settings, fake: FakeOllama,
@@ -113,7 +116,7 @@ async def test_a_reranking_fills_the_rerank_histogram(settings: Settings, fake: 
         await query(client, query="Who works at Acme Corp?", mode="mix")
         samples = await scrape(client)
     assert value(samples, "graphgate_rerank_duration_seconds_count") == 1
-    assert value(samples, "graphgate_query_stage_duration_seconds_count", mode="mix", stage="rerank") == 1
+    assert value(samples, "graphgate_query_stage_duration_seconds_count", kb="default", mode="mix", stage="rerank") == 1
 
 
 async def test_skipped_turns_are_counted_by_reason(client: httpx.AsyncClient) -> None:
@@ -128,10 +131,10 @@ async def test_skipped_turns_are_counted_by_reason(client: httpx.AsyncClient) ->
         assert (await request).status_code == 200
     samples = await scrape(client)
     for reason in ("empty_knowledge_base", "bypass", "continuation", "background_task"):
-        assert value(samples, "graphgate_chat_turns_skipped_total", reason=reason) == 1, reason
-    assert value(samples, "graphgate_chat_turns_skipped_total", reason="other") == 0
-    assert value(samples, "graphgate_chat_turns_augmented_total") == 0
-    assert value(samples, "graphgate_upstream_requests_total", kind="chat_relay") == 4
+        assert value(samples, "graphgate_chat_turns_skipped_total", kb="default", reason=reason) == 1, reason
+    assert value(samples, "graphgate_chat_turns_skipped_total", kb="default", reason="other") == 0
+    assert value(samples, "graphgate_chat_turns_augmented_total", kb="default") == 0
+    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 4
 
 
 @pytest.mark.parametrize(("reason", "label"), [
@@ -158,11 +161,11 @@ async def test_upstream_errors_are_counted_by_kind(settings: Settings, fake: Fak
         document = await upload(client, "team.txt", TEAM)
         assert (await settle(client, document["id"]))["status"] == "failed"
         samples = await scrape(client)
-    assert value(samples, "graphgate_upstream_requests_total", kind="chat_relay") == 1
-    assert value(samples, "graphgate_upstream_errors_total", kind="chat_relay") == 1
-    assert value(samples, "graphgate_upstream_errors_total", kind="embedding") >= 1
-    assert value(samples, "graphgate_upstream_errors_total", kind="extraction") == 0
-    assert value(samples, "graphgate_documents", status="failed") == 1
+    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 1
+    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="chat_relay") == 1
+    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="embedding") >= 1
+    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="extraction") == 0
+    assert value(samples, "graphgate_documents", kb="default", status="failed") == 1
 
 
 async def test_the_key_is_required_only_when_the_setting_says_so(settings: Settings, fake: FakeOllama) -> None:
@@ -176,7 +179,7 @@ async def test_the_key_is_required_only_when_the_setting_says_so(settings: Setti
     assert refused.status_code == wrong.status_code == 401
     assert refused.json() == {"error": "unauthorized: a valid API key is required (Authorization: Bearer <key>)"}
     assert refused.headers["www-authenticate"] == "Bearer"
-    assert allowed.status_code == 200 and "graphgate_store_up 1.0" in allowed.text
+    assert allowed.status_code == 200 and 'graphgate_store_up{kb="default"} 1.0' in allowed.text
 
 
 async def test_without_a_store_the_gateway_metrics_still_answer(settings: Settings, fake: FakeOllama,
@@ -186,10 +189,10 @@ async def test_without_a_store_the_gateway_metrics_still_answer(settings: Settin
     async with gateway_client(settings.replace(data_dir=blocker / "data"), fake) as client:
         assert (await client.post("/api/chat", json=body())).status_code == 200
         samples = await scrape(client)
-    assert value(samples, "graphgate_store_up") == 0
+    assert value(samples, "graphgate_store_up", kb="default") == 0
     assert not any(name in ("graphgate_entities", "graphgate_documents", "graphgate_index_freshness_seconds")
                    for name, _ in samples)
-    assert value(samples, "graphgate_upstream_requests_total", kind="chat_relay") == 1
+    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 1
     assert value(samples, "graphgate_chat_added_ttfb_seconds_count") == 1
 
 
@@ -197,8 +200,8 @@ async def test_each_app_counts_for_itself(settings: Settings, fake: FakeOllama, 
     async with gateway_client(settings, fake) as one, \
             gateway_client(settings.replace(data_dir=tmp_path / "other"), fake) as other:
         assert (await one.post("/api/chat", json=body())).status_code == 200
-        assert value(await scrape(one), "graphgate_upstream_requests_total", kind="chat_relay") == 1
-        assert value(await scrape(other), "graphgate_upstream_requests_total", kind="chat_relay") == 0
+        assert value(await scrape(one), "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 1
+        assert value(await scrape(other), "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 0
 
 
 async def test_a_filtered_query_times_its_filter_stage(settings: Settings, fake: FakeOllama,
@@ -208,7 +211,8 @@ async def test_a_filtered_query_times_its_filter_stage(settings: Settings, fake:
         before = await scrape(client)
         await query(client, query="Who works at Acme Corp?", mode="local", filters={"$document": "team.txt"})
         after = await scrape(client)
-    key = ("graphgate_query_stage_duration_seconds_count", (("mode", "local"), ("stage", "filter")))
+    key = ("graphgate_query_stage_duration_seconds_count",
+           (("kb", "default"), ("mode", "local"), ("stage", "filter")))
     assert after[key] - before.get(key, 0.0) == 1
 
 
@@ -223,7 +227,7 @@ async def test_completions_and_cache_misses_are_relays_too(settings: Settings, f
         assert generated.status_code == first.status_code == again.status_code == 200
         assert again.headers.get("x-graphgate-cache") == "hit"
         samples = await scrape(client)
-    assert value(samples, "graphgate_upstream_requests_total", kind="chat_relay") == 2
+    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 2
     assert value(samples, "graphgate_chat_added_ttfb_seconds_count") == 1   # /api/generate's
 
 
@@ -242,6 +246,6 @@ async def test_a_chat_whose_filter_matches_nothing_is_skipped_and_no_query_laten
         key = (name, tuple(sorted(labels.items())))
         return after.get(key, 0.0) - before.get(key, 0.0)
 
-    assert moved("graphgate_chat_turns_skipped_total", reason="filter_matched_nothing") == 1
-    assert moved("graphgate_query_stage_duration_seconds_count", mode=settings.mode, stage="filter") == 1
-    assert moved("graphgate_query_duration_seconds_count", mode=settings.mode) == 0   # it ended at its filter
+    assert moved("graphgate_chat_turns_skipped_total", kb="default", reason="filter_matched_nothing") == 1
+    assert moved("graphgate_query_stage_duration_seconds_count", kb="default", mode=settings.mode, stage="filter") == 1
+    assert moved("graphgate_query_duration_seconds_count", kb="default", mode=settings.mode) == 0  # ended at its filter

@@ -267,9 +267,17 @@ async def query(settings: Settings, request: dict[str, Any], as_json: bool, kb: 
     return 0
 
 
-async def reindex(settings: Settings) -> int:
+async def reindex(settings: Settings, kb: str | None = None) -> int:
+    from proxy.knowledge.bases import base_settings_sync
     from proxy.knowledge.reindex import reindexing
 
+    if kb:   # the base's own directory and settings, from the list on disk (the gateway is not running)
+        try:
+            settings = await anyio.to_thread.run_sync(base_settings_sync, settings, kb)
+        except GraphGateError as exc:
+            raise CommandError(f"{exc.message} (GET /rag/kbs lists them)") from None
+        except (ValueError, OSError) as exc:
+            raise CommandError(f"knowledge base {kb!r}: {exc}") from None
     if not has_store(settings.data_dir):
         raise CommandError(f"there is no knowledge store at {settings.data_dir} (no {DATABASE_FILE} there): "
                            "nothing to reindex; give --data-dir (GRAPHGATE_DATA_DIR) if it is elsewhere")

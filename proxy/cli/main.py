@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_setting_flags(query)
     reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; re-embed "
                                                   "everything if the embedding model changed")
+    reindex.add_argument("--kb", metavar="NAME", help=KB_HELP)
     _add_setting_flags(reindex)
     mcp = commands.add_parser("mcp", help="serve the knowledge base to an MCP client over stdio (Claude Desktop...): "
                                           "through the running gateway, else on the store itself (docs/mcp.md)")
@@ -69,6 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="when no gateway answers and no store exists yet, create a new store (in "
                           "GRAPHGATE_DATA_DIR) instead of stopping")
     _add_setting_flags(mcp)
+    keys = commands.add_parser("keys", help="create, list and revoke API keys limited to knowledge bases and a role "
+                                            "(through the running gateway, else on the data directory)")
+    actions = keys.add_subparsers(dest="keys_command", required=True)
+    create_key = actions.add_parser("create", help="make a key and print it (once: it is not stored)")
+    create_key.add_argument("--name", required=True, help="what the key is for (1 to 64 characters)")
+    create_key.add_argument("--role", required=True, choices=("read", "write", "admin"),
+                            help="read: chat and query; write: also documents and curation; admin: also the base")
+    create_key.add_argument("--kb", action="append", metavar="NAME",
+                            help="a knowledge base the key may use (repeatable; none given: every base)")
+    _add_setting_flags(create_key)
+    _add_setting_flags(actions.add_parser("list", help="the stored keys (never their secret)"))
+    revoke_key = actions.add_parser("revoke", help="revoke a key: it stops working at once")
+    revoke_key.add_argument("id", metavar="ID", help="the key's id (graphgate keys list shows it)")
+    _add_setting_flags(revoke_key)
     return parser
 
 
@@ -158,5 +173,13 @@ def _main(argv: Sequence[str] | None) -> int:
         return cli_commands.run(cli_commands.query, settings, {k: v for k, v in request.items() if v is not None},
                                 args.json, args.kb)
     if args.command == "reindex":
-        return cli_commands.run(cli_commands.reindex, settings)
+        return cli_commands.run(cli_commands.reindex, settings, args.kb)
+    if args.command == "keys":
+        from proxy.cli import keys as cli_keys
+
+        if args.keys_command == "create":
+            return cli_commands.run(cli_keys.create, settings, args.name, args.role, args.kb)
+        if args.keys_command == "list":
+            return cli_commands.run(cli_keys.list_keys, settings)
+        return cli_commands.run(cli_keys.revoke, settings, args.id)
     return 2

@@ -36,7 +36,7 @@ from proxy.upstream.model_calls import cache_key
 
 if TYPE_CHECKING:
     from proxy.core.settings import Settings
-    from proxy.gateway.grounding import Grounding
+    from proxy.gateway.chat import Grounding
     from proxy.knowledge.service import Knowledge
     from proxy.monitoring.metrics import Metrics
 
@@ -385,7 +385,7 @@ class Augmenter:
         if cached is not None:
             return Response(cached.encode(), media_type="application/json; charset=utf-8",
                             headers={"x-graphgate-cache": "hit"})
-        with self.gateway.metrics.upstream_call("chat_relay") as call:   # a cache miss goes upstream
+        with self.gateway.metrics.upstream_call("chat_relay", turn.kb) as call:   # a cache miss goes upstream
             response = await forward(turn.request, content=payload)
             call.status = response.status_code if isinstance(response, Response) else 0
         if isinstance(response, Response) and response.status_code == 200:

@@ -22,13 +22,25 @@ from starlette.types import ASGIApp
 from proxy.core.payloads import parse_object, read_body, require_model
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward
-from proxy.gateway.grounding import rename_reply
 from proxy.gateway.relay import StreamRelay
+from proxy.gateway.renaming import rename_reply
 
 if TYPE_CHECKING:
-    from proxy.gateway.grounding import Grounding
+    from proxy.gateway.knowledge_models import KnowledgeModel
+    from proxy.knowledge.service import Knowledge
 
 Flavour = Literal["ollama", "openai"]
+
+
+@dataclass
+class Grounding:
+    """Where a request's retrieval comes from: ``knowledge`` (None: not grounded, ``reason`` says why)."""
+
+    kb: str | None
+    knowledge: Knowledge | None = None
+    reason: str | None = None
+    mode: str | None = None                 # the knowledge model's mode, if it has one
+    model: KnowledgeModel | None = None
 
 
 @dataclass
@@ -45,6 +57,11 @@ class ChatTurn:
 
     def __post_init__(self) -> None:
         self.client_model = str(self.body["model"])
+
+    @property
+    def kb(self) -> str:
+        """The knowledge base the turn is counted under (``default`` for one no stage grounded)."""
+        return (self.grounding.kb if self.grounding is not None else None) or "default"
 
     @property
     def model(self) -> str:
@@ -92,7 +109,7 @@ class ChatPipeline:
             turn = result
         payload = turn.payload()
         gateway.metrics.chat_forwarded(started)
-        with gateway.metrics.upstream_call("chat_relay") as call:
+        with gateway.metrics.upstream_call("chat_relay", turn.kb) as call:
             response = await forward(request, content=payload)
             call.status = response.response.status_code if isinstance(response, StreamRelay) else response.status_code
         return rename_reply(response, turn.model, turn.client_model)

@@ -10,28 +10,23 @@ client sees the name it asked for.
 What a key may see decides too (proxy/guards/access.py): a knowledge model of a base the key may
 not see, or a plain model when GRAPHGATE_SCOPED_KEYS_SEE_PLAIN_MODELS hides them, is a model that
 does not exist (Ollama's own 404); a plain model whose grounding base the key may not read is
-forwarded ungrounded.
+forwarded ungrounded. The reply is renamed back by proxy/gateway/renaming.py.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from starlette.responses import Response
-
-from proxy.core.errors import GraphGateError, NotFound
+from proxy.core.errors import GraphGateError, NotFound, ServiceUnavailable
+from proxy.gateway.chat import ChatTurn, Grounding
 from proxy.guards.access import Principal, principal
-from proxy.state import open_base
+from proxy.knowledge.bases import acquire_for_request
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from proxy.gateway.chat import ChatTurn
     from proxy.gateway.knowledge_models import KnowledgeModel
     from proxy.knowledge.service import Knowledge
-    from proxy.state import Gateway
 
 NONE = "none"
 
@@ -40,25 +35,14 @@ def model_not_found(name: str) -> NotFound:
     return NotFound(f"model '{name}' not found")   # Ollama's words (reference/ollama-api.md)
 
 
-@dataclass
-class Grounding:
-    """Where a request's retrieval comes from: ``knowledge`` (None: not grounded, ``reason`` says why)."""
-
-    kb: str | None
-    knowledge: Knowledge | None = None
-    reason: str | None = None
-    mode: str | None = None                 # the knowledge model's mode, if it has one
-    model: KnowledgeModel | None = None
-
-
-def plain_models_visible(gateway: Gateway, who: Principal) -> bool:
+def plain_models_visible(gateway: Any, who: Principal) -> bool:
     return who.kbs is None or gateway.settings.scoped_keys_see_plain_models
 
 
 def knowledge_model(request: Request, name: str) -> KnowledgeModel | None:
     """The knowledge model ``name`` names, for this request's key: 404 (as Ollama's) for one of a
     base the key may not see, and for a plain model the key may not see."""
-    gateway: Gateway = request.app.state.gateway
+    gateway = request.app.state.gateway
     found = gateway.models.resolve(name) if gateway.models is not None else None
     who = principal(request)
     if found is not None:
@@ -93,7 +77,7 @@ async def ground(request: Request, found: KnowledgeModel | None) -> Grounding:
     """The knowledge base that grounds a chat with ``found`` (a knowledge model, or None for a plain
     model), opened and leased for the request. Never an error for a plain model: a chat is
     forwarded whatever happens to its grounding."""
-    gateway: Gateway = request.app.state.gateway
+    gateway = request.app.state.gateway
     if found is not None:
         kb, mode = found.kb, found.mode
     else:
@@ -103,7 +87,7 @@ async def ground(request: Request, found: KnowledgeModel | None) -> Grounding:
         if not principal(request).can(kb, "read"):
             return Grounding(None, reason="this API key may not read the knowledge base of plain models")
     try:
-        knowledge = await open_base(request, kb)
+        knowledge = await _open(gateway, kb, request)
     except NotFound:
         if found is not None:   # its base was deleted: the model is gone with it
             raise NotFound(f"model '{found.alias}' not found: its knowledge base '{kb}' no longer exists") from None
@@ -113,53 +97,12 @@ async def ground(request: Request, found: KnowledgeModel | None) -> Grounding:
     return Grounding(kb, knowledge, mode=mode, model=found)
 
 
-# --- the reply, under the client's name ---
-
-class ReplyRenamer:
-    """Rewrites ``"model":"<base>"`` into the client's name in whole lines; a line cut between
-    chunks is held until its end arrives (Ollama writes one whole line per chunk). A JSON string
-    value cannot hold an unescaped quote, so the pair found is always a key and its value; plain
-    byte replacement (compact JSON as Ollama writes it, and with a space after the colon) keeps
-    the cost per line to a few hundred nanoseconds."""
-
-    def __init__(self, upstream_name: str, client_name: str, field: str = "model") -> None:
-        old, new = json.dumps(upstream_name).encode(), json.dumps(client_name, ensure_ascii=False).encode()
-        key = json.dumps(field).encode()
-        self.pairs = [(key + b":" + old, key + b":" + new), (key + b": " + old, key + b": " + new)]
-        self.pending = b""
-
-    def whole(self, body: bytes) -> bytes:
-        for old, new in self.pairs:
-            body = body.replace(old, new)
-        return body
-
-    def chunk(self, data: bytes) -> bytes:
-        if self.pending:
-            data = self.pending + data
-        end = data.rfind(b"\n") + 1
-        if end == len(data):
-            self.pending = b""
-            return self.whole(data)
-        self.pending = data[end:]
-        return self.whole(data[:end]) if end else b""
-
-    def flush(self) -> bytes:
-        rest, self.pending = self.pending, b""
-        return self.whole(rest)
-
-
-def rename_reply(response: Any, upstream_name: str, client_name: str, field: str = "model") -> Any:
-    """``response`` (a StreamRelay or a whole Response) answering under ``client_name``."""
-    if upstream_name == client_name:
-        return response
-    renamer = ReplyRenamer(upstream_name, client_name, field)
-    if isinstance(response, Response):
-        body = renamer.whole(bytes(response.body))
-        response.body = body
-        response.headers["content-length"] = str(len(body))
-        return response
-    response.renamer = renamer
-    return response
+async def _open(gateway: Any, kb: str, request: Request) -> Knowledge:
+    if gateway.bases is None:   # the lifespan has not made the bases (a gateway starting or stopping)
+        if kb != "default" or gateway.knowledge is None:
+            raise ServiceUnavailable("the knowledge bases are unavailable")
+        return gateway.knowledge
+    return await acquire_for_request(gateway.bases, kb, request.scope)
 
 
 async def ground_turn(turn: ChatTurn) -> ChatTurn:

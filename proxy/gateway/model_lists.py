@@ -20,12 +20,10 @@ from proxy.guards.access import principal
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from proxy.state import Gateway
-
 
 def visible_models(request: Request) -> tuple[list[KnowledgeModel], bool]:
     """The knowledge models the request's key may see, and whether it may see the plain models."""
-    gateway: Gateway = request.app.state.gateway
+    gateway = request.app.state.gateway
     who = principal(request)
     models = list(gateway.models.models.values()) if gateway.models is not None else []
     return [m for m in models if who.sees(m.kb)], plain_models_visible(gateway, who)
@@ -69,7 +67,7 @@ def _listed_name(model: KnowledgeModel, base: dict[str, Any], key: str) -> str:
     return model.alias
 
 
-def remember_upstream_names(gateway: Gateway, body: bytes) -> None:
+def remember_upstream_names(gateway: Any, body: bytes) -> None:
     """Keep the names of a fresh /api/tags answer (``base_model_present`` in /rag/models)."""
     if gateway.models is None:
         return

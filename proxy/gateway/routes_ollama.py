@@ -18,9 +18,10 @@ from proxy.core.errors import UpstreamError
 from proxy.core.payloads import parse_object, read_body, require_fields, require_model
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward, forward_small, upstream_headers
-from proxy.gateway.grounding import apply_model, ground, knowledge_model, rename_reply
+from proxy.gateway.grounding import apply_model, ground, knowledge_model
 from proxy.gateway.model_lists import remember_upstream_names, with_models
 from proxy.gateway.relay import StreamRelay, whole_response
+from proxy.gateway.renaming import rename_reply
 
 Handler = Callable[[Request], Awaitable[Response | ASGIApp]]
 
@@ -107,10 +108,12 @@ async def generate(request: Request) -> Response | ASGIApp:
     if found is not None:
         body = apply_model(body, found, system_field=True)
         raw = json_bytes(body)
+    kb = found.kb if found is not None else gateway.settings.plain_model_kb
+    kb = "default" if kb == "none" else kb   # an ungrounded completion is counted under default
     if gateway.settings.augment_generate:
         raw = await gateway.augmenter.generate(request, body, raw, await ground(request, found))
     gateway.metrics.chat_forwarded(started)
-    with gateway.metrics.upstream_call("chat_relay") as call:   # a completion relayed like a chat
+    with gateway.metrics.upstream_call("chat_relay", kb) as call:   # a completion relayed like a chat
         response = await forward(request, content=raw)
         call.status = response.response.status_code if isinstance(response, StreamRelay) else response.status_code
     return rename_reply(response, found.model, name) if found is not None else response

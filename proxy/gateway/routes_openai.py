@@ -11,9 +11,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from proxy.gateway.forward import forward_small, upstream_headers
-from proxy.gateway.grounding import knowledge_model, rename_reply
+from proxy.gateway.grounding import knowledge_model
 from proxy.gateway.model_lists import with_models
 from proxy.gateway.relay import whole_response
+from proxy.gateway.renaming import rename_reply
 from proxy.gateway.routes_ollama import json_endpoint
 
 

@@ -1,4 +1,4 @@
-"""Pure-ASGI middleware on the request path: the Host check, CORS and the API key.
+"""Pure-ASGI middleware on the request path: the Host check, CORS and the API keys.
 
 All are pure ASGI (not BaseHTTPMiddleware) so that streamed replies pass through untouched.
 ``build_middleware`` fixes their order: the Host check outermost (a rebinding page is refused
@@ -11,6 +11,7 @@ import hmac
 import html
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
@@ -20,6 +21,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.core.hosts import bind_is_loopback, request_host_allowed
 from proxy.core.responses import error_response
 from proxy.core.settings import Settings
+from proxy.guards.access import ADMIN, PRINCIPAL, Principal
+
+if TYPE_CHECKING:
+    from proxy.guards.keys import KeyStore
 
 PROTECTED_PREFIXES = ("/api/", "/v1/", "/rag/")
 # readable by anyone who can reach the gateway, like Ollama's GET /: a container health check or a
@@ -107,53 +112,108 @@ class CORSMiddleware:
         await response(scope, receive, send)
 
 
-class APIKeyMiddleware:
-    """With an API key set, the API surfaces need ``Authorization: Bearer <key>``."""
+MODEL_MANAGEMENT = frozenset({"/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete"})
+UNAUTHORIZED = "unauthorized: a valid API key is required (Authorization: Bearer <key>)"
 
-    def __init__(self, app: ASGIApp, api_key: str, prefixes: Sequence[str] = PROTECTED_PREFIXES) -> None:
+
+def manages_models(path: str) -> bool:
+    """Ollama's calls that change the upstream's models (for every user of it): an unrestricted admin's."""
+    return path in MODEL_MANAGEMENT or path.startswith("/api/blobs/")
+
+
+class KeyCheck:
+    """Who a request's ``Authorization: Bearer`` header says it is: ``GRAPHGATE_API_KEY`` is the
+    unrestricted admin, a stored key (proxy/guards/keys.py) its own principal. The stored keys are
+    the gateway's, made and revoked at run time, so they are looked up per request (one hash and a
+    dict lookup)."""
+
+    def __init__(self, api_key: str | None) -> None:
+        self.expected = f"Bearer {api_key}".encode() if api_key else None
+
+    @staticmethod
+    def store(scope: Scope) -> KeyStore | None:
+        gateway = getattr(scope["app"].state, "gateway", None) if "app" in scope else None
+        return getattr(gateway, "keys", None)
+
+    def in_use(self, scope: Scope) -> bool:
+        """Whether the API surfaces need a key: GRAPHGATE_API_KEY is set, or a key is stored."""
+        if self.expected is not None:
+            return True
+        store = self.store(scope)
+        return store is not None and store.in_use
+
+    def principal(self, scope: Scope) -> Principal | None:
+        given = Headers(scope=scope).get("authorization", "")
+        if self.expected is not None and hmac.compare_digest(given.encode(), self.expected):
+            return ADMIN
+        store = self.store(scope)
+        scheme, _, token = given.partition(" ")
+        if store is None or scheme.lower() != "bearer" or not token:
+            return None
+        key = store.verify(token.strip())
+        return None if key is None else key.principal
+
+
+def mark(scope: Scope, who: Principal) -> None:
+    scope[PRINCIPAL] = who
+
+
+class APIKeyMiddleware:
+    """Once a key is in use (GRAPHGATE_API_KEY, or any stored key), the API surfaces need
+    ``Authorization: Bearer <key>``; the request's scope then holds its principal. Changing the
+    upstream's models needs an unrestricted admin. With no key in use, everything passes as before."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None, prefixes: Sequence[str] = PROTECTED_PREFIXES) -> None:
         self.app = app
-        self.expected = f"Bearer {api_key}".encode()
+        self.check = KeyCheck(api_key)
         self.prefixes = tuple(prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(self.prefixes) and not is_public_read(scope):
-            given = Headers(scope=scope).get("authorization", "").encode()
-            if not hmac.compare_digest(given, self.expected):
-                response = error_response(scope["path"], 401, "unauthorized: a valid API key is required "
-                                          "(Authorization: Bearer <key>)",
-                                          headers={"www-authenticate": "Bearer"})
+        if scope["type"] == "http" and scope["path"].startswith(self.prefixes) and not is_public_read(scope) \
+                and self.check.in_use(scope):
+            who = self.check.principal(scope)
+            if who is None:
+                response = error_response(scope["path"], 401, UNAUTHORIZED, headers={"www-authenticate": "Bearer"})
                 return await response(scope, receive, send)
+            if manages_models(scope["path"]) and not who.unrestricted:
+                response = error_response(scope["path"], 403, f"forbidden: key {who.name!r} may not manage "
+                                          "models (that needs an admin key not limited to some knowledge bases)")
+                return await response(scope, receive, send)
+            mark(scope, who)
         await self.app(scope, receive, send)
 
 
 class RagAccessMiddleware:
-    """``/rag/*`` with a console password: every call (bar ``PUBLIC_READS``) needs the API key or a
-    console login; one that changes the store with a login also needs its CSRF token in
-    X-CSRF-Token, since a cookie is ambient."""
+    """``/rag/*`` with a console password: every call (bar ``PUBLIC_READS``) needs an API key or a
+    console login (an unrestricted admin); one that changes the store with a login also needs its
+    CSRF token in X-CSRF-Token, since a cookie is ambient."""
 
     READS = frozenset({"GET", "HEAD", "OPTIONS"})
     QUERIES = ("/rag/query",)  # a POST that reads
 
     def __init__(self, app: ASGIApp, api_key: str | None) -> None:
         self.app = app
-        self.expected = f"Bearer {api_key}".encode() if api_key else None
+        self.check = KeyCheck(api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/rag/") or is_public_read(scope):
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
-        if self.expected and hmac.compare_digest(headers.get("authorization", "").encode(), self.expected):
+        who = self.check.principal(scope)
+        if who is not None:
+            mark(scope, who)
             return await self.app(scope, receive, send)
         auth = scope["app"].state.gateway.console.auth
         session = auth.read(scope)
         logged_in = session is not None and session.authenticated
         reading = scope["method"] in self.READS or scope["path"] in self.QUERIES
         if logged_in and (reading or auth.csrf_ok(session, headers.get("x-csrf-token"))):
+            mark(scope, ADMIN)
             return await self.app(scope, receive, send)
         # reads too: the store holds the documents and every user's questions (the traces), which the
         # console shows only after the login
-        if self.expected:
-            message = "unauthorized: a valid API key is required (Authorization: Bearer <key>)"
+        if self.check.in_use(scope):
+            message = UNAUTHORIZED
         elif reading:
             message = ("unauthorized: log in to the console (the same password) or set GRAPHGATE_API_KEY and "
                        "send it (Authorization: Bearer <key>)")
@@ -168,10 +228,11 @@ def build_middleware(settings: Settings) -> list[Middleware]:
     stack = [Middleware(CORSMiddleware, origins=settings.cors_origins)]
     if settings.allowed_hosts or bind_is_loopback(settings.host):  # outermost: preflights too
         stack.insert(0, Middleware(HostCheckMiddleware, allowed=settings.allowed_hosts))
+    # always there: stored keys are made at run time, and the first one closes the API
     if settings.admin_password:
         stack.append(Middleware(RagAccessMiddleware, api_key=settings.api_key))
-        if settings.api_key:  # /rag/ is the RagAccessMiddleware's: key or console login
-            stack.append(Middleware(APIKeyMiddleware, api_key=settings.api_key, prefixes=("/api/", "/v1/")))
-    elif settings.api_key:
+        # /rag/ is the RagAccessMiddleware's: a key or a console login
+        stack.append(Middleware(APIKeyMiddleware, api_key=settings.api_key, prefixes=("/api/", "/v1/")))
+    else:
         stack.append(Middleware(APIKeyMiddleware, api_key=settings.api_key))
     return stack

@@ -12,7 +12,9 @@ app's lifespan opens it at start-up and keeps it open. Every other base lives in
 - The bases share the gateway's Upstream, its LLM and embedding limiters and its metrics.
 
 The list of bases is ``<data_dir>/kbs/registry.json``, written whole by rename: each base's
-created_at, a unique id and its settings overrides (kept, not applied yet). A deletion closes the
+created_at, a unique id and its settings overrides (proxy/knowledge/base_settings.py: checked when
+set, applied when the base opens; a change to an open base closes it once no request holds it, so
+the next request opens it with the new settings). A deletion closes the
 base, renames its directory to a tombstone (``kbs/.deleting-<name>.<id>``), drops it from the list,
 then removes the tombstone; a deletion killed half-way is finished at the next start (a tombstone
 whose id the list still holds is dropped from it first), so a base is there whole or not at all.
@@ -27,7 +29,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +42,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from proxy.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from proxy.core.limiter import PriorityLimiter
 from proxy.core.settings import Settings
+from proxy.knowledge.base_settings import apply_overrides, effective_values, merge_overrides
 from proxy.knowledge.service import Knowledge, run_knowledge
 from proxy.monitoring.metrics import Metrics
 from proxy.upstream.client import Upstream
@@ -51,6 +54,21 @@ BASES_DIR = "kbs"
 REGISTRY_FILE = "registry.json"
 TOMBSTONE = ".deleting-"
 NAME = re.compile(r"[a-z0-9_-]{1,64}")
+
+
+REQUEST_LEASES = "graphgate.kb_leases"   # a request scope's list of lease releases (proxy.state.ReleaseLeases)
+
+
+async def acquire_for_request(bases: KnowledgeBases, name: str, scope: MutableMapping[str, Any]) -> Knowledge:
+    """Base ``name``'s service, leased until the request whose ``scope`` this is has been answered
+    (ended at once when nothing in front of the app ends leases)."""
+    service, release = await bases.acquire(name)
+    leases = scope.get(REQUEST_LEASES)
+    if leases is None:
+        release()
+    else:
+        leases.append(release)
+    return service
 
 
 def check_name(name: str) -> str:
@@ -76,6 +94,7 @@ class Base:
     leases: int = 0
     last_used: float = field(default_factory=time.monotonic)
     deleting: bool = False
+    stale: bool = False   # its overrides changed while open: closed once no request holds it
     lock: anyio.Lock = field(default_factory=anyio.Lock)   # opening and closing, one at a time
     stop: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
@@ -114,19 +133,9 @@ class KnowledgeBases:
         return self.root / REGISTRY_FILE
 
     def _load_sync(self) -> tuple[dict[str, Any], list[Path]]:
-        """The list's entries and the tombstones left by killed deletions (an entry whose tombstone
-        is there was dropped by its deletion's next step: it is dropped here)."""
-        entries: dict[str, Any] = {}
-        if self.registry_path.is_file():
-            raw = json.loads(self.registry_path.read_text(encoding="utf-8"))
-            entries = dict(raw.get("bases", {}))
-            self.default_created_at = raw.get("default_created_at", self.default_created_at)
-        tombstones = sorted(self.root.glob(TOMBSTONE + "*")) if self.root.is_dir() else []
-        for tomb in tombstones:
-            name, _, uid = tomb.name[len(TOMBSTONE):].rpartition(".")
-            if name in entries and entries[name].get("uid") == uid:
-                del entries[name]   # killed between the rename and the list's write
-        return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, tombstones
+        entries, created_at, tombstones = read_registry_sync(self.root)
+        self.default_created_at = created_at or self.default_created_at
+        return entries, tombstones
 
     def _finish_sync(self, tombstones: list[Path]) -> None:
         """Remove what killed deletions left (the list first, then the files)."""
@@ -195,6 +204,31 @@ class KnowledgeBases:
                    "open": self.default is not None}
         return [default, *(self.bases[n].describe() for n in sorted(self.bases))]
 
+    def detail(self, name: str) -> dict[str, Any]:
+        """The base's description, with the values its service runs (or will run) with for every
+        setting a base may override."""
+        check_name(name)
+        if name == DEFAULT:
+            return {**self.describe()[0], "effective": effective_values(self.settings)}
+        base = self.bases.get(name)
+        if base is None or base.deleting:
+            raise NotFound(f"no knowledge base named {name!r}")
+        try:
+            return {**base.describe(), "effective": effective_values(self.settings_for(base))}
+        except ValueError as exc:   # the list was edited by hand: say so (PATCH with null mends it)
+            return {**base.describe(), "effective": None, "error": str(exc)}
+
+    def settings_for(self, base: Base) -> Settings:
+        """The settings the base's service is opened with: the gateway's, its directory, its overrides
+        (ValueError naming the setting when the list was edited into something invalid)."""
+        settings = self.settings.replace(data_dir=self.directory(base.name), inbox_dir=None)
+        return apply_overrides(settings, base.overrides)
+
+    def open_services(self) -> list[tuple[str, Knowledge | None]]:
+        """The open bases' services by name, ``default`` first (None when its store is unavailable)."""
+        return [(DEFAULT, self.default), *((n, self.bases[n].knowledge) for n in sorted(self.bases)
+                                           if self.bases[n].knowledge is not None)]
+
     def open_count(self) -> int:
         return sum(1 for b in self.bases.values() if b.knowledge is not None)
 
@@ -238,6 +272,15 @@ class KnowledgeBases:
         base.last_used = time.monotonic()
         if base.leases == 0:
             base.idle.set()
+            if base.stale and base.knowledge is not None and self.group is not None:
+                self.group.start_soon(self._close_stale, base)
+
+    async def _close_stale(self, base: Base) -> None:
+        """Close a base whose settings changed, unless a request took it again meanwhile (it is
+        then closed when that one ends)."""
+        async with base.lock:
+            if base.stale and base.leases == 0:
+                await self._close(base)
 
     # --- opening and closing (under the base's lock) ---
 
@@ -245,7 +288,11 @@ class KnowledgeBases:
         if self.group is None:
             raise ServiceUnavailable("the gateway is shutting down")
         base.stop, base.closed = anyio.Event(), anyio.Event()
-        settings = self.settings.replace(data_dir=self.directory(base.name), inbox_dir=None)
+        try:
+            settings = self.settings_for(base)
+        except ValueError as exc:
+            raise ServiceUnavailable(f"knowledge base {base.name!r} cannot be opened: {exc}") from None
+        base.stale = False
         with anyio.CancelScope(shield=True):   # a caller that goes away does not leave it half-open
             await self.group.start(self._own, base, settings)
         self.opened += 1
@@ -255,7 +302,7 @@ class KnowledgeBases:
         started = False
         try:
             async with run_knowledge(settings, self.upstream, self.metrics, limiter=self.limiter,
-                                     embed_limiter=self.embed_limiter) as knowledge:
+                                     embed_limiter=self.embed_limiter, kb=base.name) as knowledge:
                 base.knowledge = knowledge
                 started = True
                 task_status.started()
@@ -305,7 +352,8 @@ class KnowledgeBases:
             raise Conflict(f"a knowledge base named {name!r} already exists")
         if self.directory(name).exists():
             raise Conflict(f"{self.directory(name)} exists but is no knowledge base of the list: move it away first")
-        base = Base(name=name, uid=uuid.uuid4().hex[:12], created_at=_now(), overrides=dict(overrides or {}))
+        checked = merge_overrides({}, overrides or {}, self.settings)   # 400 naming the setting: nothing made
+        base = Base(name=name, uid=uuid.uuid4().hex[:12], created_at=_now(), overrides=checked)
         self.bases[name] = base
         try:   # listed first, then made: a kill in between leaves a listed base whose directory opens empty
             await anyio.to_thread.run_sync(self._save_sync)
@@ -314,6 +362,32 @@ class KnowledgeBases:
             self.bases.pop(name, None)
             raise
         return base.describe()
+
+    async def update(self, name: str, changes: Any) -> dict[str, Any]:
+        """Change the base's overrides (a null removes one): all checked first (400 naming the setting,
+        nothing changed), then stored. An open base is closed at once if no request holds it, else when
+        the last one ends; the next request opens it with the new settings."""
+        check_name(name)
+        if name == DEFAULT:
+            raise Conflict("the default knowledge base runs with the gateway's own settings (GRAPHGATE_*, "
+                           "flags): change those and restart; overrides are for the other bases")
+        base = self.bases.get(name)
+        if base is None or base.deleting:
+            raise NotFound(f"no knowledge base named {name!r}")
+        merged = merge_overrides(base.overrides, changes, self.settings)
+        if merged != base.overrides:
+            before = base.overrides
+            base.overrides = merged
+            try:
+                await anyio.to_thread.run_sync(self._save_sync)
+            except OSError:
+                base.overrides = before
+                raise
+            if base.knowledge is not None:
+                base.stale = True
+                if base.leases == 0:
+                    await self._close_stale(base)
+        return self.detail(name)
 
     async def delete(self, name: str) -> dict[str, Any]:
         """Close the base (new leases are refused; the ones in flight are given the shutdown grace to
@@ -343,7 +417,42 @@ class KnowledgeBases:
         del self.bases[name]
         await anyio.to_thread.run_sync(self._save_sync)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
+        if self.metrics is not None:
+            self.metrics.forget(name)
         return {"deleted": name}
+
+
+def read_registry_sync(root: Path) -> tuple[dict[str, Any], str | None, list[Path]]:
+    """The list's entries under ``root`` (``<data_dir>/kbs``), default's created_at, and the tombstones
+    left by killed deletions (an entry whose tombstone is there was dropped by its deletion's next
+    step: it is dropped here)."""
+    entries: dict[str, Any] = {}
+    created_at = None
+    registry = root / REGISTRY_FILE
+    if registry.is_file():
+        raw = json.loads(registry.read_text(encoding="utf-8"))
+        entries = dict(raw.get("bases", {}))
+        created_at = raw.get("default_created_at")
+    tombstones = sorted(root.glob(TOMBSTONE + "*")) if root.is_dir() else []
+    for tomb in tombstones:
+        name, _, uid = tomb.name[len(TOMBSTONE):].rpartition(".")
+        if name in entries and entries[name].get("uid") == uid:
+            del entries[name]   # killed between the rename and the list's write
+    return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, created_at, tombstones
+
+
+def base_settings_sync(settings: Settings, name: str) -> Settings:
+    """The settings a base's store is opened with, read from the list on disk with no gateway running
+    (``graphgate reindex --kb``, ``graphgate mcp`` on its own store): NotFound for a base not listed,
+    BadRequest for a bad name, ValueError for overrides edited into something invalid."""
+    check_name(name)
+    if name == DEFAULT:
+        return settings
+    entries, _, _ = read_registry_sync(settings.data_dir / BASES_DIR)
+    if name not in entries:
+        raise NotFound(f"no knowledge base named {name!r} in {settings.data_dir}")
+    base_settings = settings.replace(data_dir=settings.data_dir / BASES_DIR / name, inbox_dir=None)
+    return apply_overrides(base_settings, dict(entries[name].get("settings") or {}))
 
 
 def _nothing() -> None:

@@ -56,6 +56,7 @@ class Knowledge:
     graph: GraphService
     communities: CommunitySummaries   # the community summaries' background job
     metrics: Metrics | None = None    # the gateway's (GET /metrics); None for the CLI's own store
+    kb: str = "default"               # the knowledge base's name (the metrics' kb label)
 
     # the chat pipeline's bookkeeping, in the background (its sub-services do the work)
 
@@ -63,7 +64,7 @@ class Knowledge:
         """Keep a chat turn's trace, off the chat's path."""
         self.traces.record(trace)
         if self.metrics is not None:   # one place per turn and per query: outcome and retrieval timings
-            self.metrics.observe_trace(trace)
+            self.metrics.observe_trace(trace, self.kb)
 
     def remember(self, entry: CacheEntry) -> None:
         self.cache.remember(entry)
@@ -122,11 +123,12 @@ async def _save_periodically(store: KnowledgeStore, seconds: float) -> None:
 @asynccontextmanager
 async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics | None = None, *,
                         limiter: PriorityLimiter | None = None,
-                        embed_limiter: PriorityLimiter | None = None) -> AsyncIterator[Knowledge]:
+                        embed_limiter: PriorityLimiter | None = None,
+                        kb: str = "default") -> AsyncIterator[Knowledge]:
     """The knowledge service over the store at ``settings.data_dir``. ``limiter`` and ``embed_limiter``:
     the upstream's slots when several knowledge bases share them (proxy/knowledge/bases.py); each
-    run makes its own otherwise. The task that enters this context must be the one that exits it
-    (its task group)."""
+    run makes its own otherwise. ``kb``: the base's name, for the metrics' labels. The task that
+    enters this context must be the one that exits it (its task group)."""
     store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
     reranker = HttpReranker.from_settings(settings, upstream)  # None unless GRAPHGATE_RERANK_URL is set
     try:
@@ -136,7 +138,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
         traces = TraceService(store.tables.traces)
         models = ModelClient(upstream, limiter, settings, cache_lookup=cache.lookup,
                              embed_limiter=embed_limiter or PriorityLimiter(settings.embed_concurrency),
-                             metrics=metrics)
+                             metrics=metrics, kb=kb)
         models.expected_dim = store.embedding_dim()
         await check_embedding_model(store, models, settings)
         tokenizer = await anyio.to_thread.run_sync(get_tokenizer)
@@ -165,7 +167,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
                                       graph=GraphService.build(store, pipeline.integrator,
                                                                pipeline.merger.exclusive),
                                       documents=DocumentService(store, pipeline, communities.snapshot),
-                                      communities=communities, metrics=metrics)
+                                      communities=communities, metrics=metrics, kb=kb)
                 # merge suggestions take seconds on a big graph: have them ready before anyone asks
                 knowledge.graph.refresh_suggestions(settings.suggest_threshold)
                 retriever.remember = knowledge.remember

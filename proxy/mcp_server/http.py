@@ -2,10 +2,11 @@
 
 The gateway's Host check and CORS run in front of it as for every route (the SDK's own DNS
 rebinding check is off: the gateway's allow-list, GRAPHGATE_ALLOWED_HOSTS, is the one). Then the
-API key: with GRAPHGATE_API_KEY set, a request needs ``Authorization: Bearer <key>`` and is refused
-with 401 before the SDK reads it. A console login never grants access (an agent holds no cookie,
-and a cookie is ambient: a page could ride it); with a console password but no API key, /mcp is
-closed, since its tools read and change what the password guards.
+API keys: with GRAPHGATE_API_KEY set or any key stored (proxy/guards/keys.py), a request needs
+``Authorization: Bearer <key>`` and is refused with 401 before the SDK reads it; its principal goes
+in the request's scope, where each tool checks it (tools.py). A console login never grants access
+(an agent holds no cookie, and a cookie is ambient: a page could ride it); with a console password
+but no API key, /mcp is closed, since its tools read and change what the password guards.
 
 Stateless: each POST is served on its own (no ``Mcp-Session-Id``). The tools need no
 server-to-client requests (no sampling or elicitation) and progress notifications still stream on
@@ -16,7 +17,6 @@ the 2026-07-28 protocol are stateless whatever this says.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -30,6 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import ServiceUnavailable
 from proxy.core.settings import Settings
+from proxy.guards.middleware import UNAUTHORIZED, KeyCheck, mark
 from proxy.knowledge.service import Knowledge
 from proxy.mcp_server.tools import build_server
 from proxy.state import Gateway
@@ -57,7 +58,7 @@ class McpEndpoint:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.expected = f"Bearer {settings.api_key}".encode() if settings.api_key else None
+        self.check = KeyCheck(settings.api_key)
         self.server: MCPServer | None = None   # while serving
 
     def route(self) -> Route:
@@ -87,12 +88,13 @@ class McpEndpoint:
             raise
 
     def refused(self, scope: Scope) -> str | None:
-        """Why the request may not reach the MCP server, or None."""
-        if self.expected is not None:
-            given = Headers(scope=scope).get("authorization", "").encode()
-            if hmac.compare_digest(given, self.expected):
-                return None
-            return "unauthorized: a valid API key is required (Authorization: Bearer <key>)"
+        """Why the request may not reach the MCP server, or None (its key's principal is then in its scope)."""
+        if self.check.in_use(scope):
+            who = self.check.principal(scope)
+            if who is None:
+                return UNAUTHORIZED
+            mark(scope, who)
+            return None
         if self.settings.admin_password:
             return ("unauthorized: /mcp needs GRAPHGATE_API_KEY when a console password is set (the console's "
                     "login does not open it); set the key and send it as Authorization: Bearer <key>")

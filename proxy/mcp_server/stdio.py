@@ -2,7 +2,8 @@
 
 When a gateway answers on the configured port of this machine, the command bridges to its /mcp
 (only one process may hold the store, and the gateway's pipeline keeps ingesting). Otherwise it
-opens the store itself, as the gateway's lifespan does, and serves the same tools over stdio.
+opens the store itself, as the gateway's lifespan does, and serves the same tools over stdio, on
+every knowledge base of the data directory (each opened on first use, as the gateway opens them).
 stdout is the protocol's channel: logs go to stderr, and while serving, the SDK points file
 descriptor 1 at stderr so that nothing else can write there.
 """
@@ -20,6 +21,7 @@ from proxy.core.data_dir import DATABASE_FILE, has_store
 from proxy.core.errors import GraphGateError
 from proxy.core.hosts import local_url
 from proxy.core.settings import Settings
+from proxy.knowledge.bases import KnowledgeBases
 from proxy.knowledge.service import run_knowledge
 from proxy.mcp_server.bridge import bridge
 from proxy.mcp_server.http import PATH
@@ -58,9 +60,12 @@ async def serve_own_store(settings: Settings, create: bool) -> None:
     try:
         async with contextlib.AsyncExitStack() as stack:
             with contextlib.redirect_stdout(sys.stderr):  # until the SDK takes stdout over: nothing may print there
-                knowledge = await stack.enter_async_context(run_knowledge(settings, upstream))
+                bases = KnowledgeBases(settings, upstream)   # the other bases: opened on first use
+                await stack.enter_async_context(bases.run())
+                knowledge = bases.default = await stack.enter_async_context(
+                    run_knowledge(settings, upstream, limiter=bases.limiter, embed_limiter=bases.embed_limiter))
             log.info("no gateway at %s: serving the store at %s over stdio", gateway_url(settings), settings.data_dir)
-            await build_server(lambda: knowledge, settings).run_stdio_async()
+            await build_server(lambda: knowledge, settings, lambda: bases).run_stdio_async()
     finally:
         await upstream.aclose()
 

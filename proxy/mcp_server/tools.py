@@ -26,6 +26,7 @@ from pydantic import Field
 
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.core.settings import SETTINGS, Settings
+from proxy.guards.access import Role, require, require_unrestricted
 from proxy.knowledge import lookup
 from proxy.knowledge.bases import DEFAULT as DEFAULT_BASE
 from proxy.knowledge.intake import add_document
@@ -63,9 +64,18 @@ class Served:
     bases: Callable[[], KnowledgeBases | None] = lambda: None   # the gateway's other bases, when it has them
 
 
+def caller(ctx: Context) -> Any:
+    """The HTTP request's scope, where the gateway's key check put the caller's principal (an
+    empty one over stdio: the local user, an unrestricted admin, as access.principal says)."""
+    request = ctx.request_context.request
+    return getattr(request, "scope", None) or {}
+
+
 @asynccontextmanager
-async def knowledge_of(ctx: Context, kb: str) -> AsyncIterator[Knowledge]:
-    """The service of the base ``kb``, held open (a lease) for the block."""
+async def knowledge_of(ctx: Context, kb: str, action: Role) -> AsyncIterator[Knowledge]:
+    """The service of the base ``kb``, held open (a lease) for the block, when the caller's key may
+    do ``action`` on it (a base it may not see is an error worded as for an unknown one)."""
+    require(caller(ctx), kb, action)
     state = served(ctx)
     if kb == DEFAULT_BASE:
         yield state.knowledge()
@@ -94,8 +104,9 @@ INSTRUCTIONS = """GraphGate's knowledge base: documents turned into a knowledge 
 and searchable passages. Start with `query` for a question (it returns the grounding context with numbered
 references); use `get_entities` and `get_relations` to explore the graph; `insert`, `batch_insert`, `update`
 and `delete` change the documents (ingestion runs in the background: a new document is searchable once
-`stats` or the document resource says it is processed). Resources: graphgate://documents/{id} and
-graphgate://entities/{name}."""
+`stats` or the document resource says it is processed). Every tool takes `kb`, the knowledge base to work
+on (default: default). Resources: graphgate://documents/{id} and graphgate://entities/{name} (default), and
+graphgate://{kb}/documents/{id} and graphgate://{kb}/entities/{name} for any base."""
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
@@ -154,7 +165,7 @@ async def query(
     references ([n] in the context). Use it before answering a question about the user's documents."""
     body: dict[str, Any] = {"query": question, "mode": mode, "top_k": top_k, "filters": filters}
     with tool_errors():
-        async with knowledge_of(ctx, kb) as knowledge:
+        async with knowledge_of(ctx, kb, "read") as knowledge:
             outcome = await knowledge.query({k: v for k, v in body.items() if v is not None}, api="mcp")
     return QueryResult.model_validate(outcome.result)
 
@@ -174,7 +185,7 @@ async def get_entities(
     its description, its number of relations and how many passages mention it."""
     with tool_errors():
         search = lookup.entities_by_name if by == "name" else lookup.entities_by_similarity
-        async with knowledge_of(ctx, kb) as knowledge:
+        async with knowledge_of(ctx, kb, "read") as knowledge:
             found = await search(knowledge, query, type or "", limit)
     return Entities(entities=[Entity(name=e.name, type=e.type, description=e.description, degree=e.degree,
                                      sources=e.sources, score=e.score) for e in found])
@@ -191,7 +202,7 @@ async def get_relations(
     """The relations of an entity and, with depth 2 or 3, of its neighbours: who or what it is connected to
     and how (keywords, description, weight). An unknown entity is an error naming it."""
     with tool_errors():
-        async with knowledge_of(ctx, kb) as knowledge:
+        async with knowledge_of(ctx, kb, "read") as knowledge:
             found = await lookup.neighbourhood(knowledge, entity, depth, limit)
     return Relations.model_validate(found, from_attributes=True)
 
@@ -216,7 +227,7 @@ async def insert(
     at once (an unreadable file is an error) and ingested in the background: its entities, relations and
     passages become searchable when its status is processed."""
     with tool_errors():
-        async with knowledge_of(ctx, kb) as knowledge:
+        async with knowledge_of(ctx, kb, "write") as knowledge:
             return await _insert(ctx, knowledge, DocumentInput(name=name, text=text, content_base64=content_base64,
                                                                metadata=metadata))
 
@@ -231,7 +242,7 @@ async def batch_insert(
     one is rejected is the call an error."""
     results = []
     with tool_errors():
-        async with knowledge_of(ctx, kb) as knowledge:
+        async with knowledge_of(ctx, kb, "write") as knowledge:
             for item in documents:
                 try:
                     results.append(await _insert(ctx, knowledge, item))
@@ -256,7 +267,7 @@ async def update(
     its passages and what only it said leave the graph. The same content again is a duplicate: its
     content is unchanged, and metadata given with it replaces the document's."""
     with tool_errors():
-        async with knowledge_of(ctx, kb) as knowledge:
+        async with knowledge_of(ctx, kb, "write") as knowledge:
             document = await knowledge.documents.get(document_id)
             if text is None and content_base64 is None and metadata is not None:
                 row = await knowledge.documents.set_metadata(document_id, metadata)
@@ -276,7 +287,7 @@ async def delete(
     """Delete a document: its passages go, and so do the entities and relations only it mentioned; the
     others are rebuilt from their remaining sources. Cannot be undone."""
     with tool_errors():
-        async with knowledge_of(ctx, kb) as knowledge:
+        async with knowledge_of(ctx, kb, "write") as knowledge:
             return Deleted.model_validate(await knowledge.documents.delete(document_id))
 
 
@@ -284,7 +295,7 @@ async def stats(ctx: Context, kb: KbName = DEFAULT_BASE) -> Stats:
     """How big the knowledge base is and what the ingestion pipeline is doing: documents by status
     (pending, processing, processed, failed), passages, entities, relations, queued and running work."""
     with tool_errors():
-        async with knowledge_of(ctx, kb) as knowledge:
+        async with knowledge_of(ctx, kb, "read") as knowledge:
             counts = await knowledge.documents.stats()
             pipeline = knowledge.documents.status()
     return Stats(documents=counts["documents"], chunks=counts["chunks"], entities=counts["entities"],
@@ -293,9 +304,10 @@ async def stats(ctx: Context, kb: KbName = DEFAULT_BASE) -> Stats:
                  index_sizes=counts["index_sizes"], bytes_on_disk=counts["bytes_on_disk"])
 
 
-async def rebuild_index(ctx: Context) -> Rebuilt:
-    """Rebuild the vector indexes and the graph from the stored tables (after a crash left them out of
-    step, or to compact them). Searches wait while it runs; send a progress token to follow it."""
+async def rebuild_index(ctx: Context, kb: KbName = DEFAULT_BASE) -> Rebuilt:
+    """Rebuild the vector indexes and the graph of the knowledge base from its stored tables (after a
+    crash left them out of step, or to compact them). Searches wait while it runs; send a progress
+    token to follow it."""
     send, receive = anyio.create_memory_object_stream[str](math.inf)
     steps = 0
 
@@ -309,12 +321,15 @@ async def rebuild_index(ctx: Context) -> Rebuilt:
     def report(what: str, done: int, total: int) -> None:
         send.send_nowait(f"{what}: {done}/{total}")
 
+    with tool_errors():
+        require_unrestricted(caller(ctx), "rebuild_index")
     failure: GraphGateError | None = None
     async with anyio.create_task_group() as group:
         group.start_soon(forward)
         with send:
             try:   # caught inside the group: leaving it, an error would come out wrapped in a group
-                sizes = await rebuild_live(served(ctx).knowledge(), served(ctx).settings, report)
+                async with knowledge_of(ctx, kb, "admin") as knowledge:
+                    sizes = await rebuild_live(knowledge, served(ctx).settings, report)
             except GraphGateError as exc:
                 failure = exc
     if failure is not None:
@@ -325,17 +340,26 @@ async def rebuild_index(ctx: Context) -> Rebuilt:
 # --- resources ---
 
 async def document(ctx: Context, document_id: str) -> str:
-    with resource_errors():
-        found = await lookup.document_with_text(served(ctx).knowledge(), document_id)
-    return json.dumps(found, ensure_ascii=False, default=str)
+    return await base_document(ctx, DEFAULT_BASE, document_id)
 
 
 async def entity(ctx: Context, name: str) -> str:
+    return await base_entity(ctx, DEFAULT_BASE, name)
+
+
+async def base_document(ctx: Context, kb: str, document_id: str) -> str:
     with resource_errors():
-        knowledge = served(ctx).knowledge()
-        key = await lookup.resolve_entity(knowledge, name)
-        found = await knowledge.graph.entity(key)
-        around = await lookup.neighbourhood(knowledge, key, 1, MAX_RELATIONS)
+        async with knowledge_of(ctx, kb, "read") as knowledge:
+            found = await lookup.document_with_text(knowledge, document_id)
+    return json.dumps(found, ensure_ascii=False, default=str)
+
+
+async def base_entity(ctx: Context, kb: str, name: str) -> str:
+    with resource_errors():
+        async with knowledge_of(ctx, kb, "read") as knowledge:
+            key = await lookup.resolve_entity(knowledge, name)
+            found = await knowledge.graph.entity(key)
+            around = await lookup.neighbourhood(knowledge, key, 1, MAX_RELATIONS)
     found["relations"] = around.relations
     return json.dumps(found, ensure_ascii=False)
 
@@ -376,4 +400,11 @@ def build_server(knowledge: KnowledgeSource, settings: Settings,
                     description="An entity of the graph: type, description, sources, degree and its relations "
                                 "(the name URL-encoded)",
                     security=ResourceSecurity(exempt_params=frozenset({"name"})))(entity)
+    server.resource("graphgate://{kb}/documents/{document_id}", name="base_document", mime_type="application/json",
+                    description="A document of the knowledge base kb (as graphgate://documents/{id} for default)"
+                    )(base_document)
+    server.resource("graphgate://{kb}/entities/{name}", name="base_entity", mime_type="application/json",
+                    description="An entity of the knowledge base kb's graph (as graphgate://entities/{name} for "
+                                "default; the name URL-encoded)",
+                    security=ResourceSecurity(exempt_params=frozenset({"name"})))(base_entity)
     return server

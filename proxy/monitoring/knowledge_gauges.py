@@ -1,16 +1,18 @@
-"""The knowledge base's numbers, read when Prometheus scrapes (a custom Collector).
+"""The knowledge bases' numbers, read when Prometheus scrapes (a custom Collector): each open
+base's, labelled with its name (``kb``); a closed base is not opened by a scrape.
 
 Counts come from memory: the vector indexes' sizes (what retrieval can find), the pipeline's
 queues and the model limiters' slots. Documents by status and the index freshness need the
 documents table; the /metrics handler reads them (``read_documents``, a few small statements in
 a worker thread) just before the registry is rendered, so ``collect`` itself never blocks.
-Without a store (it could not be opened) only ``graphgate_store_up 0`` is given.
+Without a store (default's could not be opened) only ``graphgate_store_up{kb="default"} 0`` is given
+for it. The model slots are the gateway's (the bases share them): given once, unlabelled.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -105,41 +107,73 @@ async def read_documents(knowledge: KnowledgeView) -> DocumentNumbers | None:
     return DocumentNumbers({status: pages[status][1] for status in STATUSES}, max(0.0, age))
 
 
+async def read_all_documents(services: Sequence[tuple[str, KnowledgeView | None]]
+                             ) -> dict[str, DocumentNumbers | None]:
+    """``read_documents`` of every open base, side by side."""
+    numbers: dict[str, DocumentNumbers | None] = {}
+
+    async def read(name: str, knowledge: KnowledgeView) -> None:
+        numbers[name] = await read_documents(knowledge)
+
+    async with anyio.create_task_group() as group:
+        for name, knowledge in services:
+            if knowledge is not None:
+                group.start_soon(read, name, knowledge)
+    return numbers
+
+
+Services = Sequence[tuple[str, KnowledgeView | None]]
+
+
 class KnowledgeGauges(Collector):
-    def __init__(self, knowledge: Callable[[], KnowledgeView | None]) -> None:
-        self.knowledge = knowledge
-        self.documents: DocumentNumbers | None = None   # the handler's read for the scrape under way
+    def __init__(self, knowledge: Callable[[], Services]) -> None:
+        self.knowledge = knowledge   # the open bases' services by name, default first
+        self.documents: dict[str, DocumentNumbers | None] = {}   # the handler's read for the scrape under way
+        self.services: Services | None = None   # the bases that read was of (None: read them now)
 
     def describe(self) -> list[Any]:
         return []   # names vary with the store's presence; nothing to check at registration
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        knowledge = self.knowledge()
-        yield GaugeMetricFamily("graphgate_store_up", "1 when the knowledge store is open, 0 when it could not be "
-                                "opened (the gateway then proxies without grounding).",
-                                value=int(knowledge is not None))
-        if knowledge is None:
+        services = self.services if self.services is not None else self.knowledge()
+        up = GaugeMetricFamily("graphgate_store_up", "1 when the knowledge base's store is open, 0 when it could not "
+                               "be opened (the gateway then proxies without grounding).", labels=["kb"])
+        for name, knowledge in services:
+            up.add_metric([name], int(knowledge is not None))
+        yield up
+        open_bases = [(name, knowledge) for name, knowledge in services if knowledge is not None]
+        if not open_bases:
             return
-        store = knowledge.store
         for table, help_text in (("chunks", "Text chunks retrieval can find."),
                                  ("entities", "Entities in the graph's vector index."),
                                  ("relations", "Relations in the graph's vector index.")):
-            yield GaugeMetricFamily(f"graphgate_{table}", help_text, value=store.vector_count(table))
-        if self.documents is not None:
-            documents = GaugeMetricFamily("graphgate_documents", "Documents by status.", labels=["status"])
-            for status, count in self.documents.by_status.items():
-                documents.add_metric([status], count)
+            family = GaugeMetricFamily(f"graphgate_{table}", help_text, labels=["kb"])
+            for name, knowledge in open_bases:
+                family.add_metric([name], knowledge.store.vector_count(table))
+            yield family
+        read = [(name, numbers) for name, _ in open_bases if (numbers := self.documents.get(name)) is not None]
+        if read:
+            documents = GaugeMetricFamily("graphgate_documents", "Documents by knowledge base and status.",
+                                          labels=["kb", "status"])
+            freshness = GaugeMetricFamily("graphgate_index_freshness_seconds",
+                                          "Age of the oldest acknowledged document not yet searchable (pending or "
+                                          "processing) per knowledge base; 0 when every document is.",
+                                          labels=["kb"])
+            for name, numbers in read:
+                for status, count in numbers.by_status.items():
+                    documents.add_metric([name, status], count)
+                freshness.add_metric([name], numbers.freshness)
             yield documents
-            yield GaugeMetricFamily("graphgate_index_freshness_seconds",
-                                    "Age of the oldest acknowledged document not yet searchable (pending or "
-                                    "processing); 0 when every document is.", value=self.documents.freshness)
-        pipeline = knowledge.pipeline
-        queue = GaugeMetricFamily("graphgate_pipeline_documents", "Documents in the ingest pipeline: queued (waiting "
-                                  "for a worker), extracting, merging.", labels=["state"])
-        for state, held in (("queued", pipeline.queued), ("extracting", pipeline.running),
-                            ("merging", pipeline.merging)):
-            queue.add_metric([state], len(held))
+            yield freshness
+        queue = GaugeMetricFamily("graphgate_pipeline_documents", "Documents in a knowledge base's ingest pipeline: "
+                                  "queued (waiting for a worker), extracting, merging.", labels=["kb", "state"])
+        for name, knowledge in open_bases:
+            pipeline = knowledge.pipeline
+            for state, held in (("queued", pipeline.queued), ("extracting", pipeline.running),
+                                ("merging", pipeline.merging)):
+                queue.add_metric([name, state], len(held))
         yield queue
+        knowledge = open_bases[0][1]   # the slots are shared: any open base's limiters are the gateway's
         capacity = GaugeMetricFamily("graphgate_llm_slots", "Upstream calls GraphGate may run at once, per model "
                                      "(GRAPHGATE_LLM_CONCURRENCY, GRAPHGATE_EMBED_CONCURRENCY).", labels=["model"])
         busy = GaugeMetricFamily("graphgate_llm_slots_busy", "Upstream call slots in use, per model.",

@@ -8,19 +8,24 @@ here in advance (a chat turn pays a few microseconds):
 - an upstream call (``upstream_call``): the relayed chat (proxy/gateway/chat.py) and GraphGate's
   own calls (proxy/upstream/model_calls.py);
 - a chat turn handed to the upstream (``chat_forwarded``): the time the gateway added first.
+
+What belongs to a knowledge base carries its name as the ``kb`` label: the retrieval latencies, the
+turns augmented or skipped, the upstream calls (GraphGate's own are made for a base's ingestion or
+retrieval; a relayed chat counts for the base it is grounded in, ``default`` until knowledge models
+pick another), and the knowledge gauges of every open base (a scrape opens none).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from proxy.monitoring.knowledge_gauges import KnowledgeGauges, KnowledgeView, read_documents
+from proxy.monitoring.knowledge_gauges import KnowledgeGauges, KnowledgeView, read_all_documents
 from proxy.monitoring.reasons import REASONS, reason_label
 
 CHAT_APIS = frozenset({"ollama", "openai"})   # a trace's api for a chat turn (else /rag/query, the playground, ...)
@@ -43,6 +48,7 @@ STAGE_NAMES = tuple(dict.fromkeys(STAGES.values()))
 # GraphGate's own call kinds (``ModelClient.structured``'s ``kind``) as labelled
 KIND_NAMES: Mapping[str, str] = {"extract": "extraction", "community": "community_summary"}
 KINDS = ("chat_relay", "extraction", "summary", "keywords", "community_summary", "embedding")
+DEFAULT_KB = "default"   # its series are there from the start (a counter at 0 says "nothing yet")
 
 QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # 2 s: an alert's bound
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
@@ -90,60 +96,73 @@ class UpstreamCall:
 
 
 class Metrics:
-    def __init__(self, knowledge: Callable[[], KnowledgeView | None]) -> None:
-        """``knowledge``: the knowledge service when the store is open (read at scrape time)."""
+    def __init__(self, knowledge: Callable[[], Sequence[tuple[str, KnowledgeView | None]]]) -> None:
+        """``knowledge``: the open knowledge bases' services by name, ``default`` first (None when its
+        store could not be opened), read at scrape time."""
         self.registry = CollectorRegistry()
         self.gauges = KnowledgeGauges(knowledge)
         self.registry.register(self.gauges)
-        query = Histogram("graphgate_query_duration_seconds", "Retrieval latency per mode (chat turns and "
-                          "/rag/query).", ["mode"], registry=self.registry,
+        query = Histogram("graphgate_query_duration_seconds", "Retrieval latency per knowledge base and mode (chat "
+                          "turns and /rag/query).", ["kb", "mode"], registry=self.registry,
                           buckets=QUERY_BUCKETS)
-        stage = Histogram("graphgate_query_stage_duration_seconds", "Retrieval latency per mode and stage.",
-                          ["mode", "stage"], registry=self.registry, buckets=STAGE_BUCKETS)
+        stage = Histogram("graphgate_query_stage_duration_seconds", "Retrieval latency per knowledge base, mode "
+                          "and stage.", ["kb", "mode", "stage"], registry=self.registry, buckets=STAGE_BUCKETS)
         self.rerank = Histogram("graphgate_rerank_duration_seconds", "Re-ranking latency (a re-ranking server is "
                                 "set).", registry=self.registry, buckets=RERANK_BUCKETS)
-        # a mode's series appear with its first retrieval: most gateways use one or two, and each
-        # mode's histograms are over a hundred lines every scrape renders
-        self.query: dict[str, Histogram] = {}
-        self.stages: dict[str, dict[str, Histogram]] = {}
+        # a (base, mode)'s series appear with its first retrieval: most gateways use one or two modes,
+        # and each one's histograms are over a hundred lines every scrape renders
+        self.query: dict[tuple[str, str], Histogram] = {}
+        self.stages: dict[tuple[str, str], dict[str, Histogram]] = {}
         self._query_family, self._stage_family = query, stage
-        self.augmented = Counter("graphgate_chat_turns_augmented_total", "Chat turns sent upstream with "
-                                 "context from the knowledge base.", registry=self.registry)
-        skipped = Counter("graphgate_chat_turns_skipped_total", "Chat turns forwarded without context, by why.",
-                          ["reason"], registry=self.registry)
-        self.skipped = {reason: skipped.labels(reason) for reason in REASONS}
+        self._augmented_family = Counter("graphgate_chat_turns_augmented_total", "Chat turns sent upstream with "
+                                         "context from the knowledge base.", ["kb"], registry=self.registry)
+        self._skipped_family = Counter("graphgate_chat_turns_skipped_total", "Chat turns forwarded without "
+                                       "context, by why.", ["kb", "reason"], registry=self.registry)
+        self.turns: dict[str, tuple[Counter, dict[str, Counter]]] = {}   # per base: augmented, skipped by reason
+        self._turns_of(DEFAULT_KB)
         self.added = Histogram("graphgate_chat_added_ttfb_seconds", "Time the gateway spends on a chat turn before "
                                "it goes upstream (body checks, grounding): what it adds to the time to first "
                                "byte.", registry=self.registry, buckets=ADDED_BUCKETS)
-        calls = Counter("graphgate_upstream_requests_total", "Calls to the upstream by kind.", ["kind"],
-                        registry=self.registry)
+        calls = Counter("graphgate_upstream_requests_total", "Calls to the upstream by kind and the knowledge base "
+                        "they are made for.", ["kind", "kb"], registry=self.registry)
         errors = Counter("graphgate_upstream_errors_total", "Upstream calls that failed or got an error status, "
-                         "by kind.", ["kind"], registry=self.registry)
-        seconds = Histogram("graphgate_upstream_request_duration_seconds", "Upstream call latency by kind (a "
-                            "relayed chat: until the upstream's response headers).", ["kind"],
-                            registry=self.registry, buckets=UPSTREAM_BUCKETS)
+                         "by kind and knowledge base.", ["kind", "kb"], registry=self.registry)
+        seconds = Histogram("graphgate_upstream_request_duration_seconds", "Upstream call latency by kind and "
+                            "knowledge base (a relayed chat: until the upstream's response headers).",
+                            ["kind", "kb"], registry=self.registry, buckets=UPSTREAM_BUCKETS)
         self._upstream_families = (calls, errors, seconds)
-        self.upstream = {kind: (calls.labels(kind), errors.labels(kind), seconds.labels(kind)) for kind in KINDS}
+        self.upstream = {(kind, DEFAULT_KB): (calls.labels(kind, DEFAULT_KB), errors.labels(kind, DEFAULT_KB),
+                                              seconds.labels(kind, DEFAULT_KB)) for kind in KINDS}
+
+    def _turns_of(self, kb: str) -> tuple[Counter, dict[str, Counter]]:
+        turns = self.turns.get(kb)
+        if turns is None:   # the base's first turn: its children resolved once
+            turns = self.turns[kb] = (self._augmented_family.labels(kb),
+                                      {reason: self._skipped_family.labels(kb, reason) for reason in REASONS})
+        return turns
 
     # --- events ---
 
-    def observe_trace(self, trace: TraceView) -> None:
-        """A finished trace: the chat turn's outcome, and the retrieval's timings if it ran."""
+    def observe_trace(self, trace: TraceView, kb: str = DEFAULT_KB) -> None:
+        """A finished trace of the knowledge base ``kb``: the chat turn's outcome, and the retrieval's
+        timings if it ran."""
         if trace.api in CHAT_APIS:
+            augmented, skipped = self._turns_of(kb)
             if trace.augmented:
-                self.augmented.inc()
+                augmented.inc()
             else:
-                self.skipped[reason_label(trace.reason)].inc()
+                skipped[reason_label(trace.reason)].inc()
         timings = trace.detail.get("timings")
         if timings:
-            self.observe_timings(trace.mode, timings)
+            self.observe_timings(trace.mode, timings, kb)
 
-    def observe_timings(self, mode: str, timings: Mapping[str, float]) -> None:
+    def observe_timings(self, mode: str, timings: Mapping[str, float], kb: str = DEFAULT_KB) -> None:
         """A retrieval's timings (milliseconds per step, proxy/retrieval/retriever.py)."""
-        stages = self.stages.get(mode)
-        if stages is None:   # the mode's first retrieval
-            stages = self.stages[mode] = {name: self._stage_family.labels(mode, name) for name in STAGE_NAMES}
-            self.query[mode] = self._query_family.labels(mode)
+        stages = self.stages.get((kb, mode))
+        if stages is None:   # the base's first retrieval in this mode
+            stages = self.stages[(kb, mode)] = {name: self._stage_family.labels(kb, mode, name)
+                                                for name in STAGE_NAMES}
+            self.query[(kb, mode)] = self._query_family.labels(kb, mode)
         spent: dict[str, float] = {}
         for step, ms in timings.items():
             name = STAGES.get(step)
@@ -155,16 +174,36 @@ class Metrics:
             self.rerank.observe(spent["rerank"] / 1000)
         total = timings.get("total")
         if total is not None:   # a retrieval that ran to its context (one ended early is no query latency)
-            self.query[mode].observe(total / 1000)
+            self.query[(kb, mode)].observe(total / 1000)
 
-    def upstream_call(self, kind: str) -> UpstreamCall:
-        """Time and count one upstream call: ``with metrics.upstream_call("embedding"): ...``."""
+    def upstream_call(self, kind: str, kb: str = DEFAULT_KB) -> UpstreamCall:
+        """Time and count one upstream call made for the knowledge base ``kb``:
+        ``with metrics.upstream_call("embedding", "hr"): ...``."""
         kind = KIND_NAMES.get(kind, kind)
-        children = self.upstream.get(kind)
+        children = self.upstream.get((kind, kb))
         if children is None:
             calls, errors, seconds = self._upstream_families
-            children = self.upstream[kind] = (calls.labels(kind), errors.labels(kind), seconds.labels(kind))
+            children = self.upstream[(kind, kb)] = (calls.labels(kind, kb), errors.labels(kind, kb),
+                                                    seconds.labels(kind, kb))
         return UpstreamCall(*children)
+
+    def forget(self, kb: str) -> None:
+        """Drop a deleted knowledge base's series (a base made again under its name starts from 0,
+        which Prometheus reads as a counter reset)."""
+        for key in [key for key in self.query if key[0] == kb]:
+            mode = key[1]
+            self._query_family.remove(kb, mode)
+            for stage in self.stages.pop(key):
+                self._stage_family.remove(kb, mode, stage)
+            del self.query[key]
+        if self.turns.pop(kb, None) is not None:
+            self._augmented_family.remove(kb)
+            for reason in REASONS:
+                self._skipped_family.remove(kb, reason)
+        for key in [key for key in self.upstream if key[1] == kb]:
+            for family in self._upstream_families:
+                family.remove(key[0], kb)
+            del self.upstream[key]
 
     def chat_forwarded(self, started: float) -> None:
         """A chat turn goes upstream; ``started``: ``time.perf_counter()`` when the gateway took it."""
@@ -173,13 +212,18 @@ class Metrics:
     # --- the scrape ---
 
     async def render(self) -> bytes:
-        """The Prometheus text: the documents read first (off the event loop), then every collector."""
-        knowledge = self.gauges.knowledge()
-        self.gauges.documents = await read_documents(knowledge) if knowledge is not None else None
-        return generate_latest(self.registry)   # no await from the read to here: one scrape's numbers
+        """The Prometheus text: the open bases' documents read first (off the event loop), then every
+        collector."""
+        services = list(self.gauges.knowledge())
+        self.gauges.documents = await read_all_documents(services)
+        self.gauges.services = services   # the bases read are the bases shown, whatever opens or closes meanwhile
+        try:
+            return generate_latest(self.registry)   # no await from the read to here: one scrape's numbers
+        finally:
+            self.gauges.services = None
 
 
-def upstream_call(metrics: Metrics | None, kind: str) -> AbstractContextManager[Any]:
-    """``metrics.upstream_call(kind)``, or nothing to record for a caller without metrics (the CLI's
+def upstream_call(metrics: Metrics | None, kind: str, kb: str = DEFAULT_KB) -> AbstractContextManager[Any]:
+    """``metrics.upstream_call(kind, kb)``, or nothing to record for a caller without metrics (the CLI's
     own store, ``graphgate reindex``)."""
-    return nullcontext() if metrics is None else metrics.upstream_call(kind)
+    return nullcontext() if metrics is None else metrics.upstream_call(kind, kb)

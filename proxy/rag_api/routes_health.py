@@ -6,6 +6,9 @@ check or a load balancer must be able to call it with no secret, as they call Ol
 So it shows nothing secret: the upstream's URL without user, password or query, model names,
 counts, sizes and sentences about what is wrong; never a key, a password, a document or the
 upstream's whole model list (that stays behind the key on /api/tags).
+
+``?kb=NAME`` (or ``X-GraphGate-KB``) describes that knowledge base's store (default: ``default``;
+an unknown name: 404). It never lists the bases' names: ``GET /rag/kbs`` is behind the key.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.core.errors import ServiceUnavailable
 from proxy.core.responses import json_response
+from proxy.guards.access import unknown_base
+from proxy.guards.middleware import KeyCheck, mark
+from proxy.state import kb_name, knowledge
 from proxy.upstream.watch import FRESH_SECONDS
 
 log = logging.getLogger("graphgate.health")
@@ -47,12 +54,21 @@ async def health(request: Request) -> Response:
     GRAPHGATE_DISCOVERY_TIMEOUT), so health requests never hammer the upstream.
     """
     gateway = request.app.state.gateway
+    name = kb_name(request)
+    kb, kb_error = gateway.knowledge, gateway.knowledge_error
+    if name != "default":   # opened if it is not (a lease until the response is sent); unknown: 404
+        identify(request)
+        try:
+            kb, kb_error = await knowledge(request), None
+        except ServiceUnavailable as exc:
+            kb, kb_error = None, exc.message
     upstream = await gateway.watcher.latest(FRESH_SECONDS)
-    store, pipeline, store_problems, store_failed = await _store_report(gateway)
+    store, pipeline, store_problems, store_failed = await _store_report(kb, kb_error, gateway.store_probe)
     problems = [*upstream.problems, *store_problems]
     ready = upstream.reachable and not store_failed
     body: dict[str, Any] = {
         "status": "degraded" if problems else "ok",
+        "kb": name,
         "ready": ready,
         "problems": problems,
         "upstream": upstream.describe(),
@@ -65,12 +81,27 @@ async def health(request: Request) -> Response:
     return json_response(body, 200 if ready else 503, headers={"cache-control": "no-store"})
 
 
-async def _store_report(gateway: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[str], bool]:
-    """(store, pipeline, problems, failed)."""
-    kb = gateway.knowledge
+def identify(request: Request) -> None:
+    """Health is public, but another base than ``default`` is not: once the gateway is guarded (a key
+    in use, or a console password), only a key that may read it gets its report, and anyone else the
+    404 an unknown base gets, so that names cannot be probed."""
+    settings = request.app.state.gateway.settings
+    check = KeyCheck(settings.api_key)
+    if not (check.in_use(request.scope) or settings.admin_password):
+        return
+    who = check.principal(request.scope)
+    if who is None:
+        raise unknown_base(kb_name(request))
+    mark(request.scope, who)
+
+
+async def _store_report(kb: Any, kb_error: str | None, store_probe: Any
+                        ) -> tuple[dict[str, Any], dict[str, Any] | None, list[str], bool]:
+    """(store, pipeline, problems, failed) of the knowledge base's service ``kb`` (None: it could not
+    be opened, for ``kb_error``)."""
     if kb is None:
         # the class only: the message names paths and process ids, and this endpoint is open (the log has it)
-        error = (gateway.knowledge_error or "not opened").split(":", 1)[0] + "; the log says more"
+        error = (kb_error or "not opened").split(":", 1)[0] + "; the log says more"
         return ({"open": False, "error": error, "documents": None, "writable": None, "free_bytes": None,
                  "unrecorded_failures": 0}, None,
                 [f"the knowledge store is unavailable ({error}): chats go through without your documents; "
@@ -79,7 +110,7 @@ async def _store_report(gateway: Any) -> tuple[dict[str, Any], dict[str, Any] | 
     status = kb.documents.status()
     pipeline = {"working": bool(status["queued"] or status["running"]), "queued": len(status["queued"]),
                 "running": len(status["running"]), "chunks_per_minute": status["chunks_per_minute"]}
-    probe = await kb.documents.probe(STORE_SECONDS, gateway.store_probe)
+    probe = await kb.documents.probe(STORE_SECONDS, store_probe)
     failure = probe.condition.failure
     # reopened: times DuckDB invalidated the database (a checkpoint on a full disk) and GraphGate
     # opened it again by itself; invalidated: it is unusable right now (no path: this endpoint is open)

@@ -4,6 +4,8 @@ create or replace, delete. A key sees and manages only the models of its knowled
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -56,22 +58,31 @@ async def get_model(request: Request) -> Response:
     return json_response(registry(request).get(alias))
 
 
-async def put_model(request: Request) -> Response:
-    alias = request.path_params["alias"]
-    spec = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+async def save_model(request: Request, alias: str, spec: dict[str, Any], *,
+                     replace: bool = True) -> tuple[dict[str, Any], bool]:
+    """Store a knowledge model with the checks of every way of doing it (this API, the console):
+    the admin role on its base and on the base of the model it replaces; a name the upstream has is
+    a 409, and so is a name taken when ``replace`` is off. (Its description, whether it is new.)"""
     models = registry(request)
-    current = models.resolve(alias)
+    current = models.resolve(alias) if alias else None
     if current is not None:
-        _visible(request, alias)
+        if not principal(request).sees(current.kb):
+            raise Conflict(f"the name {alias!r} is taken: choose another")
+        if not replace:
+            raise Conflict(f"a knowledge model named {current.alias!r} already exists: edit it on its page")
         require(request, current.kb, "admin")
     kb = spec.get("kb", "default")
     if isinstance(kb, str):
         require(request, kb, "admin")
     await refresh_upstream_names(request)
-    upstream_names = models.upstream_models or ()
-    if canonical(alias) in {canonical(name) for name in upstream_names}:
+    if alias and canonical(alias) in {canonical(name) for name in models.upstream_models or ()}:
         raise Conflict(f"the upstream has a model named {alias!r}: choose another name for the knowledge model")
-    described, created = await models.put(alias, spec, bases(request).names())
+    return await models.put(alias, spec, bases(request).names())
+
+
+async def put_model(request: Request) -> Response:
+    spec = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    described, created = await save_model(request, request.path_params["alias"], spec)
     return json_response(described, 201 if created else 200)
 
 

@@ -84,8 +84,9 @@ async def first_chat_model(entries: Any, capabilities: Callable[[str], Awaitable
 class ModelClient:
     def __init__(self, upstream: Upstream, limiter: PriorityLimiter, settings: Settings,
                  cache_lookup: CacheLookup | None = None, embed_limiter: PriorityLimiter | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, kb: str = "default") -> None:
         self.upstream = upstream
+        self.kb = kb   # the knowledge base the calls are made for (the metrics' kb label)
         self.limiter = limiter
         # the embedding model runs beside the chat model upstream: its quick calls never queue
         # behind generations
@@ -153,7 +154,7 @@ class ModelClient:
         async def call() -> str:
             async with self.limiter.slot(priority, wait=slot_wait):
                 self.calls["chat"] += 1
-                with upstream_call(self.metrics, kind):
+                with upstream_call(self.metrics, kind, self.kb):
                     reply = await self.upstream.call_json("POST", "/api/chat", body)
             return self.upstream.chat_content(reply)
 
@@ -188,7 +189,7 @@ class ModelClient:
         async def call() -> Any:
             async with self.embed_limiter.slot(priority):
                 self.calls["embed"] += 1
-                with upstream_call(self.metrics, "embedding"):
+                with upstream_call(self.metrics, "embedding", self.kb):
                     return await self.upstream.call_json("POST", "/api/embed", {"model": model, "input": batch})
 
         reply = await self.with_retries(call, f"embedding call to {model}")

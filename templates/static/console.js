@@ -39,3 +39,10 @@ function streamAnswers(root) {
 }
 document.addEventListener("htmx:load", (event) => streamAnswers(event.detail.elt));
 document.addEventListener("DOMContentLoaded", () => streamAnswers(document));
+
+// The knowledge-base switcher goes to the chosen base as soon as it is picked (its button does the
+// same without JavaScript).
+document.addEventListener("change", (event) => {
+  const select = event.target.closest && event.target.closest("select[data-switch-on-change]");
+  if (select && select.form) select.form.requestSubmit();
+});
