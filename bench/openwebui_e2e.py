@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -375,6 +376,8 @@ def main() -> int:
     parser.add_argument("--keep", type=Path,
                         help="work in this directory and keep it (logs, data, the browser's screenshots)")
     args = parser.parse_args()
+    # stopped (timeout, kill): unwind, so that Open WebUI and the gateway are stopped with it
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report = run(args.openwebui, plain=args.plain, browser=not args.no_browser, keep=args.keep)
     print()
     for name, seconds in report.timings.items():
