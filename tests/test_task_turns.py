@@ -109,6 +109,20 @@ JSON format: { "follow_ups": ["Question 1?", "Question 2?", "Question 3?"] }
 {{MESSAGES:END:6}}
 </chat_history>"""  # noqa: E501
 
+# Open WebUI 0.12's wording of the same task (seen by bench/openwebui_e2e.py against a real 0.12.4)
+FOLLOW_UPS_0_12 = """### Task:
+Predict 3-5 useful messages this user might naturally send next to advance their current objective.
+### Guidelines:
+- Write from the user's point of view, directed to the assistant. Match the user's directness, brevity, vocabulary, and latest language; do not deliberately copy typos.
+- Suggest concrete actions, refinements, comparisons, or questions as appropriate. Do not force suggestions into question form.
+- Response must be a JSON object with a "follow_ups" key containing an array of strings, no extra text or formatting.
+### Output:
+JSON format: { "follow_ups": ["Suggested next message 1", "Suggested next message 2", "Suggested next message 3"] }
+### Chat History:
+<chat_history>
+{{MESSAGES:END:5}}
+</chat_history>"""  # noqa: E501
+
 QUERIES = """### Task:
 Analyze the chat history to determine the necessity of generating search queries, in the given language. By default, **prioritize generating 1-3 broad and relevant search queries** unless it is absolutely certain that no additional information is required. The aim is to retrieve comprehensive, updated, and valuable information even with minimal uncertainty. If no search is unequivocally needed, return an empty list.
 
@@ -304,6 +318,12 @@ async def test_open_webui_task_templates_are_not_augmented(gw: httpx.AsyncClient
     assert trace["model"] == MODEL and trace["api"] == "ollama"
     prompt = request_body["messages"][-1]["content"]  # kept short: the template is several KB
     assert trace["query"] == (prompt if len(prompt) <= 200 else prompt[:200] + "…")
+
+
+async def test_open_webui_0_12_follow_ups_template_is_named(gw: httpx.AsyncClient, fake: FakeOllama,
+                                                              facts: KnownFacts) -> None:
+    _, trace = await send(gw, fake, facts, user_task(fill(FOLLOW_UPS_0_12)))
+    assert trace["reason"] == "background task (follow-ups, recognised by its template)"
 
 
 async def test_a_task_over_the_openai_api_is_recognised_too(gw: httpx.AsyncClient, fake: FakeOllama,

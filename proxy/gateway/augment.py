@@ -79,7 +79,9 @@ _RENDERED_HISTORY = re.compile(r"\A\s*(?:\Z|[A-Z][A-Z_]*: )")  # empty, or get_m
 # title with an emoji ..."), and are tried in this order
 _TASK_LINES = (
     ("autocomplete", re.compile(r"\bautocompletion system\b", re.I)),
-    ("follow-ups", re.compile(r"\bfollow-up questions\b", re.I)),
+    # "Suggest 3-5 relevant follow-up questions ..." until 0.11; "Predict 3-5 useful messages this
+    # user might naturally send next ..." in 0.12
+    ("follow-ups", re.compile(r"\bfollow-up questions\b|\bmight naturally send next\b", re.I)),
     ("tags", re.compile(r"\btags\b", re.I)),
     ("query generation", re.compile(r"\bsearch queries\b", re.I)),
     ("image prompt", re.compile(r"\bimage generation\b", re.I)),
