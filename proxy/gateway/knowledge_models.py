@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from proxy.core.durable import write_json
 from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
 from proxy.core.modes import MODES
 
@@ -150,13 +150,7 @@ class KnowledgeModels:
         return entries
 
     def _save_sync(self, models: dict[str, KnowledgeModel]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as out:
-            json.dump({"models": {alias: m.entry() for alias, m in sorted(models.items())}}, out, indent=1)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, self.path)
+        write_json(self.path, {"models": {alias: m.entry() for alias, m in sorted(models.items())}})
 
     def note_upstream(self, names: tuple[str, ...]) -> None:
         """The upstream's model names, as last read: an upstream model wins over a knowledge model of

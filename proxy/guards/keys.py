@@ -20,9 +20,7 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
-import uuid
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -32,6 +30,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from proxy.core.durable import write_json
 from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
 from proxy.guards.access import ROLES, Principal, Role
 
@@ -146,19 +145,7 @@ class KeyStore:
         self.by_digest = {key.sha256: key for key in keys}
 
     def _write_sync(self, keys: list[ApiKey]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{KEYS_FILE}.{uuid.uuid4().hex}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump({"version": 1, "keys": [key.entry() for key in keys]}, out, indent=1)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.path.parent)
+        write_json(self.path, {"version": 1, "keys": [key.entry() for key in keys]}, mode=0o600)
 
     async def _save(self, keys: list[ApiKey]) -> None:
         """Write the file, then (only then) use the new keys."""
@@ -229,14 +216,3 @@ class KeyStore:
         return key
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -45,6 +45,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from proxy.core.durable import fsync_directory, write_json
 from proxy.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from proxy.core.limiter import PriorityLimiter
 from proxy.core.settings import Settings
@@ -187,15 +188,8 @@ class KnowledgeBases:
                 await anyio.to_thread.run_sync(self._write_sync, body)
 
     def _write_sync(self, body: dict[str, Any]) -> None:
-        """Write the list whole: a temporary file, fsynced, renamed over the old one."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{REGISTRY_FILE}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump(body, out, indent=1)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.registry_path)
-        _fsync_dir(self.root)
+        """Write the list whole (proxy/core/durable.py)."""
+        write_json(self.registry_path, body)
 
     def directory(self, name: str) -> Path:
         return self.settings.data_dir if name == DEFAULT else self.root / name
@@ -450,7 +444,7 @@ class KnowledgeBases:
             directory = self.directory(name)
             if directory.exists():
                 await anyio.to_thread.run_sync(os.replace, directory, tomb)
-                await anyio.to_thread.run_sync(_fsync_dir, self.root)
+                await anyio.to_thread.run_sync(fsync_directory, self.root)
         except BaseException:
             base.deleting = False
             raise
@@ -522,17 +516,4 @@ def _working(knowledge: Knowledge) -> bool:
 def _nothing() -> None:
     return None
 
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
