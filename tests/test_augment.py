@@ -72,8 +72,8 @@ async def test_everything_else_reaches_the_upstream_unchanged(gw: httpx.AsyncCli
     ("task template", body("### Task:\nGenerate a title.\n<chat_history>\nUSER: hi\n</chat_history>"), {}),
     ("assistant last", {"model": MODEL, "stream": False, "messages": [
         {"role": "user", "content": "Tell me about Acme Corp"}, {"role": "assistant", "content": "Acme is"}]}, {}),
-    ("tool last", {"model": MODEL, "stream": False, "messages": [
-        {"role": "user", "content": "Acme Corp?"},
+    ("tool result with no question", {"model": MODEL, "stream": False, "messages": [
+        {"role": "system", "content": "You call tools."},
         {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
         {"role": "tool", "content": "42", "tool_call_id": "c1"}]}, {}),
     ("load", {"model": MODEL, "messages": []}, {}),
@@ -85,6 +85,19 @@ async def test_forwarded_untouched(gw: httpx.AsyncClient, fake: FakeOllama, case
     raw = json.dumps(request_body).encode()
     await gw.post("/api/chat", content=raw, headers=headers)
     assert chats(fake)[-1].body == raw, case
+
+
+async def test_a_tool_continuation_is_grounded_in_its_question(gw: httpx.AsyncClient, fake: FakeOllama) -> None:
+    """The model called a tool; the client sends its result back, resending its own messages without the
+    context of the turn that called the tool: the answer is written now, so the question's context is
+    injected again (the prefix stripped again), and the tool's exchange reaches the model as it was."""
+    call = {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "now", "arguments": {}}}]}
+    result = {"role": "tool", "content": "2026-11-25", "tool_call_id": "c1"}
+    await gw.post("/api/chat", json={"model": MODEL, "stream": False, "messages": [
+        {"role": "user", "content": "/local Who works at Acme Corp?"}, call, result]})
+    sent = chats(fake)[-1].json["messages"]
+    assert sent[0]["role"] == "system" and "Bob Jones" in sent[0]["content"]
+    assert sent[1:] == [{"role": "user", "content": "Who works at Acme Corp?"}, call, result]
 
 
 async def test_unsubstituted_task_template_header_is_no_task(gw: httpx.AsyncClient, fake: FakeOllama) -> None:

@@ -417,10 +417,10 @@ async def test_a_model_the_upstream_cannot_show_is_forwarded_and_traced(
     ("assistant last", {"model": MODEL, "stream": False, "messages": [
         {"role": "user", "content": "Tell me about Acme Corp"}, {"role": "assistant", "content": "Acme is"}]}, {},
      "continuation of an assistant message"),
-    ("tool last", {"model": MODEL, "stream": False, "messages": [
-        {"role": "user", "content": "Acme Corp?"},
+    ("tool result with no question", {"model": MODEL, "stream": False, "messages": [
+        {"role": "system", "content": "You call tools."},
         {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
-        {"role": "tool", "content": "42", "tool_call_id": "c1"}]}, {}, "tool result"),
+        {"role": "tool", "content": "42", "tool_call_id": "c1"}]}, {}, "tool result with no question before it"),
     ("embedding model", {"model": "nomic-embed-text:latest", "stream": False,
                          "messages": [{"role": "user", "content": "Acme Corp?"}]}, {},
      "model 'nomic-embed-text:latest' cannot chat (capabilities: embedding)"),

@@ -160,7 +160,7 @@ def shape_reason(turn: ChatTurn) -> str | None:
     if role == "assistant":
         return "continuation of an assistant message"
     if role == "tool":
-        return "tool result"
+        return None if question_at(messages) is not None else "tool result with no question before it"
     if role != "user":
         return f"last message is from {role!r}"
     return None
@@ -190,8 +190,26 @@ def with_text(message: dict[str, Any], text: str) -> dict[str, Any]:
     return out
 
 
-def history_of(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(m["role"], message_text(m)) for m in messages[:-1]
+def question_at(messages: list[dict[str, Any]]) -> int | None:
+    """Where a turn's question is: its last message, or, for a tool continuation (the model called a
+    tool and the client sends back its result), the user message that started it. Grounding the
+    continuation again matters: the client resends its own messages, without the context injected
+    into the turn that called the tool, and the answer is written in this turn (Open WebUI 0.12
+    offers its built-in tools with every chat)."""
+    if messages and messages[-1].get("role") != "tool":
+        return len(messages) - 1
+    for index in range(len(messages) - 1, -1, -1):
+        role = messages[index].get("role")
+        if role == "user":
+            return index
+        if role not in ("tool", "assistant"):
+            return None
+    return None
+
+
+def history_of(messages: list[dict[str, Any]], at: int) -> list[tuple[str, str]]:
+    """The conversation before the question at ``at``."""
+    return [(m["role"], message_text(m)) for m in messages[:at]
             if m.get("role") in ("user", "assistant") and message_text(m).strip()]
 
 
@@ -211,7 +229,9 @@ class Augmenter:
         reason = shape_reason(turn)
         if reason:
             return self._skip(turn, reason)
-        prefixed = first_text(turn.messages[-1])
+        at = question_at(turn.messages)
+        assert at is not None   # shape_reason let it through
+        prefixed = first_text(turn.messages[at])
         control = parse_prefix(prefixed)
         header = None if control.mode else header_mode(turn.headers.get("x-graphgate-mode"))
         if control.filters is None:
@@ -219,8 +239,10 @@ class Augmenter:
         grounding = turn.grounding
         mode = control.mode or header or (grounding.mode if grounding else None) or self.gateway.settings.mode
         if control.text != prefixed:
-            turn = turn.with_messages([*turn.messages[:-1], with_text(turn.messages[-1], control.text)])
-        if whole_turn_only:
+            messages = list(turn.messages)
+            messages[at] = with_text(messages[at], control.text)
+            turn = turn.with_messages(messages)
+        if whole_turn_only or at != len(turn.messages) - 1:   # a continuation is answered by the model
             control = replace(control, context_only=False)
         if mode == "bypass":
             source = ("the /bypass prefix" if control.mode else "the X-GraphGate-Mode header" if header
@@ -244,7 +266,7 @@ class Augmenter:
         if "completion" not in info.capabilities:
             capabilities = ", ".join(info.capabilities) or "none"
             return self._skip(turn, f"model {turn.model!r} cannot chat (capabilities: {capabilities})", mode)
-        return await self._augment(turn, control, mode, info, cache=not whole_turn_only)
+        return await self._augment(turn, control, mode, info, at, cache=not whole_turn_only)
 
     def _knowledge(self, turn: ChatTurn) -> Knowledge | None:
         """The knowledge base of the turn (its grounding; ``default`` for a turn no stage grounded)."""
@@ -273,12 +295,12 @@ class Augmenter:
             out["system"] = final[0]["content"]
         return json_bytes(out)
 
-    async def _augment(self, turn: ChatTurn, control: TurnControl, mode: str, info: Any, *,
+    async def _augment(self, turn: ChatTurn, control: TurnControl, mode: str, info: Any, at: int, *,
                        cache: bool) -> ChatTurn | Response:
         started = time.perf_counter()
         knowledge, settings = self._knowledge(turn), self.gateway.settings
         assert knowledge is not None
-        query = message_text(turn.messages[-1]).strip()
+        query = message_text(turn.messages[at]).strip()
         trace = Trace("ollama" if turn.flavour == "ollama" else "openai", turn.client_model, mode, query, False)
         budget = self._budget(turn, info)
         trace.detail["budget"] = budget.as_dict()
@@ -290,7 +312,7 @@ class Augmenter:
                                            filters=control.filters)
         try:
             with anyio.fail_after(settings.retrieval_timeout):
-                retrieval = await knowledge.retrieve(query, history_of(turn.messages), params, budget)
+                retrieval = await knowledge.retrieve(query, history_of(turn.messages, at), params, budget)
         except (TimeoutError, GraphGateError, UpstreamError) as exc:
             message = "retrieval timed out" if isinstance(exc, TimeoutError) else f"retrieval failed: {exc}"
             log.warning("forwarding a %s turn without context: %s", turn.model, message)
