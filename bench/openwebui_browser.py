@@ -103,9 +103,9 @@ def check_in_browser(report: Report, webui_url: str, token: str, fake: FakeOllam
                  bool(tasks) and not any(fact in text_of(t) for t in tasks for fact in every_fact),
                  f"{len(tasks)} task calls")
     tool_turns = [t for t in turns if last_message(t).get("role") == "tool"]
-    if tool_turns:
-        print(f"NOTE  in the browser, Open WebUI sent its built-in tools; the model's tool call was answered in "
-              f"{len(tool_turns)} more turn(s) ending with the tool's result, forwarded without context "
-              f"({', '.join(own)} {'in' if any(own[0] in text_of(t) for t in tool_turns) else 'not in'} them)",
-              flush=True)
+    if tool_turns:   # Open WebUI offered its built-in tools and the model called one: the answer is written there
+        report.check(f"in the browser, a tool continuation of the chat with {model!r} is grounded in {kb} too "
+                     f"({len(tool_turns)} turn(s) ending with the tool's result)",
+                     all(fact in text_of(t) for t in tool_turns for fact in own),
+                     around(text_of(tool_turns[0]), own[0]))
 

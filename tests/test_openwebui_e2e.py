@@ -49,3 +49,6 @@ def test_open_webui_lists_the_knowledge_models_grounds_their_chats_and_leaves_it
     # and in the browser: the picker showed the models, a chat typed in with one was answered and grounded
     assert any(name.startswith("in the browser, Open WebUI's model picker shows") for name in names), names
     assert sum(name.startswith("in the browser, the chat with") for name in names) == 4, names
+    # its built-in tools: the model (the fake calls one when offered tools) is answered in a continuation,
+    # grounded in the question's base too
+    assert any(name.startswith("in the browser, a tool continuation") for name in names), names
