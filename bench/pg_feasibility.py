@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib
 import statistics
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pgserver
@@ -55,6 +58,14 @@ def corpus(rng: np.random.Generator, n: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+def one(con: psycopg.Connection, query: str) -> tuple[Any, ...]:
+    """The query's single row."""
+    row = con.execute(query).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query}")
+    return row
+
+
 def recall(found: list[list[int]], truth: list[set[int]]) -> float:
     return float(np.mean([len(set(f) & t) / 10 for f, t in zip(found, truth, strict=True)]))
 
@@ -77,12 +88,13 @@ def insert(uri: str, first: int, rows: np.ndarray, each: bool = False) -> None:
                 copy.write_row((first + i, row))
 
 
-def halfvec(con: psycopg.Connection, version: str, q: np.ndarray, truth: list[set[int]]) -> None:
-    """The same rows as half-precision vectors (pgvector 0.7+): an HNSW index on the cast."""
+def halfvec(con: psycopg.Connection, version: str, q: np.ndarray, truth: list[set[int]], fresh: np.ndarray) -> None:
+    """The same rows as half-precision vectors (pgvector 0.7+): an HNSW index on the cast; then
+    ``fresh`` rows COPYed with only that index to maintain (in a transaction rolled back)."""
     t = clock()
     con.execute(f"CREATE INDEX items_half ON items USING hnsw ((embedding::halfvec({DIM})) halfvec_cosine_ops) "
                 "WITH (m = 16, ef_construction = 64)")
-    size = con.execute("SELECT pg_size_pretty(pg_relation_size('items_half'))").fetchone()[0]
+    size = one(con, "SELECT pg_size_pretty(pg_relation_size('items_half'))")[0]
     print(f"pgvector {version} halfvec HNSW index (expression on the cast): {clock() - t:.1f} s, {size}", flush=True)
     for ef in (40, 100, 128):
         con.execute(f"SET hnsw.ef_search = {ef}")
@@ -95,14 +107,25 @@ def halfvec(con: psycopg.Connection, version: str, q: np.ndarray, truth: list[se
             found.append([r[0] for r in rows])
         print(f"pgvector halfvec HNSW ef_search {ef}: top-10 {ms(times)}, recall {recall(found, truth):.3f}",
               flush=True)
+    with con.transaction(force_rollback=True):
+        con.execute("DROP INDEX items_hnsw")
+        t = clock()
+        with con.cursor() as cur, cur.copy("COPY items (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "vector"])
+            for i, row in enumerate(fresh):
+                copy.write_row((10**9 + i, row))
+        took = clock() - t
+    print(f"COPY binary {len(fresh)} more rows with only the halfvec index: {took:.1f} s "
+          f"({len(fresh) / took:.0f} rows/s)", flush=True)
     con.execute("DROP INDEX items_half")
 
 
 def vectors(uri: str, n: int, queries: int, ef_construction: int) -> None:
     rng = np.random.default_rng(7)
-    v = corpus(rng, n + 30_000)
+    v = corpus(rng, n + 35_000)
     base, extra = v[:n], v[n:n + 10_000]
-    more = v[n + 10_000:]  # 20k more: two 10k insert runs from two connections
+    more = v[n + 10_000:n + 30_000]  # two 10k insert runs from two connections
+    spare = v[n + 30_000:]  # 5k for the halfvec index alone
     q = base[rng.integers(0, n, queries)] + 0.05 * rng.standard_normal((queries, DIM)).astype(np.float32)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     truth = [set(np.argsort(-(base @ x))[:10].tolist()) for x in q]
@@ -124,8 +147,8 @@ def vectors(uri: str, n: int, queries: int, ef_construction: int) -> None:
                     f"WITH (m = 16, ef_construction = {ef_construction})")
         print(f"CREATE INDEX hnsw vector_cosine_ops (m 16, ef_construction {ef_construction}) over {n} rows: "
               f"{clock() - t:.1f} s", flush=True)
-        size = con.execute("SELECT pg_size_pretty(pg_relation_size('items_hnsw')), "
-                           "pg_size_pretty(pg_relation_size('items'))").fetchone()
+        size = one(con, "SELECT pg_size_pretty(pg_relation_size('items_hnsw')), "
+                        "pg_size_pretty(pg_relation_size('items'))")
         print(f"  index size {size[0]}, table size {size[1]}", flush=True)
         for ef in (40, 100, 128):
             con.execute(f"SET hnsw.ef_search = {ef}")
@@ -147,13 +170,13 @@ def vectors(uri: str, n: int, queries: int, ef_construction: int) -> None:
             found.append([r[0] for r in rows])
         print(f"pgvector exact scan (no index): top-10 {ms(times)}, recall {recall(found, truth[:50]):.3f}", flush=True)
         con.execute("SET enable_indexscan = on")
-        version = con.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+        version = one(con, "SELECT extversion FROM pg_extension WHERE extname = 'vector'")[0]
         try:
             con.execute("SELECT '[1,2]'::halfvec")
         except psycopg.errors.UndefinedObject:
             print(f"halfvec: not in pgvector {version} (added in 0.7.0)", flush=True)
         else:
-            halfvec(con, version, q, truth)
+            halfvec(con, version, q, truth, spare)
     t = clock()
     insert(uri, n, extra)
     took = clock() - t
@@ -207,8 +230,25 @@ async def notify(uri: str, rounds: int) -> None:
         times.append(await received.get() - t)
     print(f"LISTEN/NOTIFY psycopg async, {rounds} notifications: sent -> received {ms(times)}", flush=True)
     task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task   # before closing: the connection's socket must leave the loop's readers first
     await listener.close()
     await sender.close()
+    try:
+        asyncpg = importlib.import_module("asyncpg")   # optional: not in every venv this runs from
+    except ImportError:
+        return
+    listening, sending = await asyncpg.connect(uri), await asyncpg.connect(uri)
+    arrived: asyncio.Queue[float] = asyncio.Queue()
+    await listening.add_listener("changes", lambda *_: arrived.put_nowait(clock()))
+    times = []
+    for i in range(rounds):
+        t = clock()
+        await sending.execute("SELECT pg_notify('changes', $1)", f"kb1:{i}")
+        times.append(await arrived.get() - t)
+    print(f"LISTEN/NOTIFY asyncpg, {rounds} notifications: sent -> received {ms(times)}", flush=True)
+    await listening.close()
+    await sending.close()
 
 
 async def queue(uri: str, jobs: int) -> None:
@@ -236,7 +276,8 @@ async def queue(uri: str, jobs: int) -> None:
     t = clock()
     counts = await asyncio.gather(worker(1), worker(2))
     took = clock() - t
-    twice = (await (await setup.execute("SELECT count(*) FROM jobs WHERE taken <> 1")).fetchone())[0]
+    counted = await (await setup.execute("SELECT count(*) FROM jobs WHERE taken <> 1")).fetchone()
+    twice = counted[0] if counted else None
     print(f"FOR UPDATE SKIP LOCKED, 2 connections, {jobs} jobs: {took:.2f} s ({jobs / took:.0f} jobs/s), "
           f"taken per worker {counts}, jobs not taken exactly once: {twice}", flush=True)
     await setup.close()
@@ -311,6 +352,22 @@ def rebuild(uri: str, chunks: int) -> None:
             with con.cursor(binary=how == "binary") as cur:
                 return cur.execute(query).fetchall()
 
+        keys = rng.integers(chunks, chunks + entities, (200, 20)).tolist()
+        times = []
+        for wanted in keys:  # what retrieval reads per turn: a few rows' texts by vector key
+            t = clock()
+            con.execute("SELECT key, name, type FROM entities WHERE key = ANY(%s)", (wanted,), prepare=True).fetchall()
+            times.append(clock() - t)
+        print(f"20 entity rows by vector key (key = ANY, no index on key): {ms(times)}", flush=True)
+        con.execute("CREATE INDEX entities_key ON entities (key)")
+        times = []
+        for wanted in keys:
+            t = clock()
+            con.execute("SELECT key, name, type FROM entities WHERE key = ANY(%s) /* indexed */", (wanted,),
+                        prepare=True).fetchall()
+            times.append(clock() - t)
+        print(f"20 entity rows by vector key (indexed): {ms(times)}", flush=True)
+
         for how in ("text", "binary", "copy"):
             t = clock()
             fetched = {name: read(how, name) for name in queries}
@@ -342,7 +399,7 @@ def main() -> None:
         uri = server.get_uri()
         print(f"pgserver start (initdb + postgres) in a new directory: {clock() - t:.2f} s", flush=True)
         with psycopg.connect(uri) as con:
-            print("server:", con.execute("SELECT version()").fetchone()[0][:40], flush=True)
+            print("server:", one(con, "SELECT version()")[0][:40], flush=True)
         if "vectors" in parts:
             vectors(uri, args.n, args.queries, args.ef_construction)
         if "notify" in parts:
