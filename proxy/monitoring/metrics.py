@@ -18,12 +18,13 @@ pick another), and the knowledge gauges of every open base (a scrape opens none)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, Metric, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from proxy.monitoring.knowledge_gauges import KnowledgeGauges, KnowledgeView, read_all_documents
 from proxy.monitoring.reasons import REASONS, reason_label
@@ -95,13 +96,46 @@ class UpstreamCall:
             self._errors.inc()
 
 
+class UpstreamGauges:
+    """Each upstream by its URL (without credentials), read at scrape time: whether it is up (as
+    last seen; none until it was checked) and, with several upstreams, its requests in flight, the
+    requests sent to it and the connections to it that failed. Series of their own, beside the
+    per-call ``kind``/``kb`` series: the member a call lands on is chosen inside the upstream
+    client, below where those are recorded."""
+
+    def __init__(self, upstreams: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
+        self.upstreams = upstreams
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("graphgate_upstream_up", "1 when the upstream answered its last check or "
+                               "request, 0 when it could not be reached.", labels=["upstream"])
+        flight = GaugeMetricFamily("graphgate_upstream_in_flight", "Requests an upstream is answering now "
+                                   "(several upstreams).", labels=["upstream"])
+        sent = CounterMetricFamily("graphgate_upstream_routed", "Requests sent to an upstream (several "
+                                   "upstreams).", labels=["upstream"])
+        failed = CounterMetricFamily("graphgate_upstream_connect_failures", "Connections to an upstream that "
+                                     "failed (several upstreams).", labels=["upstream"])
+        for member in self.upstreams():
+            if member.get("reachable") is not None:
+                up.add_metric([member["url"]], 1.0 if member["reachable"] else 0.0)
+            if member.get("in_flight") is not None:
+                flight.add_metric([member["url"]], member["in_flight"])
+                sent.add_metric([member["url"]], member["requests"])
+                failed.add_metric([member["url"]], member["failures"])
+        yield from (up, flight, sent, failed)
+
+
 class Metrics:
-    def __init__(self, knowledge: Callable[[], Sequence[tuple[str, KnowledgeView | None]]]) -> None:
+    def __init__(self, knowledge: Callable[[], Sequence[tuple[str, KnowledgeView | None]]], *,
+                 upstreams: Callable[[], Sequence[Mapping[str, Any]]] | None = None) -> None:
         """``knowledge``: the open knowledge bases' services by name, ``default`` first (None when its
-        store could not be opened), read at scrape time."""
+        store could not be opened), read at scrape time; ``upstreams``: each upstream's state
+        (``UpstreamWatcher.members``), read at scrape time."""
         self.registry = CollectorRegistry()
         self.gauges = KnowledgeGauges(knowledge)
         self.registry.register(self.gauges)
+        if upstreams is not None:
+            self.registry.register(UpstreamGauges(upstreams))
         query = Histogram("graphgate_query_duration_seconds", "Retrieval latency per knowledge base and mode (chat "
                           "turns and /rag/query).", ["kb", "mode"], registry=self.registry,
                           buckets=QUERY_BUCKETS)
