@@ -213,3 +213,18 @@ async def test_real_servers_one_a_closed_port(settings: Settings, fake: FakeOlla
                 health = (await client.get("/rag/health")).json()
                 assert health["ready"] is True
                 assert [(u["url"], u["reachable"]) for u in health["upstreams"]] == [(dead, False), (live, True)]
+
+
+async def test_one_upstream_is_shown_alone_and_not_pooled(settings: Settings, fake: FakeOllama) -> None:
+    app = create_app(settings, upstream_transport=fake.transport())
+    async with running(app):
+        assert type(app.state.gateway.upstream) is not Upstreams   # the plain client: nothing chosen per request
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1:11435") as client:
+            health = (await client.get("/rag/health")).json()
+            assert health["upstreams"] == [{"url": "http://127.0.0.1:11434", "reachable": True, "version": "0.12.3",
+                                            "models": 3, "in_flight": None, "requests": None, "failures": None,
+                                            "error": None}]
+            samples = await scrape(client)
+            assert samples[("graphgate_upstream_up", "http://127.0.0.1:11434")] == 1
+            assert not [key for key in samples if key[0] != "graphgate_upstream_up"]
