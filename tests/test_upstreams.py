@@ -39,11 +39,13 @@ class Unpluggable(httpx.AsyncBaseTransport):
     """A fake's transport whose cable can be pulled: then every request fails to connect."""
 
     def __init__(self, fake: FakeOllama) -> None:
-        self.inner, self.down = fake.transport(), False
+        self.inner, self.down, self.blackholed = fake.transport(), False, False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self.down:
             raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        if self.blackholed:   # a firewalled host: no connection within the connect timeout
+            raise httpx.ConnectTimeout("timed out", request=request)
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -228,3 +230,17 @@ async def test_one_upstream_is_shown_alone_and_not_pooled(settings: Settings, fa
             samples = await scrape(client)
             assert samples[("graphgate_upstream_up", "http://127.0.0.1:11434")] == 1
             assert not [key for key in samples if key[0] != "graphgate_upstream_up"]
+
+
+async def test_an_upstream_that_cannot_be_connected_to_in_time_is_skipped(settings: Settings) -> None:
+    a, b = FakeOllama(), FakeOllama()
+    a.structured = b.structured = KnownFacts(PEOPLE)
+    async with gateway(settings, {A: a, B: b}) as (client, cables, upstreams):
+        cables[A].blackholed = True
+        for _ in range(3):
+            response = await client.post("/api/chat", json=chat("llama3.2"))
+            assert response.status_code == 200, response.text
+        document = await upload(client, "team.txt", TEAM)
+        assert (await settle(client, document["id"]))["status"] == "processed"
+        assert chats(a) == [] and extraction_calls(b) >= 1
+        assert upstreams.members[0].reachable is False and "timed out" in (upstreams.members[0].last_error or "")

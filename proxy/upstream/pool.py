@@ -15,7 +15,7 @@ they use one server, and it chooses a member per request:
   and the model created from it must land on the same server, and a pull's progress stream is one
   server's. To place a model on a given upstream, talk to that Ollama directly.
 
-A member that cannot be connected to is marked down and the request (when its body can be sent
+A member that cannot be connected to (refused, or not within the connect timeout) is marked down and the request (when its body can be sent
 again) goes to the next candidate; a member marked down is tried again once its back-off has
 passed (or the watcher, proxy/upstream/pool_watch.py, finds it answering). One URL builds a plain
 ``Upstream`` instead (proxy/app.py): the single-upstream path pays nothing for this.
@@ -34,7 +34,7 @@ import anyio
 import httpx
 import orjson
 
-from proxy.core.errors import UpstreamError, UpstreamUnavailable
+from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from proxy.core.setting_parsers import url_list
 from proxy.core.settings import Settings
 from proxy.upstream.client import Headers, Upstream
@@ -90,6 +90,15 @@ class Member:
         return {"url": self.url, "reachable": self.reachable, "version": self.version,
                 "models": None if self.models is None else len(self.models), "in_flight": self.in_flight,
                 "requests": self.requests, "failures": self.failures, "error": self.last_error}
+
+
+def not_connected(exc: UpstreamError) -> bool:
+    """Whether the request never reached the upstream: refused, no route, or no connection within
+    GRAPHGATE_CONNECT_TIMEOUT (a firewalled host). Then it may go to another one."""
+    if isinstance(exc, UpstreamUnavailable):
+        return True
+    return isinstance(exc, UpstreamTimeout) and (isinstance(exc.__cause__, httpx.ConnectTimeout)
+                                                 or "no connection within" in exc.message)
 
 
 class _Released(httpx.AsyncByteStream):
@@ -180,8 +189,10 @@ class Upstreams(Upstream):
             member.requests += 1
             try:
                 response = await member.client.open(method, path, headers=headers, content=content, params=params)
-            except UpstreamUnavailable as exc:
+            except UpstreamError as exc:
                 member.in_flight -= 1
+                if not not_connected(exc):
+                    raise
                 self._failed(member, exc)
                 failed = failed or exc
                 if again:
@@ -215,7 +226,9 @@ class Upstreams(Upstream):
             member.requests += 1
             try:
                 reply = await member.client.call_json(method, path, body, deadline=deadline)
-            except UpstreamUnavailable as exc:
+            except UpstreamError as exc:
+                if not not_connected(exc):
+                    raise
                 self._failed(member, exc)
                 failed = failed or exc
                 continue
@@ -251,7 +264,7 @@ class Upstreams(Upstream):
                 response, body = await member.client.fetch("GET", path, headers=headers or (), params=params,
                                                            deadline=deadline)
             except UpstreamError as exc:
-                if isinstance(exc, UpstreamUnavailable):
+                if not_connected(exc):
                     self._failed(member, exc)
                 replies[i] = (member, exc, b"")
                 return
