@@ -15,10 +15,11 @@ they use one server, and it chooses a member per request:
   and the model created from it must land on the same server, and a pull's progress stream is one
   server's. To place a model on a given upstream, talk to that Ollama directly.
 
-A member that cannot be connected to (refused, or not within the connect timeout) is marked down and the request (when its body can be sent
-again) goes to the next candidate; a member marked down is tried again once its back-off has
-passed (or the watcher, proxy/upstream/pool_watch.py, finds it answering). One URL builds a plain
-``Upstream`` instead (proxy/app.py): the single-upstream path pays nothing for this.
+A member that cannot be connected to (refused, or not within the connect timeout) is marked down and
+the request (when its body can be sent again) goes to the next candidate; a member marked down is
+tried again once its back-off has passed (or the watcher, proxy/upstream/pool_watch.py, finds it
+answering). One URL builds a plain ``Upstream`` instead (proxy/app.py): the single-upstream path
+pays nothing for this.
 """
 
 from __future__ import annotations
