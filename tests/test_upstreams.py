@@ -40,8 +40,10 @@ class Unpluggable(httpx.AsyncBaseTransport):
 
     def __init__(self, fake: FakeOllama) -> None:
         self.inner, self.down, self.blackholed = fake.transport(), False, False
+        self.tried: list[str] = []   # the paths of the requests that came to the cable
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.tried.append(request.url.path)
         if self.down:
             raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
         if self.blackholed:   # a firewalled host: no connection within the connect timeout
@@ -232,7 +234,9 @@ async def test_one_upstream_is_shown_alone_and_not_pooled(settings: Settings, fa
             assert not [key for key in samples if key[0] != "graphgate_upstream_up"]
 
 
-async def test_an_upstream_that_cannot_be_connected_to_in_time_is_skipped(settings: Settings) -> None:
+async def test_an_upstream_that_cannot_be_connected_to_in_time_is_skipped(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "FIRST_RETRY", 0.05)
     a, b = FakeOllama(), FakeOllama()
     a.structured = b.structured = KnownFacts(PEOPLE)
     async with gateway(settings, {A: a, B: b}) as (client, cables, upstreams):
@@ -244,3 +248,11 @@ async def test_an_upstream_that_cannot_be_connected_to_in_time_is_skipped(settin
         assert (await settle(client, document["id"]))["status"] == "processed"
         assert chats(a) == [] and extraction_calls(b) >= 1
         assert upstreams.members[0].reachable is False and "timed out" in (upstreams.members[0].last_error or "")
+        # past its back-off it is checked in the background; clients' requests never wait on it
+        cables[A].tried.clear()
+        await anyio.sleep(0.2)
+        for _ in range(3):
+            assert (await client.post("/api/chat", json=chat("llama3.2"))).status_code == 200
+            await anyio.sleep(0.1)
+        assert "/api/version" in cables[A].tried and "/api/chat" not in cables[A].tried
+        assert chats(a) == []

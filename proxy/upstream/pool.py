@@ -16,14 +16,17 @@ they use one server, and it chooses a member per request:
   server's. To place a model on a given upstream, talk to that Ollama directly.
 
 A member that cannot be connected to (refused, or not within the connect timeout) is marked down and
-the request (when its body can be sent again) goes to the next candidate; a member marked down is
-tried again once its back-off has passed (or the watcher, proxy/upstream/pool_watch.py, finds it
-answering). One URL builds a plain ``Upstream`` instead (proxy/app.py): the single-upstream path
-pays nothing for this.
+the request (when its body can be sent again) goes to the next candidate. A member marked down gets
+no requests (unless none is up: then the error is its own) until it answers again: once its back-off
+has passed, the next request that looks for a member starts a check of it in the background
+(/api/version), and the watcher (proxy/upstream/pool_watch.py) checks every member on its rounds.
+One URL builds a plain ``Upstream`` instead (proxy/app.py): the single-upstream path pays nothing
+for this.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import time
@@ -68,9 +71,10 @@ class Member:
     last_error: str | None = None
     retry_at: float = 0.0
     down_in_a_row: int = 0
+    probing: bool = False                   # a check of whether it is back is under way
 
-    def usable(self, now: float) -> bool:
-        return self.reachable is not False or now >= self.retry_at
+    def usable(self) -> bool:
+        return self.reachable is not False
 
     def lists(self, model: str) -> bool | None:
         return None if self.models is None else normalize(model) in self.models
@@ -133,8 +137,11 @@ class Upstreams(Upstream):
         self._injected = transports.get(urls[0])
         self._closes_transport = False
         self._turn = itertools.count()
+        self._probes: set[asyncio.Task[None]] = set()
 
     async def aclose(self) -> None:
+        for task in self._probes:
+            task.cancel()
         for member in self.members:
             await member.client.aclose()
 
@@ -143,9 +150,12 @@ class Upstreams(Upstream):
     def candidates(self, model: str | None, *, in_order: bool = False) -> list[Member]:
         """The members to try, best first (see the module's docstring)."""
         now, turn, count = time.monotonic(), next(self._turn), len(self.members)
+        for member in self.members:
+            if member.reachable is False and now >= member.retry_at and not member.probing:
+                self._probe_soon(member)
 
         def rank(member: Member) -> tuple[int, int, int]:
-            if not member.usable(now):
+            if not member.usable():
                 group = 3
             elif model is None or member.lists(model) is None:
                 group = 1 if model else 0
@@ -242,6 +252,25 @@ class Upstreams(Upstream):
 
     # --- helpers ---
 
+    def _probe_soon(self, member: Member) -> None:
+        """Ask a member that is down, its back-off over, whether it is back (/api/version), in the
+        background: no client's request pays for finding out (a firewalled host takes the whole
+        connect timeout to fail)."""
+        member.probing = True
+        task = asyncio.get_running_loop().create_task(self._probe(member), name="upstream-probe")
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
+
+    async def _probe(self, member: Member) -> None:
+        try:
+            await member.client.call_json("GET", "/api/version", deadline=self._settings.discovery_timeout)
+        except UpstreamError as exc:
+            member.mark_down(exc.message.replace(member.client.url, member.url))
+        else:
+            member.mark_up()
+        finally:
+            member.probing = False
+
     def _client_of(self, response: httpx.Response) -> Upstream:
         member = response.extensions.get(TRACKED)
         return member.client if isinstance(member, Member) else self.members[0].client
@@ -255,8 +284,7 @@ class Upstreams(Upstream):
         """Every usable member's list (``path``) in one, each model once; the first member's error
         when none answers."""
         key, names = MERGED_LISTS[path]
-        now = time.monotonic()
-        members = [m for m in self.members if m.usable(now)] or list(self.members)
+        members = [m for m in self.members if m.usable()] or list(self.members)
         replies: list[tuple[Member, httpx.Response | UpstreamError, bytes]] = [None] * len(members)  # type: ignore[list-item]
         deadline = self._settings.discovery_timeout
 
