@@ -165,6 +165,9 @@ async def test_one_upstream_down_chats_and_ingestion_go_on_and_it_comes_back(
         assert by_url[A]["reachable"] is False and "unreachable" in by_url[A]["error"]
         assert by_url[B]["reachable"] is True and by_url[B]["models"] == 3 and by_url[B]["failures"] == 0
         assert by_url[A]["failures"] >= 1
+        fragment = (await client.get("/admin/fragments/health")).text   # the console's dashboard
+        assert f"<code>{A}</code>: <span class=\"error\">down (" in fragment
+        assert f"<code>{B}</code>: <span class=\"ok\">up</span>" in fragment
         samples = await scrape(client)
         assert samples[("graphgate_upstream_up", A)] == 0 and samples[("graphgate_upstream_up", B)] == 1
         assert samples[("graphgate_upstream_routed_total", B)] >= 4
