@@ -19,6 +19,7 @@ from admin.console import mount as admin_mount
 from proxy.core.errors import GraphGateError, StoreUnavailable
 from proxy.core.limiter import PriorityLimiter
 from proxy.core.responses import error_response
+from proxy.core.setting_parsers import url_list
 from proxy.core.settings import Settings
 from proxy.gateway import routes_ollama, routes_openai
 from proxy.gateway.augment import Augmenter
@@ -45,7 +46,7 @@ from proxy.rag_api import (
 from proxy.state import Gateway, ReleaseLeases
 from proxy.upstream.pool import Upstreams, connect
 from proxy.upstream.pool_watch import UpstreamsWatcher
-from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher
+from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher, safe_url
 
 __all__ = ["Settings", "create_app"]
 
@@ -110,7 +111,8 @@ def create_app(settings: Settings | None = None, *,
                    if isinstance(upstream, Upstreams) else
                    UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS, chosen_model=chosen))
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
-                          watcher=watcher, metrics=Metrics(lambda: open_services(gateway), upstreams=watcher.members))
+                          watcher=watcher, metrics=Metrics(lambda: open_services(gateway), upstreams=watcher.members,
+                                          upstream_urls=[safe_url(url) for url in url_list(settings.upstream)]))
         gateway.store_probe = anyio.CapacityLimiter(1)
         gateway.keys = await KeyStore.open(settings.data_dir)   # before the first request: a stored key closes the API
         gateway.augmenter = Augmenter(gateway)

@@ -84,9 +84,15 @@ def embed_calls(fake: FakeOllama) -> int:
 
 
 async def scrape(client: httpx.AsyncClient) -> dict[tuple[str, str], float]:
+    """Each series with an ``upstream`` label by name and upstream, summed over its other labels."""
     text = (await client.get("/metrics")).text
-    return {(s.name, s.labels.get("upstream", "")): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples if "upstream" in s.labels}
+    samples: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if "upstream" in sample.labels:
+                key = (sample.name, sample.labels["upstream"])
+                samples[key] = samples.get(key, 0.0) + sample.value
+    return samples
 
 
 def test_the_setting_takes_a_list_and_checks_each_url(tmp_path) -> None:
@@ -172,6 +178,9 @@ async def test_one_upstream_down_chats_and_ingestion_go_on_and_it_comes_back(
         assert samples[("graphgate_upstream_up", A)] == 0 and samples[("graphgate_upstream_up", B)] == 1
         assert samples[("graphgate_upstream_routed_total", B)] >= 4
         assert samples[("graphgate_upstream_connect_failures_total", A)] >= 1
+        # the per-call series name the upstream that answered: B's chats, extraction and embeddings
+        assert samples[("graphgate_upstream_requests_total", B)] >= 4 + 2
+        assert samples[("graphgate_upstream_requests_total", A)] == 0   # (its series are there from the start)
 
         cables[A].down = False   # back: after its back-off it gets its share again
         with anyio.fail_after(10):
@@ -234,7 +243,8 @@ async def test_one_upstream_is_shown_alone_and_not_pooled(settings: Settings, fa
                                             "error": None}]
             samples = await scrape(client)
             assert samples[("graphgate_upstream_up", "http://127.0.0.1:11434")] == 1
-            assert not [key for key in samples if key[0] != "graphgate_upstream_up"]
+            assert ("graphgate_upstream_in_flight", "http://127.0.0.1:11434") not in samples   # the pool's own
+            assert {url for _, url in samples} == {"http://127.0.0.1:11434"}   # every call is labelled with it
 
 
 async def test_an_upstream_that_cannot_be_connected_to_in_time_is_skipped(

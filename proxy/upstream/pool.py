@@ -41,6 +41,7 @@ import orjson
 from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from proxy.core.setting_parsers import url_list
 from proxy.core.settings import Settings
+from proxy.monitoring.metrics import SERVED_BY
 from proxy.upstream.client import Headers, Upstream
 from proxy.upstream.watch import normalize, safe_url
 
@@ -196,6 +197,7 @@ class Upstreams(Upstream):
         again = content is None or isinstance(content, (bytes, bytearray, str))  # a stream is sent once
         failed: UpstreamError | None = None
         for member in self.candidates(model, in_order=in_order):
+            SERVED_BY.set(member.url)
             member.in_flight += 1
             member.requests += 1
             try:
@@ -233,6 +235,7 @@ class Upstreams(Upstream):
         model = body.get("model") if isinstance(body, dict) else None
         failed: UpstreamError | None = None
         for member in self.candidates(model if isinstance(model, str) else None):
+            SERVED_BY.set(member.url)
             member.in_flight += 1
             member.requests += 1
             try:
