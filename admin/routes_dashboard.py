@@ -49,7 +49,8 @@ async def pipeline_fragment(request: Request) -> Response:
 async def health_fragment(request: Request) -> Response:
     """Asked for by the dashboard after it has rendered: a slow upstream never slows the page. The
     upstream watcher's state, as /rag/health reports it (checked again when a few seconds old)."""
-    return render(request, "_health.html", {"state": await request.app.state.gateway.watcher.latest()})
+    watcher = request.app.state.gateway.watcher
+    return render(request, "_health.html", {"state": await watcher.latest(), "upstreams": watcher.members()})
 
 
 async def settings_page(request: Request) -> Response:

@@ -19,6 +19,7 @@ from admin.console import mount as admin_mount
 from proxy.core.errors import GraphGateError, StoreUnavailable
 from proxy.core.limiter import PriorityLimiter
 from proxy.core.responses import error_response
+from proxy.core.setting_parsers import url_list
 from proxy.core.settings import Settings
 from proxy.gateway import routes_ollama, routes_openai
 from proxy.gateway.augment import Augmenter
@@ -43,8 +44,9 @@ from proxy.rag_api import (
     routes_query,
 )
 from proxy.state import Gateway, ReleaseLeases
-from proxy.upstream.client import Upstream
-from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher
+from proxy.upstream.pool import Upstreams, connect
+from proxy.upstream.pool_watch import UpstreamsWatcher
+from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher, safe_url
 
 __all__ = ["Settings", "create_app"]
 
@@ -87,24 +89,30 @@ def open_services(gateway: Gateway) -> list[tuple[str, Knowledge | None]]:
 
 def create_app(settings: Settings | None = None, *,
                upstream_transport: httpx.AsyncBaseTransport | None = None,
+               upstream_transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
                watch_seconds: float | None = None) -> Starlette:
     """``watch_seconds``: how often the upstream is checked in the background (WATCH_SECONDS by
     default; 0: never, health requests then check on demand). With an injected transport (an
     in-process upstream: the tests) the default is never, so that the upstream's request log holds
-    only what a test sent."""
+    only what a test sent. ``upstream_transports``: an in-process transport per upstream URL
+    (several upstreams in GRAPHGATE_UPSTREAM)."""
     settings = settings or Settings.load()
     if watch_seconds is None:
-        watch_seconds = 0 if upstream_transport is not None else WATCH_SECONDS
+        watch_seconds = 0 if upstream_transport is not None or upstream_transports else WATCH_SECONDS
     mcp = McpEndpoint(settings)  # /mcp: its server is built and run in the lifespan
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        upstream = Upstream(settings, transport=upstream_transport)
-        watcher = UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS,
-                                  chosen_model=lambda: gateway.knowledge.models.chosen_chat_model
-                                  if gateway.knowledge else None)
+        def chosen() -> str | None:
+            return gateway.knowledge.models.chosen_chat_model if gateway.knowledge else None
+
+        upstream = connect(settings, transport=upstream_transport, transports=upstream_transports)
+        watcher = (UpstreamsWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS, chosen_model=chosen)
+                   if isinstance(upstream, Upstreams) else
+                   UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS, chosen_model=chosen))
         gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
-                          watcher=watcher, metrics=Metrics(lambda: open_services(gateway)))
+                          watcher=watcher, metrics=Metrics(lambda: open_services(gateway), upstreams=watcher.members,
+                                          upstream_urls=[safe_url(url) for url in url_list(settings.upstream)]))
         gateway.store_probe = anyio.CapacityLimiter(1)
         gateway.keys = await KeyStore.open(settings.data_dir)   # before the first request: a stored key closes the API
         gateway.augmenter = Augmenter(gateway)

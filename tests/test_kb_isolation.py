@@ -58,7 +58,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             wait_processed(url, [uploaded.json()["documents"][0]["id"]], {"X-GraphGate-KB": kb})
             created = httpx.put(f"{url}/rag/models/{kb}-bot", json={"model": MODEL, "kb": kb, "mode": "local"})
             assert created.status_code == 201, created.text
-        yield {"url": url, "fake": fake, "data_dir": data_dir}
+        yield {"url": url, "fake": fake, "data_dir": data_dir, "upstream": upstream}
 
 
 def user_chats(fake: FakeOllama) -> list[dict[str, Any]]:
@@ -162,10 +162,11 @@ def test_deleting_a_base_leaves_the_other_whole(world: dict[str, Any], tmp_path:
 
 
 def test_metrics_count_each_base_under_its_own_label(world: dict[str, Any]) -> None:
-    url = world["url"]
+    url, upstream = world["url"], world["upstream"]
     samples = samples_of(httpx.get(f"{url}/metrics").text)
     before = {kb: samples.get(("graphgate_chat_turns_augmented_total", (("kb", kb),)), 0.0) for kb in OWN}
-    relays = {kb: samples.get(("graphgate_upstream_requests_total", (("kb", kb), ("kind", "chat_relay"))), 0.0)
+    relays = {kb: samples.get(("graphgate_upstream_requests_total", (("kb", kb), ("kind", "chat_relay"),
+                                                                     ("upstream", upstream))), 0.0)
               for kb in OWN}
     message = {"role": "user", "content": f"{QUESTION} (metrics)"}
     assert httpx.post(f"{url}/api/chat", json={"model": "hr-bot", "messages": [message],
@@ -179,8 +180,10 @@ def test_metrics_count_each_base_under_its_own_label(world: dict[str, Any]) -> N
         time.sleep(0.05)
     assert samples[("graphgate_chat_turns_augmented_total", (("kb", "hr"),))] == before["hr"] + 1
     assert samples.get(("graphgate_chat_turns_augmented_total", (("kb", "legal"),)), 0.0) == before["legal"]
-    assert samples[("graphgate_upstream_requests_total", (("kb", "hr"), ("kind", "chat_relay")))] == relays["hr"] + 1
-    assert samples.get(("graphgate_upstream_requests_total", (("kb", "legal"), ("kind", "chat_relay"))),
+    assert samples[("graphgate_upstream_requests_total", (("kb", "hr"), ("kind", "chat_relay"),
+                                                          ("upstream", upstream)))] == relays["hr"] + 1
+    assert samples.get(("graphgate_upstream_requests_total", (("kb", "legal"), ("kind", "chat_relay"),
+                                                              ("upstream", upstream))),
                        0.0) == relays["legal"]
     counts = {kb: samples[("graphgate_documents", (("kb", kb), ("status", "processed")))] for kb in OWN}
     assert counts == {"hr": 1, "legal": 1}

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.app import Settings
 from proxy.knowledge.bases import BASES_DIR, REGISTRY_FILE
-from tests.conftest import gateway_client
+from tests.conftest import NOMINAL_UPSTREAM, gateway_client
 from tests.corpus import CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, Recorded
@@ -243,10 +243,10 @@ async def test_the_metrics_of_each_base_carry_its_name(settings: Settings, fake:
         assert value("graphgate_query_duration_seconds_count", kb=kb, mode="local") == 1, kb
         assert value("graphgate_query_stage_duration_seconds_count", kb=kb, mode="local", stage="search") == 1, kb
         assert value("graphgate_store_up", kb=kb) == 1
-        assert value("graphgate_upstream_requests_total", kb=kb, kind="extraction") >= 1
-        assert value("graphgate_upstream_requests_total", kb=kb, kind="embedding") >= 1
+        assert value("graphgate_upstream_requests_total", kb=kb, kind="extraction", upstream=NOMINAL_UPSTREAM) >= 1
+        assert value("graphgate_upstream_requests_total", kb=kb, kind="embedding", upstream=NOMINAL_UPSTREAM) >= 1
     assert ("graphgate_query_duration_seconds_count", (("kb", "default"), ("mode", "local"))) not in samples
-    assert value("graphgate_upstream_requests_total", kb="default", kind="extraction") == 0
+    assert value("graphgate_upstream_requests_total", kb="default", kind="extraction", upstream=NOMINAL_UPSTREAM) == 0
     assert value("graphgate_documents", kb="hr", status="processed") == 1
     assert value("graphgate_documents", kb="legal", status="processed") == 2
     assert value("graphgate_documents", kb="default", status="processed") == 0

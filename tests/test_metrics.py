@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.core.settings import Settings
 from proxy.monitoring.reasons import reason_label
 from tests.chat_helpers import MODEL, body, ingest
-from tests.conftest import gateway_client
+from tests.conftest import NOMINAL_UPSTREAM, gateway_client
 from tests.corpus import TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -72,9 +72,12 @@ async def test_an_ingest_moves_the_counts_and_the_freshness(settings: Settings, 
     assert value(after, "graphgate_relations", kb="default") >= 2
     assert value(after, "graphgate_pipeline_documents", kb="default", state="extracting") == 0
     assert value(after, "graphgate_llm_slots_busy", model="chat") == 0
-    assert value(after, "graphgate_upstream_requests_total", kb="default", kind="extraction") >= 1
-    assert value(after, "graphgate_upstream_requests_total", kb="default", kind="embedding") >= 1
-    assert value(after, "graphgate_upstream_errors_total", kb="default", kind="extraction") == 0
+    assert value(after, "graphgate_upstream_requests_total", kb="default", kind="extraction",
+                 upstream=NOMINAL_UPSTREAM) >= 1
+    assert value(after, "graphgate_upstream_requests_total", kb="default", kind="embedding",
+                 upstream=NOMINAL_UPSTREAM) >= 1
+    assert value(after, "graphgate_upstream_errors_total", kb="default", kind="extraction",
+                 upstream=NOMINAL_UPSTREAM) == 0
 
 
 async def test_a_query_and_an_augmented_chat_fill_the_latency_histograms(settings: Settings, fake: FakeOllama,
@@ -103,10 +106,11 @@ async def test_a_query_and_an_augmented_chat_fill_the_latency_histograms(setting
                          stage=stage) == 0, (mode, stage)
     assert moved("graphgate_chat_turns_augmented_total", kb="default") == 1
     assert moved("graphgate_chat_added_ttfb_seconds_count") == 1
-    assert moved("graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 1
-    assert moved("graphgate_upstream_request_duration_seconds_count", kb="default", kind="chat_relay") == 1
-    assert moved("graphgate_upstream_requests_total", kb="default", kind="keywords") >= 1
-    assert moved("graphgate_upstream_errors_total", kb="default", kind="chat_relay") == 0
+    assert moved("graphgate_upstream_requests_total", kb="default", kind="chat_relay", upstream=NOMINAL_UPSTREAM) == 1
+    assert moved("graphgate_upstream_request_duration_seconds_count", kb="default", kind="chat_relay",
+                 upstream=NOMINAL_UPSTREAM) == 1
+    assert moved("graphgate_upstream_requests_total", kb="default", kind="keywords", upstream=NOMINAL_UPSTREAM) >= 1
+    assert moved("graphgate_upstream_errors_total", kb="default", kind="chat_relay", upstream=NOMINAL_UPSTREAM) == 0
 
 
 async def test_a_reranking_fills_the_rerank_histogram(settings: Settings, fake: FakeOllama,
@@ -134,7 +138,8 @@ async def test_skipped_turns_are_counted_by_reason(client: httpx.AsyncClient) ->
         assert value(samples, "graphgate_chat_turns_skipped_total", kb="default", reason=reason) == 1, reason
     assert value(samples, "graphgate_chat_turns_skipped_total", kb="default", reason="other") == 0
     assert value(samples, "graphgate_chat_turns_augmented_total", kb="default") == 0
-    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 4
+    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay",
+                 upstream=NOMINAL_UPSTREAM) == 4
 
 
 @pytest.mark.parametrize(("reason", "label"), [
@@ -161,10 +166,14 @@ async def test_upstream_errors_are_counted_by_kind(settings: Settings, fake: Fak
         document = await upload(client, "team.txt", TEAM)
         assert (await settle(client, document["id"]))["status"] == "failed"
         samples = await scrape(client)
-    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 1
-    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="chat_relay") == 1
-    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="embedding") >= 1
-    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="extraction") == 0
+    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay",
+                 upstream=NOMINAL_UPSTREAM) == 1
+    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="chat_relay",
+                 upstream=NOMINAL_UPSTREAM) == 1
+    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="embedding",
+                 upstream=NOMINAL_UPSTREAM) >= 1
+    assert value(samples, "graphgate_upstream_errors_total", kb="default", kind="extraction",
+                 upstream=NOMINAL_UPSTREAM) == 0
     assert value(samples, "graphgate_documents", kb="default", status="failed") == 1
 
 
@@ -192,7 +201,8 @@ async def test_without_a_store_the_gateway_metrics_still_answer(settings: Settin
     assert value(samples, "graphgate_store_up", kb="default") == 0
     assert not any(name in ("graphgate_entities", "graphgate_documents", "graphgate_index_freshness_seconds")
                    for name, _ in samples)
-    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 1
+    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay",
+                 upstream=NOMINAL_UPSTREAM) == 1
     assert value(samples, "graphgate_chat_added_ttfb_seconds_count") == 1
 
 
@@ -200,8 +210,10 @@ async def test_each_app_counts_for_itself(settings: Settings, fake: FakeOllama, 
     async with gateway_client(settings, fake) as one, \
             gateway_client(settings.replace(data_dir=tmp_path / "other"), fake) as other:
         assert (await one.post("/api/chat", json=body())).status_code == 200
-        assert value(await scrape(one), "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 1
-        assert value(await scrape(other), "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 0
+        assert value(await scrape(one), "graphgate_upstream_requests_total", kb="default", kind="chat_relay",
+                     upstream=NOMINAL_UPSTREAM) == 1
+        assert value(await scrape(other), "graphgate_upstream_requests_total", kb="default", kind="chat_relay",
+                     upstream=NOMINAL_UPSTREAM) == 0
 
 
 async def test_a_filtered_query_times_its_filter_stage(settings: Settings, fake: FakeOllama,
@@ -227,7 +239,8 @@ async def test_completions_and_cache_misses_are_relays_too(settings: Settings, f
         assert generated.status_code == first.status_code == again.status_code == 200
         assert again.headers.get("x-graphgate-cache") == "hit"
         samples = await scrape(client)
-    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay") == 2
+    assert value(samples, "graphgate_upstream_requests_total", kb="default", kind="chat_relay",
+                 upstream=NOMINAL_UPSTREAM) == 2
     assert value(samples, "graphgate_chat_added_ttfb_seconds_count") == 1   # /api/generate's
 
 

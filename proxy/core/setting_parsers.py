@@ -22,6 +22,20 @@ def parse_url(raw: str) -> str:
     return raw.strip().rstrip("/")
 
 
+def parse_url_list(raw: str) -> str:
+    """One http(s) URL, or several separated by commas (GRAPHGATE_UPSTREAM): each checked, kept
+    as one comma-separated string (``url_list`` splits it), duplicates dropped."""
+    urls = [parse_url(part) for part in raw.split(",") if part.strip()]
+    if not urls:
+        raise ValueError("expected an http:// or https:// URL")
+    return ",".join(dict.fromkeys(urls))
+
+
+def url_list(value: str) -> tuple[str, ...]:
+    """The URLs of a ``parse_url_list`` value, in their order."""
+    return tuple(value.split(","))
+
+
 def parse_optional_url(raw: str) -> str | None:
     """An http(s) URL, or None when unset (a feature left off)."""
     return parse_url(raw) if raw.strip() else None

@@ -37,6 +37,7 @@ from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers ar
     parse_positive_int,
     parse_size,
     parse_url,
+    parse_url_list,
 )
 
 
@@ -93,8 +94,10 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("upstream", "GRAPHGATE_UPSTREAM", "http://127.0.0.1:11434", parse_url,
-            "URL of the upstream Ollama server that GraphGate forwards to."),
+    Setting("upstream", "GRAPHGATE_UPSTREAM", "http://127.0.0.1:11434", parse_url_list,
+            "URL of the upstream Ollama server that GraphGate forwards to; several, separated by commas: each "
+            "chat goes to the least busy one that has its model, GraphGate's own model calls are spread "
+            "over them, and one that cannot be reached is skipped until it answers again."),
     Setting("host", "GRAPHGATE_HOST", "127.0.0.1", str,
             "Address to listen on. Binding elsewhere than loopback without a key or password logs a warning."),
     Setting("port", "GRAPHGATE_PORT", "11435", parse_port, "TCP port to listen on."),

@@ -17,8 +17,8 @@ from proxy.core.settings import Settings
 from proxy.merging.rules import embed_hash, entity_text, relation_text
 from proxy.store.changes import Changeset
 from proxy.store.store import INDEXED_TABLES, KnowledgeStore
-from proxy.upstream.client import Upstream
 from proxy.upstream.model_calls import ModelClient
+from proxy.upstream.pool import connect
 
 if TYPE_CHECKING:
     from proxy.knowledge.service import Knowledge
@@ -87,7 +87,7 @@ async def reindexing(settings: Settings) -> AsyncIterator[Callable[[Progress], A
     """The store opened for reindexing (StoreUnavailable when it cannot be): yields ``run(progress)``,
     which reindexes it and answers the sizes of the rebuilt indexes; the store is closed afterwards."""
     store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
-    upstream = Upstream(settings)
+    upstream = connect(settings)
     try:
         models = ModelClient(upstream, PriorityLimiter(settings.llm_concurrency), settings)
         models.expected_dim = store.embedding_dim()

@@ -26,7 +26,7 @@ from proxy.knowledge.service import run_knowledge
 from proxy.mcp_server.bridge import bridge
 from proxy.mcp_server.http import PATH
 from proxy.mcp_server.tools import build_server
-from proxy.upstream.client import Upstream
+from proxy.upstream.pool import connect
 
 log = logging.getLogger("graphgate.mcp")
 PROBE_SECONDS = 1.0
@@ -56,7 +56,7 @@ async def serve_own_store(settings: Settings, create: bool) -> None:
         raise McpCommandError(f"no gateway answers at {gateway_url(settings)} and there is no knowledge store at "
                               f"{settings.data_dir} (no {DATABASE_FILE} there): start `graphgate serve`, give "
                               "GRAPHGATE_PORT / GRAPHGATE_DATA_DIR where they are, or add --create for a new store")
-    upstream = Upstream(settings)
+    upstream = connect(settings)
     try:
         async with contextlib.AsyncExitStack() as stack:
             with contextlib.redirect_stdout(sys.stderr):  # until the SDK takes stdout over: nothing may print there

@@ -18,12 +18,14 @@ pick another), and the knowledge gauges of every open base (a scrape opens none)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, Metric, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from proxy.monitoring.knowledge_gauges import KnowledgeGauges, KnowledgeView, read_all_documents
 from proxy.monitoring.reasons import REASONS, reason_label
@@ -72,14 +74,21 @@ class TraceView(Protocol):
     def detail(self) -> dict[str, Any]: ...
 
 
+# The upstream a call went to, its metrics' ``upstream`` label: set by the pool of several
+# upstreams (proxy/upstream/pool.py) when it picks one, in the calling task's own context (an
+# awaited call shares it), so that the call's ``UpstreamCall`` reads it at its end. Never set with
+# one upstream: its calls are labelled with its URL.
+SERVED_BY: ContextVar[str | None] = ContextVar("graphgate_upstream_served_by", default=None)
+
+
 class UpstreamCall:
     """One upstream call timed and counted; an error when it raises or ``status`` is >= 400
     (a cancellation, e.g. a client gone, is not the upstream's error)."""
 
-    __slots__ = ("_calls", "_errors", "_seconds", "_started", "status")
+    __slots__ = ("_metrics", "_kind", "_kb", "_started", "status")
 
-    def __init__(self, calls: Counter, errors: Counter, seconds: Histogram) -> None:
-        self._calls, self._errors, self._seconds = calls, errors, seconds
+    def __init__(self, metrics: Metrics, kind: str, kb: str) -> None:
+        self._metrics, self._kind, self._kb = metrics, kind, kb
         self._started = 0.0
         self.status = 0
 
@@ -89,19 +98,55 @@ class UpstreamCall:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._seconds.observe(time.perf_counter() - self._started)
-        self._calls.inc()
+        spent = time.perf_counter() - self._started
+        calls, errors, seconds = self._metrics.upstream_children(self._kind, self._kb, SERVED_BY.get())
+        seconds.observe(spent)
+        calls.inc()
         if (kind is not None and issubclass(kind, Exception)) or self.status >= 400:
-            self._errors.inc()
+            errors.inc()
+
+
+class UpstreamGauges:
+    """Each upstream by its URL (without credentials), read at scrape time: whether it is up (as
+    last seen; none until it was checked) and, with several upstreams, its requests in flight, the
+    requests sent to it and the connections to it that failed (the per-call series carry the
+    ``upstream`` label too, through ``SERVED_BY``)."""
+
+    def __init__(self, upstreams: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
+        self.upstreams = upstreams
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("graphgate_upstream_up", "1 when the upstream answered its last check or "
+                               "request, 0 when it could not be reached.", labels=["upstream"])
+        flight = GaugeMetricFamily("graphgate_upstream_in_flight", "Requests an upstream is answering now "
+                                   "(several upstreams).", labels=["upstream"])
+        sent = CounterMetricFamily("graphgate_upstream_routed", "Requests sent to an upstream (several "
+                                   "upstreams).", labels=["upstream"])
+        failed = CounterMetricFamily("graphgate_upstream_connect_failures", "Connections to an upstream that "
+                                     "failed (several upstreams).", labels=["upstream"])
+        for member in self.upstreams():
+            if member.get("reachable") is not None:
+                up.add_metric([member["url"]], 1.0 if member["reachable"] else 0.0)
+            if member.get("in_flight") is not None:
+                flight.add_metric([member["url"]], member["in_flight"])
+                sent.add_metric([member["url"]], member["requests"])
+                failed.add_metric([member["url"]], member["failures"])
+        yield from (up, flight, sent, failed)
 
 
 class Metrics:
-    def __init__(self, knowledge: Callable[[], Sequence[tuple[str, KnowledgeView | None]]]) -> None:
+    def __init__(self, knowledge: Callable[[], Sequence[tuple[str, KnowledgeView | None]]], *,
+                 upstreams: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+                 upstream_urls: Sequence[str] = ("",)) -> None:
         """``knowledge``: the open knowledge bases' services by name, ``default`` first (None when its
-        store could not be opened), read at scrape time."""
+        store could not be opened), read at scrape time; ``upstreams``: each upstream's state
+        (``UpstreamWatcher.members``), read at scrape time; ``upstream_urls``: the upstreams' URLs
+        without credentials (the ``upstream`` label; the first is a call's when none was named)."""
         self.registry = CollectorRegistry()
         self.gauges = KnowledgeGauges(knowledge)
         self.registry.register(self.gauges)
+        if upstreams is not None:
+            self.registry.register(UpstreamGauges(upstreams))
         query = Histogram("graphgate_query_duration_seconds", "Retrieval latency per knowledge base and mode (chat "
                           "turns and /rag/query).", ["kb", "mode"], registry=self.registry,
                           buckets=QUERY_BUCKETS)
@@ -123,16 +168,20 @@ class Metrics:
         self.added = Histogram("graphgate_chat_added_ttfb_seconds", "Time the gateway spends on a chat turn before "
                                "it goes upstream (body checks, grounding): what it adds to the time to first "
                                "byte.", registry=self.registry, buckets=ADDED_BUCKETS)
-        calls = Counter("graphgate_upstream_requests_total", "Calls to the upstream by kind and the knowledge base "
-                        "they are made for.", ["kind", "kb"], registry=self.registry)
+        calls = Counter("graphgate_upstream_requests_total", "Calls to the upstream by kind, the knowledge base "
+                        "they are made for and the upstream they went to.", ["kind", "kb", "upstream"],
+                        registry=self.registry)
         errors = Counter("graphgate_upstream_errors_total", "Upstream calls that failed or got an error status, "
-                         "by kind and knowledge base.", ["kind", "kb"], registry=self.registry)
-        seconds = Histogram("graphgate_upstream_request_duration_seconds", "Upstream call latency by kind and "
-                            "knowledge base (a relayed chat: until the upstream's response headers).",
-                            ["kind", "kb"], registry=self.registry, buckets=UPSTREAM_BUCKETS)
+                         "by kind, knowledge base and upstream.", ["kind", "kb", "upstream"], registry=self.registry)
+        seconds = Histogram("graphgate_upstream_request_duration_seconds", "Upstream call latency by kind, "
+                            "knowledge base and upstream (a relayed chat: until the upstream's response headers).",
+                            ["kind", "kb", "upstream"], registry=self.registry, buckets=UPSTREAM_BUCKETS)
         self._upstream_families = (calls, errors, seconds)
-        self.upstream = {(kind, DEFAULT_KB): (calls.labels(kind, DEFAULT_KB), errors.labels(kind, DEFAULT_KB),
-                                              seconds.labels(kind, DEFAULT_KB)) for kind in KINDS}
+        self.default_upstream = upstream_urls[0]
+        self.upstream: dict[tuple[str, str, str], tuple[Counter, Counter, Histogram]] = {}
+        for url in upstream_urls:
+            for kind in KINDS:
+                self.upstream_children(kind, DEFAULT_KB, url)
 
     def _turns_of(self, kb: str) -> tuple[Counter, dict[str, Counter]]:
         turns = self.turns.get(kb)
@@ -179,13 +228,16 @@ class Metrics:
     def upstream_call(self, kind: str, kb: str = DEFAULT_KB) -> UpstreamCall:
         """Time and count one upstream call made for the knowledge base ``kb``:
         ``with metrics.upstream_call("embedding", "hr"): ...``."""
-        kind = KIND_NAMES.get(kind, kind)
-        children = self.upstream.get((kind, kb))
-        if children is None:
+        return UpstreamCall(self, KIND_NAMES.get(kind, kind), kb)
+
+    def upstream_children(self, kind: str, kb: str, upstream: str | None) -> tuple[Counter, Counter, Histogram]:
+        """The series of calls of ``kind`` for ``kb`` to ``upstream`` (None: the one upstream)."""
+        key = (kind, kb, upstream or self.default_upstream)
+        children = self.upstream.get(key)
+        if children is None:   # the first such call: its children resolved once
             calls, errors, seconds = self._upstream_families
-            children = self.upstream[(kind, kb)] = (calls.labels(kind, kb), errors.labels(kind, kb),
-                                                    seconds.labels(kind, kb))
-        return UpstreamCall(*children)
+            children = self.upstream[key] = (calls.labels(*key), errors.labels(*key), seconds.labels(*key))
+        return children
 
     def forget(self, kb: str) -> None:
         """Drop a deleted knowledge base's series (a base made again under its name starts from 0,
@@ -200,10 +252,10 @@ class Metrics:
             self._augmented_family.remove(kb)
             for reason in REASONS:
                 self._skipped_family.remove(kb, reason)
-        for key in [key for key in self.upstream if key[1] == kb]:
+        for labels in [labels for labels in self.upstream if labels[1] == kb]:
             for family in self._upstream_families:
-                family.remove(key[0], kb)
-            del self.upstream[key]
+                family.remove(*labels)
+            del self.upstream[labels]
 
     def chat_forwarded(self, started: float) -> None:
         """A chat turn goes upstream; ``started``: ``time.perf_counter()`` when the gateway took it."""

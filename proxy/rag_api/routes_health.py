@@ -72,6 +72,7 @@ async def health(request: Request) -> Response:
         "ready": ready,
         "problems": problems,
         "upstream": upstream.describe(),
+        "upstreams": gateway.watcher.members(),   # each of GRAPHGATE_UPSTREAM's servers
         "models": {role.role: role.describe() for role in upstream.roles},
         "store": store,
         "pipeline": pipeline,

@@ -119,6 +119,16 @@ class UpstreamWatcher:
         self._reported_down: bool | None = None
         self._reported_models: dict[str, str] = {}
 
+    def members(self) -> list[dict[str, Any]]:
+        """Each upstream as /rag/health and the metrics show it (here the one), from the last check
+        (none yet: empty). Requests in flight are counted only with several upstreams."""
+        state = self.state
+        if state is None:
+            return []
+        return [{"url": state.url, "reachable": state.reachable, "version": state.version,
+                 "models": None if state.models is None else len(state.models), "in_flight": None,
+                 "requests": None, "failures": None, "error": state.error}]
+
     async def run(self) -> None:
         """Check now, then every ``interval`` seconds, until cancelled."""
         while True:
