@@ -15,10 +15,10 @@ from starlette.routing import Route
 
 from admin.guard import action
 from admin.rendering import render
-from proxy.core.errors import BadRequest, GraphGateError, NotFound
+from proxy.core.errors import BadRequest, GraphGateError
 from proxy.core.modes import MODES
 from proxy.guards.access import principal, require
-from proxy.rag_api.routes_models import refresh_upstream_names, registry, save_model
+from proxy.rag_api.routes_models import refresh_upstream_names, registry, save_model, visible_model
 from proxy.state import bases
 
 BLANK = {"alias": "", "model": "", "kb": "default", "mode": "", "system": "", "options": ""}
@@ -26,10 +26,7 @@ BLANK = {"alias": "", "model": "", "kb": "default", "mode": "", "system": "", "o
 
 def _visible(request: Request, alias: str) -> dict[str, Any]:
     """The alias's description, when the request may see its base (404 as for an unknown name otherwise)."""
-    found = registry(request).resolve(alias)
-    if found is None or not principal(request).sees(found.kb):
-        raise NotFound(f"no knowledge model named {alias!r}")
-    return registry(request).get(found.alias)
+    return registry(request).get(visible_model(request, alias).alias)
 
 
 def _as_form(model: dict[str, Any]) -> dict[str, str]:

@@ -80,16 +80,9 @@ async def knowledge(request: Request, action: Role | None = None) -> Knowledge:
     request holds a lease on it until its response is sent. The request's key must allow ``action``
     on it (default: ``action_of``): 404 for a base it may not see (as for one that does not exist),
     403 for too small a role; 503 with the reason when the default store is unavailable."""
-    gateway: Gateway = request.app.state.gateway
     name = kb_name(request)
     require(request, name, action or action_of(request))
-    if name == "default" or gateway.bases is None:
-        if name != "default":
-            raise NotFound(f"no knowledge base named {name!r}")
-        if gateway.knowledge is None:
-            raise ServiceUnavailable(f"the knowledge store is unavailable: {gateway.knowledge_error}")
-        return gateway.knowledge
-    return await acquire_for_request(gateway.bases, name, request.scope)
+    return await acquire_for_request(bases(request), name, request.scope)   # default's included
 
 
 async def delete_base(request: Request, name: str) -> dict[str, Any]:

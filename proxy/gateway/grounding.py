@@ -114,10 +114,8 @@ async def ground(request: Request, found: KnowledgeModel | None) -> Grounding:
 
 async def _open(gateway: Any, kb: str, request: Request) -> Knowledge:
     if gateway.bases is None:   # the lifespan has not made the bases (a gateway starting or stopping)
-        if kb != "default" or gateway.knowledge is None:
-            raise ServiceUnavailable("the knowledge bases are unavailable")
-        return gateway.knowledge
-    return await acquire_for_request(gateway.bases, kb, request.scope)
+        raise ServiceUnavailable("the knowledge bases are unavailable")
+    return await acquire_for_request(gateway.bases, kb, request.scope)   # default's included
 
 
 async def ground_turn(turn: ChatTurn) -> ChatTurn:

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from proxy.core.errors import Conflict, GraphGateError, NotFound, ServiceUnavailable
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
-from proxy.gateway.knowledge_models import KnowledgeModels, canonical, model_key
+from proxy.gateway.knowledge_models import KnowledgeModel, KnowledgeModels, canonical, model_key
 from proxy.gateway.model_lists import remember_upstream_names
 from proxy.guards.access import principal, require
 from proxy.state import bases
@@ -37,12 +37,12 @@ async def refresh_upstream_names(request: Request) -> None:
         remember_upstream_names(gateway, body)
 
 
-def _visible(request: Request, alias: str) -> str:
-    """The model's knowledge base, when the request's key may see it (404 as for an unknown name otherwise)."""
+def visible_model(request: Request, alias: str) -> KnowledgeModel:
+    """The knowledge model, when the request's key may see its base (404 as for an unknown name otherwise)."""
     found = registry(request).resolve(alias)
     if found is None or not principal(request).sees(found.kb):
         raise NotFound(f"no knowledge model named {alias!r}")
-    return found.kb
+    return found
 
 
 async def list_models(request: Request) -> Response:
@@ -53,7 +53,7 @@ async def list_models(request: Request) -> Response:
 
 async def get_model(request: Request) -> Response:
     alias = request.path_params["alias"]
-    _visible(request, alias)
+    visible_model(request, alias)
     await refresh_upstream_names(request)
     return json_response(registry(request).get(alias))
 
@@ -91,7 +91,7 @@ async def put_model(request: Request) -> Response:
 
 async def delete_model(request: Request) -> Response:
     alias = request.path_params["alias"]
-    require(request, _visible(request, alias), "admin")
+    require(request, visible_model(request, alias).kb, "admin")
     return json_response(await registry(request).delete(alias))
 
 
