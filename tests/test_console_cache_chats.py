@@ -219,13 +219,17 @@ async def test_chats_are_paginated(client: httpx.AsyncClient) -> None:
 
 async def test_pages_answer_503_without_a_store(client: httpx.AsyncClient) -> None:
     gateway = client._transport.app.state.gateway  # type: ignore[attr-defined]
-    saved, gateway.knowledge, gateway.knowledge_error = gateway.knowledge, None, "disk full"
+    bases = gateway.bases   # the store as the lifespan leaves it when it cannot open: no default, and why
+    saved = gateway.knowledge
+    gateway.knowledge = bases.default = None
+    gateway.knowledge_error = bases.default_error = "disk full"
     try:
         for path in ("/admin/cache", "/admin/cache/extract", "/admin/chats", "/admin/chats/1"):
             response = await client.get(path)
             assert response.status_code == 503 and "disk full" in response.text, path
     finally:
-        gateway.knowledge = saved
+        gateway.knowledge = bases.default = saved
+        gateway.knowledge_error = bases.default_error = None
 
 
 async def test_real_ingestion_and_chat_show_up(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
