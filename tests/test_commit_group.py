@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from proxy.store.duckdb.batching import CommitGroup
+from proxy.store.batching import CommitGroup
 from proxy.store.duckdb.connection import Con, Database
 
 pytestmark = pytest.mark.anyio
@@ -108,7 +108,7 @@ def lookup_values(calls: list[list[int]], fail: Set[int] = frozenset()):
 
 
 async def test_reads_asked_for_together_share_one_query(db: Database) -> None:
-    from proxy.store.duckdb.batching import BatchedReader
+    from proxy.store.batching import BatchedReader
 
     db.con.execute("INSERT INTO a VALUES (1), (2), (3)")
     calls: list[list[int]] = []
@@ -128,7 +128,7 @@ async def test_reads_asked_for_together_share_one_query(db: Database) -> None:
 
 
 async def test_a_failed_read_reaches_every_caller_of_its_round_and_the_next_round_reads_again(db: Database) -> None:
-    from proxy.store.duckdb.batching import BatchedReader
+    from proxy.store.batching import BatchedReader
 
     db.con.execute("INSERT INTO a VALUES (1), (2)")
     calls: list[list[int]] = []
@@ -149,7 +149,7 @@ async def test_a_failed_read_reaches_every_caller_of_its_round_and_the_next_roun
 
 
 async def test_a_cancelled_first_caller_still_reads_for_the_others(db: Database) -> None:
-    from proxy.store.duckdb.batching import BatchedReader
+    from proxy.store.batching import BatchedReader
 
     db.con.execute("INSERT INTO a VALUES (1), (2)")
     calls: list[list[int]] = []

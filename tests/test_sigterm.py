@@ -21,7 +21,7 @@ import duckdb
 import httpx
 import pytest
 
-from proxy.store.duckdb.batching import BatchWriter
+from proxy.store.batching import BatchWriter
 from tests.invariants import check_store
 from tests.reliability_harness import (
     GRACEFUL_EXIT_CODES,

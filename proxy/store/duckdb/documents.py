@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 
 from proxy.core.errors import GraphGateError
-from proxy.store.duckdb.batching import BatchWriter, CommitGroup
+from proxy.store.batching import BatchWriter, CommitGroup
 from proxy.store.duckdb.cache import write_cache
 from proxy.store.duckdb.clock import now
 from proxy.store.duckdb.connection import Con, Database

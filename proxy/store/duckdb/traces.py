@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.store.duckdb.batching import BatchWriter
+from proxy.store.batching import BatchWriter
 from proxy.store.duckdb.clock import now
 from proxy.store.duckdb.connection import Con, Database
 from proxy.store.protocols.traces import Trace

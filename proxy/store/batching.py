@@ -8,12 +8,22 @@ them); items that arrive together share one transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from proxy.store.duckdb.connection import Con, Database
+
+class Database(Protocol):
+    """What batching needs of a backend's connection (``duckdb/connection.py``, ``postgres/connection.py``):
+    ``fn(connection, *args)`` in a worker thread, a write in one transaction."""
+
+    async def read(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+    async def write(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+
+Con = Any   # the backend's connection
 
 T = TypeVar("T")
 
