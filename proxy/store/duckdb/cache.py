@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.store.batching import BatchedReader, BatchWriter
-from proxy.store.duckdb.clock import now
+from proxy.store.clock import now
 from proxy.store.duckdb.connection import Con, Database
 from proxy.store.protocols.cache import CacheEntry, KindTotals
 

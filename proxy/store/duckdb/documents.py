@@ -14,8 +14,8 @@ import duckdb
 
 from proxy.core.errors import GraphGateError
 from proxy.store.batching import BatchWriter, CommitGroup
+from proxy.store.clock import now
 from proxy.store.duckdb.cache import write_cache
-from proxy.store.duckdb.clock import now
 from proxy.store.duckdb.connection import Con, Database
 from proxy.store.protocols.cache import CacheEntry
 from proxy.store.protocols.documents import (

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from proxy.store.batching import BatchWriter
-from proxy.store.duckdb.clock import now
+from proxy.store.clock import now
 from proxy.store.duckdb.connection import Con, Database
 from proxy.store.protocols.traces import Trace
 

@@ -1,4 +1,4 @@
-"""The time the tables record: UTC without a zone (DuckDB's TIMESTAMP columns)."""
+"""The time the tables record: UTC without a zone (DuckDB's TIMESTAMP columns, PostgreSQL's timestamp)."""
 
 from __future__ import annotations
 
