@@ -278,11 +278,11 @@ async def reindex(settings: Settings, kb: str | None = None) -> int:
             raise CommandError(f"{exc.message} (GET /rag/kbs lists them)") from None
         except (ValueError, OSError) as exc:
             raise CommandError(f"knowledge base {kb!r}: {exc}") from None
-    if not has_store(settings.data_dir):
+    if settings.store == "embedded" and not has_store(settings.data_dir):
         raise CommandError(f"there is no knowledge store at {settings.data_dir} (no {DATABASE_FILE} there): "
                            "nothing to reindex; give --data-dir (GRAPHGATE_DATA_DIR) if it is elsewhere")
     try:
-        async with reindexing(settings) as run_reindex:  # StoreUnavailable only while opening
+        async with reindexing(settings, kb or "default") as run_reindex:  # StoreUnavailable only while opening
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                           console=console) as bar:
                 tasks: dict[str, Any] = {}

@@ -150,6 +150,14 @@ def parse_db_memory(raw: str) -> str:
     return raw.strip()
 
 
+def parse_store(raw: str) -> str:
+    """``embedded``, or a PostgreSQL connection URI."""
+    value = raw.strip()
+    if value == "embedded" or re.match(r"postgres(ql)?://", value):
+        return value
+    raise ValueError("expected embedded or a URI such as postgresql://user:password@host:5432/graphgate")
+
+
 def parse_path(raw: str) -> Path:
     if not raw.strip():
         raise ValueError("expected a directory path")

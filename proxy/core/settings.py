@@ -36,6 +36,7 @@ from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers ar
     parse_positive_float,
     parse_positive_int,
     parse_size,
+    parse_store,
     parse_url,
     parse_url_list,
 )
@@ -107,6 +108,12 @@ SETTINGS: tuple[Setting, ...] = (
             "macOS, `%LOCALAPPDATA%\\graphgate` on Windows), the same for the server and every CLI command; a "
             "`./graphgate-data` store left by an earlier version in the current directory is used, with a "
             "warning, until it is moved."),
+    Setting("store", "GRAPHGATE_STORE", "embedded", parse_store,
+            "Where the knowledge is kept. `embedded`: DuckDB, USearch and igraph in the data directory, the "
+            "fastest on one machine. `postgresql://user:password@host:5432/db`: tables and pgvector indexes in "
+            "PostgreSQL (with the pgvector extension; install `graphgate[postgresql]`), each knowledge base a "
+            "schema, shared by several GraphGate replicas; the graph stays in each replica's memory. See "
+            "README \"When one machine is not enough\".", secret=True),
     Setting("allowed_hosts", "GRAPHGATE_ALLOWED_HOSTS", "", parse_allowed_hosts,
             "More host names (comma-separated, any port; `*.example.com` for a domain, `*` for any) a request's "
             "Host header may name, besides IP literals and localhost. Checked on a loopback bind (against DNS "
@@ -354,6 +361,7 @@ class Settings:
     kb_idle_seconds: float = 300.0
     vector_dtype: str = "i8"
     db_memory: str = "1GB"
+    store: str = "embedded"
     mode: str = "mix"
     top_k: int = 40
     chunk_top_k: int = 20

@@ -15,6 +15,7 @@ from proxy.core.errors import Conflict
 from proxy.core.limiter import Priority, PriorityLimiter
 from proxy.core.settings import Settings
 from proxy.merging.rules import embed_hash, entity_text, relation_text
+from proxy.store.backends import backend_for
 from proxy.store.changes import Changeset
 from proxy.store.store import INDEXED_TABLES, KnowledgeStore
 from proxy.upstream.model_calls import ModelClient
@@ -83,10 +84,12 @@ async def rebuild_live(knowledge: Knowledge, settings: Settings, progress: Progr
 
 
 @contextlib.asynccontextmanager
-async def reindexing(settings: Settings) -> AsyncIterator[Callable[[Progress], Awaitable[dict[str, int]]]]:
+async def reindexing(settings: Settings,
+                     kb: str = "default") -> AsyncIterator[Callable[[Progress], Awaitable[dict[str, int]]]]:
     """The store opened for reindexing (StoreUnavailable when it cannot be): yields ``run(progress)``,
     which reindexes it and answers the sizes of the rebuilt indexes; the store is closed afterwards."""
-    store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
+    store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory,
+                                      backend_for(settings.store, kb))
     upstream = connect(settings)
     try:
         models = ModelClient(upstream, PriorityLimiter(settings.llm_concurrency), settings)

@@ -32,6 +32,7 @@ from proxy.retrieval.budget import Budget
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.rerank_http import HttpReranker
 from proxy.retrieval.retriever import Retrieval, Retriever
+from proxy.store.backends import backend_for
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.model_calls import CacheEntry, ModelClient
@@ -129,7 +130,8 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
     the upstream's slots when several knowledge bases share them (proxy/knowledge/bases.py); each
     run makes its own otherwise. ``kb``: the base's name, for the metrics' labels. The task that
     enters this context must be the one that exits it (its task group)."""
-    store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory)
+    store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory,
+                                      backend_for(settings.store, kb))
     reranker = HttpReranker.from_settings(settings, upstream)  # None unless GRAPHGATE_RERANK_URL is set
     try:
         limiter = limiter or PriorityLimiter(settings.llm_concurrency)
@@ -157,6 +159,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
             traces.start(group)
             cache.start(group)
             group.start_soon(_save_periodically, store, settings.index_save_seconds)
+            group.start_soon(store.follow_forever)   # other replicas' commits, on a shared store
             group.start_soon(communities.run)   # when GRAPHGATE_COMMUNITY_SUMMARIES is on; idle time only
             if settings.inbox_dir is not None:
                 group.start_soon(watch_inbox, settings.inbox_dir, pipeline, settings)

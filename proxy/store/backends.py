@@ -1,12 +1,15 @@
 """The engines a store is built from. The embedded backend (DuckDB tables, USearch vector indexes,
-an igraph graph, all in the data directory) is the default; another backend is a folder of files
-implementing the protocols in ``proxy/store/protocols/`` plus one entry here."""
+an igraph graph, all in the data directory) is the default; the PostgreSQL backend (tables and
+pgvector indexes on a server shared by several replicas, the graph in each replica's memory) is
+chosen by ``GRAPHGATE_STORE``. A backend is a folder of files implementing the protocols in
+``proxy/store/protocols/`` plus one entry here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from proxy.store.duckdb.tables import OPEN_ERRORS, DuckDBTables
 from proxy.store.graph_igraph import EntityGraph
@@ -21,11 +24,39 @@ from proxy.store.vectors_usearch import VectorIndex
 @dataclass(frozen=True)
 class Backend:
     name: str
-    open_tables: Callable[[Path, str], Tables]  # (data dir, memory limit); blocking, migrates
+    open_tables: Callable[[Path, str, str], Tables]  # (data dir, memory limit, element type); blocking, migrates
     open_errors: tuple[type[BaseException], ...]  # what open_tables raises when it cannot open them
-    new_vectors: Callable[[Path, str], Vectors]  # (index file, element type); loaded or healed later
+    new_vectors: Callable[[Any, str, Path, str], Vectors]  # (tables, table, index file, element type)
     new_graph: Callable[[], Graph]
     new_keywords: Callable[[Path], Keywords]  # (index folder); loaded or built later
+    # several replicas commit to the same tables: each replays the others' commits (``KnowledgeStore.follow``)
+    shared: bool = False
 
 
-EMBEDDED = Backend("embedded", DuckDBTables, OPEN_ERRORS, VectorIndex, EntityGraph, KeywordIndex)
+def _duckdb(path: Path, memory_limit: str, dtype: str) -> Tables:
+    return DuckDBTables(path, memory_limit)
+
+
+def _usearch(tables: Any, table: str, path: Path, dtype: str) -> Vectors:
+    return VectorIndex(path, dtype)
+
+
+EMBEDDED = Backend("embedded", _duckdb, OPEN_ERRORS, _usearch, EntityGraph, KeywordIndex)
+
+
+def postgresql(dsn: str, schema: str) -> Backend:
+    """One knowledge base's schema on the PostgreSQL server at ``dsn`` (``GRAPHGATE_STORE``)."""
+    from proxy.store.postgres.backend import open_errors, pg_tables, pg_vectors  # psycopg: the postgresql extra
+
+    return Backend("postgresql", lambda _path, _memory, dtype: pg_tables(dsn, schema, dtype), open_errors(),
+                   pg_vectors, EntityGraph, KeywordIndex, shared=True)
+
+
+def schema_name(kb: str) -> str:
+    """A knowledge base's PostgreSQL schema (its name is lowercase letters, digits, '-' and '_')."""
+    return f"kb_{kb}"
+
+
+def backend_for(store: str, kb: str) -> Backend:
+    """The backend ``GRAPHGATE_STORE`` names, for knowledge base ``kb``."""
+    return EMBEDDED if store == "embedded" else postgresql(store, schema_name(kb))

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -25,13 +25,14 @@ import numpy as np
 from proxy.core.errors import StoreUnavailable
 from proxy.core.names import name_words
 from proxy.store.backends import EMBEDDED, Backend
+from proxy.store.change_log import decode
 from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.communities_igraph import Community, leiden_communities
 from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
 from proxy.store.name_index import NameIndex
 from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.keywords import Keywords
-from proxy.store.protocols.tables import Tables
+from proxy.store.protocols.tables import SharedTables, Tables
 from proxy.store.protocols.vectors import Vectors
 from proxy.store.read_cache import TextCache
 from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
@@ -52,7 +53,8 @@ class KnowledgeStore:
         self.memory_limit = memory_limit
         self.backend = backend
         self.tables: Tables
-        self._indexes = {name: backend.new_vectors(data_dir / f"{name}.usearch", dtype) for name in VECTOR_TABLES}
+        self.dtype = dtype
+        self._indexes: dict[str, Vectors] = {}   # by table, made once the tables are open
         self._graph = backend.new_graph()
         self._rows = MemoryRows()
         # entity names and aliases, for linking: built on first use (seconds at 1M entities, and
@@ -97,7 +99,9 @@ class KnowledgeStore:
 
     def _open_sync(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.tables = self.backend.open_tables(self.data_dir, self.memory_limit)
+        self.tables = self.backend.open_tables(self.data_dir, self.memory_limit, self.dtype)
+        self._indexes = {name: self.backend.new_vectors(self.tables, name, self.data_dir / f"{name}.usearch",
+                                                        self.dtype) for name in VECTOR_TABLES}
         self.generation = int(self.tables.meta_sync("generation", "0") or 0)
         ndim = self.embedding_dim()
         for name, index in self._indexes.items():
@@ -106,6 +110,8 @@ class KnowledgeStore:
             if healed:
                 log.info("vector index %s was out of step with the tables and has been repaired", name)
         self._load_memory()
+        if self.backend.shared:   # other replicas commit meanwhile: the rows are of the snapshot they were read in
+            self.generation = cast(SharedTables, self.tables).loaded_generation
         self._open_keywords()
         self.tables.serve_small_statements(on_reopen=self._reopened)
         self.saved_generation = self.generation
@@ -208,11 +214,59 @@ class KnowledgeStore:
         async with self.apply_lock:
             with anyio.CancelScope(shield=True):
                 deltas, generation = await self.tables.commit(changes)
+                if generation != self.generation + 1 and self.backend.shared:   # other replicas' commits first
+                    await anyio.to_thread.run_sync(self._replay_sync, generation)
                 applied = await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
         if self._committed is not None:
             self._committed.set()
             self._committed = None
         return applied
+
+    # --- following the other replicas of a shared store ---
+
+    async def follow(self) -> int:
+        """Apply the commits other replicas made since this one's generation, in their order (the
+        change log); how many. Nothing to do on a store no one else writes."""
+        if not self.backend.shared:
+            return 0
+        async with self.apply_lock:
+            with anyio.CancelScope(shield=True):
+                applied = await anyio.to_thread.run_sync(self._replay_sync, None)
+        if applied and self._committed is not None:
+            self._committed.set()
+            self._committed = None
+        return applied
+
+    async def follow_forever(self) -> None:
+        """``follow`` whenever the tables say another replica committed; until cancelled."""
+        if self.backend.shared:
+            await cast(SharedTables, self.tables).listen(self.follow)
+
+    def _replay_sync(self, until: int | None) -> int:
+        """The logged commits after this replica's generation (and before ``until``) into the rows,
+        graph and indexes; a gap in the log (an entry trimmed away) reloads them from the tables."""
+        shared = cast(SharedTables, self.tables)
+        applied = 0
+        for generation, data in shared.changes_since_sync(self.generation):
+            if until is not None and generation >= until:
+                break
+            if generation != self.generation + 1:
+                self._reload_sync()
+                return applied + 1
+            changes, deltas = decode(data)
+            self._apply_memory(changes, deltas, generation)
+            applied += 1
+        return applied
+
+    def _reload_sync(self) -> None:
+        log.warning("this replica fell behind the change log: reloading the rows and graph from the tables")
+        with self._memory_lock, self._vectors_lock:
+            self._load_memory()
+            self.generation = cast(SharedTables, self.tables).loaded_generation
+            for index in self._indexes.values():
+                index.load(self.embedding_dim())
+        if self._keywords_ready:
+            self._build_keywords(heal=True)
 
     async def wait_for_commit(self, seen: int) -> None:
         """Return once a commit moved the generation past ``seen`` (background jobs that follow

@@ -4,7 +4,7 @@ methods below), and one object per subject, each with its own small protocol in 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -64,3 +64,17 @@ class Tables(Protocol):
         """Start-up is over; ``on_reopen`` runs if the tables had to be reopened after a failure."""
 
     def close(self) -> None: ...
+
+
+class SharedTables(Tables, Protocol):
+    """Tables several replicas commit to (PostgreSQL): each replica replays the others' commits from
+    the change log into its in-memory rows, graph and keyword indexes."""
+
+    loaded_generation: int   # the generation ``load_rows_sync`` read the rows at
+
+    def changes_since_sync(self, generation: int) -> list[tuple[int, dict[str, Any]]]:
+        """The change log's entries after ``generation``, oldest first."""
+
+    async def listen(self, on_change: Callable[[], Awaitable[object]]) -> None:
+        """Call ``on_change`` whenever another replica may have committed (and now and then regardless,
+        in case a notification was missed); runs until cancelled, reconnecting as needed."""

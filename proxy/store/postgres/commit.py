@@ -1,0 +1,204 @@
+"""Committing a changeset to PostgreSQL in one transaction (under the knowledge base's advisory
+lock: ``connection.PgDatabase.write``), with its entry in the change log and a notification for
+the other replicas; and the reads the store's bookkeeping needs (keys, counts)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from proxy.store.change_log import encode
+from proxy.store.changes import Changeset, IndexDelta
+from proxy.store.clock import now
+from proxy.store.postgres.cache import write_cache
+from proxy.store.postgres.connection import Con, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.postgres.graph_rows import write_curation
+
+INDEXED_TABLES = ("chunks", "entities", "relations")
+VECTOR_TABLES = (*INDEXED_TABLES, "communities")
+CHANNEL = "graphgate_changes"   # NOTIFY payload: "<schema>:<generation>"
+# HNSW build parameters: pgvector's defaults (m 16, ef_construction 64) gave recall 0.95-0.99 at
+# ef_search 128 on bench/pg_feasibility.py's corpus; 40 cost 0.05-0.1 of recall for 10-25 % faster inserts
+HNSW = "WITH (m = 16, ef_construction = 64)"
+
+
+def table_keys(con: Con, table: str) -> np.ndarray:
+    rows = con.execute(sql.SQL("SELECT key FROM {}").format(sql.Identifier(table))).fetchall()
+    return np.asarray([r[0] for r in rows], dtype=np.uint64)
+
+
+def table_counts(con: Con) -> dict[str, Any]:
+    """The counts of one snapshot, with the generation they are of."""
+    with con.transaction():
+        con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        generation = int(get_meta(con, "generation", "0") or 0)
+        by_status: dict[str, int] = dict(
+            con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall())
+        row = con.execute("""SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM entities),
+                                    (SELECT count(*) FROM relations), (SELECT count(*) FROM extractions),
+                                    (SELECT count(*) FROM llm_cache), (SELECT count(*) FROM communities)""").fetchone()
+    if row is None:
+        raise RuntimeError("no row from the counts")
+    return {"documents": {s: by_status.get(s, 0) for s in ("pending", "processing", "processed", "failed")},
+            "chunks": row[0], "entities": row[1], "relations": row[2], "extractions": row[3],
+            "cache_entries": row[4], "communities": row[5], "table_generation": generation}
+
+
+def vector_index_kind(con: Con, dtype: str) -> str:
+    """``halfvec`` (16-bit, an expression index on a cast) for the f16 and i8 element types where
+    pgvector has it (0.7 and later; it has no 8-bit type), else ``vector`` (32-bit)."""
+    row = con.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    major, minor = (int(part) for part in str(row[0] if row else "0.0").split(".")[:2])
+    return "halfvec" if dtype in ("f16", "i8") and (major, minor) >= (0, 7) else "vector"
+
+
+def type_embeddings(con: Con, dim: int, dtype: str) -> None:
+    """Give every embedding column its dimension and its HNSW index (first embedding committed, or
+    a re-embedding with a model of another dimension). The kind is recorded for the searches."""
+    kind = vector_index_kind(con, dtype)
+    for table in VECTOR_TABLES:
+        name = sql.Identifier(table)
+        index = sql.Identifier(f"{table}_embedding")
+        con.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(index))
+        con.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE vector({}) USING embedding::vector({})")
+                    .format(name, sql.Literal(dim), sql.Literal(dim)))
+        if kind == "halfvec":
+            con.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw ((embedding::halfvec({})) halfvec_cosine_ops) "
+                                + HNSW).format(index, name, sql.Literal(dim)))
+        else:
+            con.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops) " + HNSW)
+                        .format(index, name))
+    set_meta(con, "embed_dim", dim)
+    set_meta(con, "vector_index", kind)
+
+
+def write_changes(con: Con, changes: Changeset, dtype: str) -> tuple[dict[str, IndexDelta], int]:
+    deltas = {name: IndexDelta() for name in VECTOR_TABLES}
+    stamp = now()
+    _remove_documents(con, changes, deltas["chunks"])
+    _add_chunks(con, changes, deltas["chunks"])
+    _delete_rows(con, "entities", "name_key", changes.entities_removed, deltas["entities"])
+    _upsert_rows(con, "entities", "name_key", changes.entities_upserted, deltas["entities"], stamp)
+    _delete_rows(con, "relations", "pair_key", changes.relations_removed, deltas["relations"])
+    _upsert_rows(con, "relations", "pair_key", changes.relations_upserted, deltas["relations"], stamp)
+    _delete_rows(con, "communities", "id", changes.communities_removed, deltas["communities"])
+    _upsert_rows(con, "communities", "id", changes.communities_upserted, deltas["communities"], stamp)
+    _update_documents(con, changes.documents, stamp)
+    write_curation(con, changes.curation, stamp)
+    write_cache(con, changes.cache_entries, [])
+    if changes.embed_model is not None:
+        set_meta(con, "embed_model", changes.embed_model)
+    for statement in changes.also:
+        statement(con)
+    dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
+    if dim and get_meta(con, "embed_dim") is None:
+        type_embeddings(con, dim, dtype)
+    generation = bump_generation(con)
+    log_change(con, generation, encode(changes, deltas), stamp)
+    return deltas, generation
+
+
+def log_change(con: Con, generation: int, changes: dict[str, Any], stamp: datetime) -> None:
+    """The commit's entry in the change log, and a wake-up for the replicas following it (delivered
+    when the transaction commits, in commit order)."""
+    con.execute("INSERT INTO change_log VALUES (%s, %s, %s)", [generation, Jsonb(changes), stamp])
+    con.execute("SELECT pg_notify(%s, current_schema() || ':' || %s)", [CHANNEL, str(generation)])
+
+
+def _remove_documents(con: Con, changes: Changeset, delta: IndexDelta) -> None:
+    if changes.documents_removed:
+        ids = list(changes.documents_removed)
+        linked = con.execute("SELECT document_id, chunk_id FROM document_chunks WHERE document_id = ANY(%s)",
+                             [ids]).fetchall()
+        for document_id, chunk_id in linked:
+            delta.linked_chunks.setdefault(document_id, []).append(chunk_id)
+        con.execute("DELETE FROM document_chunks WHERE document_id = ANY(%s)", [ids])
+        con.execute("DELETE FROM documents WHERE id = ANY(%s)", [ids])
+    _delete_rows(con, "chunks", "id", changes.chunks_removed, delta)
+
+
+def _delete_rows(con: Con, table: str, id_column: str, ids: list[str], delta: IndexDelta) -> None:
+    if ids:
+        rows = con.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s) RETURNING key").format(
+            sql.Identifier(table), sql.Identifier(id_column)), [list(ids)]).fetchall()
+        delta.removed_keys.extend(r[0] for r in rows)
+
+
+def _vector(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32)
+
+
+def _add_chunks(con: Con, changes: Changeset, delta: IndexDelta) -> None:
+    unique = list({c.id: c for c in changes.chunks_added}.values())
+    existing = {r[0] for r in con.execute("SELECT id FROM chunks WHERE id = ANY(%s)",
+                                          [[c.id for c in unique]]).fetchall()} if unique else set()
+    new = [c for c in unique if c.id not in existing]
+    for chunk, key in zip(new, next_keys(con, len(new)), strict=True):
+        chunk.key = key
+        delta.added_keys.append(key)
+        delta.added_vectors.append(chunk.embedding)
+    with con.cursor() as cursor:
+        if new:
+            cursor.executemany("INSERT INTO chunks (id, key, content, tokens, embedding) VALUES (%s, %s, %s, %s, %s)",
+                               [(c.id, c.key, c.content, c.tokens, _vector(c.embedding)) for c in new])
+        if changes.links_added:
+            cursor.executemany("INSERT INTO document_chunks VALUES (%s, %s, %s) ON CONFLICT (document_id, ord) "
+                               "DO UPDATE SET chunk_id = excluded.chunk_id", changes.links_added)
+
+
+_ROW_COLUMNS = {
+    "entities": ("name_key", "name", "key", "type", "description", "source_ids", "embed_hash", "embedding"),
+    "relations": ("pair_key", "source", "target", "key", "keywords", "description", "weight", "source_ids",
+                  "embed_hash", "embedding"),
+    "communities": ("id", "key", "title", "summary", "members", "digest", "embedding"),
+}
+
+
+def _upsert_rows(con: Con, table: str, id_column: str, rows: list[Any], delta: IndexDelta, stamp: datetime) -> None:
+    """Replace rows in bulk; a row whose key is 0 or differs from the stored one gets a new key."""
+    if not rows:
+        return
+    ids = [getattr(r, id_column) for r in rows]
+    old = {r[0]: (r[1], r[2]) for r in con.execute(
+        sql.SQL("SELECT {}, key, created_at FROM {} WHERE {} = ANY(%s)").format(
+            sql.Identifier(id_column), sql.Identifier(table), sql.Identifier(id_column)), [ids]).fetchall()}
+    fresh = [r for r in rows if r.key == 0 or (getattr(r, id_column) in old and old[getattr(r, id_column)][0] != r.key)]
+    for row, key in zip(fresh, next_keys(con, len(fresh)), strict=True):
+        previous = old.get(getattr(row, id_column))
+        if previous:
+            delta.removed_keys.append(previous[0])
+        row.key = key
+        delta.added_keys.append(key)
+        delta.added_vectors.append(row.embedding)
+    columns = _ROW_COLUMNS[table]
+    con.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(sql.Identifier(table), sql.Identifier(id_column)),
+                [ids])
+    insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, (*columns, "created_at", "updated_at"))),
+        sql.SQL(", ").join(sql.Placeholder() * (len(columns) + 2)))
+    values = [(*(_vector(r.embedding) if name == "embedding" else getattr(r, name) for name in columns),
+               old[i][1] if i in old else stamp, stamp) for r, i in zip(rows, ids, strict=True)]
+    with con.cursor() as cursor:
+        cursor.executemany(insert, values)
+
+
+def _update_documents(con: Con, updates: list[Any], stamp: datetime) -> None:
+    """Every document's new status in one statement (a merge commits up to a batch of them); a
+    document done or failed is no replica's work any more."""
+    if not updates:
+        return
+    con.execute("""UPDATE documents d SET status = u.status, error = u.error, updated_at = %s,
+                   chunks_total = coalesce(u.chunks_total, d.chunks_total),
+                   chunks_done = coalesce(u.chunks_done, d.chunks_done),
+                   processed_at = CASE WHEN u.status = 'processed' THEN %s ELSE d.processed_at END,
+                   lease_owner = CASE WHEN u.status = 'processing' THEN d.lease_owner END,
+                   lease_until = CASE WHEN u.status = 'processing' THEN d.lease_until END
+                   FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[])
+                        AS u(id, status, error, chunks_total, chunks_done)
+                   WHERE d.id = u.id""",
+                [stamp, stamp, [u.id for u in updates], [u.status for u in updates], [u.error for u in updates],
+                 [u.chunks_total for u in updates], [u.chunks_done for u in updates]])

@@ -1,0 +1,72 @@
+"""Reading the in-memory rows and the graph's edges from PostgreSQL: all of them when a replica
+starts (2.2-2.8 s at 100k chunks, docs/postgresql-plan.md), the document names of some chunks after
+a commit. Plain server-side cursors: psycopg's binary COPY was no faster here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from proxy.store.postgres.connection import Con, get_meta
+from proxy.store.rows_memory import ChunkDocumentRow, MemoryRows
+
+BATCH = 20_000  # rows fetched at a time: the start-up never holds a whole table twice
+
+
+def fetch_rows(con: Con, query: str, args: list[Any] | None = None) -> Iterator[tuple[Any, ...]]:
+    """The query's rows, a batch at a time through a named (server-side) cursor: inside the
+    caller's transaction (``load_snapshot``)."""
+    with con.cursor(name="graphgate_load") as cursor:
+        cursor.itersize = BATCH
+        cursor.execute(query, args)
+        yield from cursor
+
+
+def load_snapshot(con: Con, rows: MemoryRows) -> tuple[tuple[np.ndarray, list[float]], int]:
+    """Fill empty ``rows``, read the graph's edges and the generation they are of, all from one
+    snapshot: other replicas commit while this one starts, and it replays the change log from
+    exactly that generation on."""
+    with con.transaction():
+        con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        generation = int(get_meta(con, "generation", "0") or 0)
+        load_rows(con, rows)
+        return graph_edges(con), generation
+
+
+def load_rows(con: Con, rows: MemoryRows) -> None:
+    """Fill empty ``rows`` from the tables. The generators run one after the other (one connection)."""
+    rows.load(fetch_rows(con, "SELECT id, key FROM chunks"),
+              fetch_rows(con, "SELECT key, name_key, name, type, source_ids FROM entities ORDER BY key"),
+              fetch_rows(con, "SELECT key, pair_key, keywords, weight, source_ids FROM relations"),
+              _all_chunk_documents(con))
+
+
+def _all_chunk_documents(con: Con) -> Iterator[ChunkDocumentRow]:
+    names: dict[str, str] = dict(con.execute("SELECT id, name FROM documents").fetchall())
+    for chunk_id, document_id in fetch_rows(con, "SELECT chunk_id, document_id FROM document_chunks"):
+        yield chunk_id, names.get(document_id)
+
+
+def load_chunk_documents(con: Con, rows: MemoryRows, chunk_ids: list[str]) -> None:
+    """The document names of ``chunk_ids`` after a commit (only their links, never the whole table)."""
+    if not chunk_ids:
+        return
+    pairs = con.execute("SELECT dc.chunk_id, d.name FROM document_chunks dc JOIN documents d "
+                        "ON d.id = dc.document_id WHERE dc.chunk_id = ANY(%s)", [chunk_ids]).fetchall()
+    rows.load_documents(pairs, chunk_ids)
+
+
+def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:
+    """Every relation as a pair of vertex numbers (entities numbered in key order, as ``load_rows``
+    reads them) and its weight: the join runs in PostgreSQL, not over a million Python strings."""
+    rows = con.execute("""
+        WITH vertex AS (SELECT name_key, row_number() OVER (ORDER BY key) - 1 AS i FROM entities)
+        SELECT s.i, t.i, r.weight FROM relations r
+        JOIN vertex s ON s.name_key = r.source JOIN vertex t ON t.name_key = r.target""").fetchall()
+    if not rows:
+        return np.empty((0, 2), dtype=np.int64), []
+    ends = np.asarray([(s, t) for s, t, _ in rows], dtype=np.int64)
+    shared: dict[float, float] = {}  # few distinct weights: one float object each, not one per edge
+    return ends, [shared.setdefault(w, w) for _, _, w in rows]

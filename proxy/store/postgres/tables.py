@@ -1,0 +1,104 @@
+"""The PostgreSQL backend's tables (``store.tables``): one knowledge base's schema on a shared
+server. What the store needs to keep its in-memory rows and graph in step with the tables, the
+change log other replicas' commits arrive by, and one object per subject for everything else."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+from proxy.store.changes import Changeset, IndexDelta
+from proxy.store.postgres.cache import PgCache
+from proxy.store.postgres.commit import table_counts, table_keys, write_changes
+from proxy.store.postgres.communities import PgCommunities
+from proxy.store.postgres.connection import Con, PgDatabase, get_meta
+from proxy.store.postgres.documents import PgDocuments
+from proxy.store.postgres.follow import listen
+from proxy.store.postgres.graph_rows import PgGraphRows
+from proxy.store.postgres.memory_load import graph_edges, load_chunk_documents, load_snapshot
+from proxy.store.postgres.reembed import PgReembed
+from proxy.store.postgres.retrieval_rows import PgRetrievalRows
+from proxy.store.postgres.traces import PgTraces
+from proxy.store.protocols.cache import CacheTables
+from proxy.store.protocols.communities import CommunityTables
+from proxy.store.protocols.documents import DocumentTables
+from proxy.store.protocols.graph_rows import GraphRows
+from proxy.store.protocols.reembed import ReembedTables
+from proxy.store.protocols.retrieval_rows import RetrievalRows
+from proxy.store.protocols.traces import TraceTables
+from proxy.store.rows_memory import MemoryRows
+
+
+class PgTables:
+    def __init__(self, dsn: str, schema: str, dtype: str) -> None:
+        """Connects, creates and migrates the schema: blocking, run it in a worker thread."""
+        self.db = PgDatabase(dsn, schema)
+        self.dtype = dtype
+        self.documents: DocumentTables = PgDocuments(self.db)
+        self.cache: CacheTables = PgCache(self.db)
+        self.traces: TraceTables = PgTraces(self.db)
+        self.graph_rows: GraphRows = PgGraphRows(self.db)
+        self.reembed: ReembedTables = PgReembed(self.db)
+        self.retrieval_rows: RetrievalRows = PgRetrievalRows(self.db)
+        self.communities: CommunityTables = PgCommunities(self.db)
+        # the edges read with the rows at start-up, in one snapshot (``load_rows_sync``), and its generation
+        self._edges: tuple[np.ndarray, list[float]] | None = None
+        self.loaded_generation = 0
+
+    # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---
+
+    def meta_sync(self, key: str, default: str | None = None) -> str | None:
+        return self.db.read_sync(get_meta, key, default)
+
+    async def meta(self, key: str, default: str | None = None) -> str | None:
+        return await self.db.read(get_meta, key, default)
+
+    def keys_sync(self, table: str) -> np.ndarray:
+        return self.db.read_sync(table_keys, table)
+
+    def each_embedding_sync(self, table: str, keys: np.ndarray,
+                            receive: Callable[[np.ndarray, np.ndarray], None]) -> None:
+        """The vectors are searched in the tables: no index to heal from them."""
+
+    def load_rows_sync(self, rows: MemoryRows) -> None:
+        """The rows, and with them (same snapshot) the edges ``graph_edges_sync`` returns next and the
+        generation they are of (``loaded_generation``)."""
+        self._edges, self.loaded_generation = self.db.read_sync(load_snapshot, rows)
+
+    def load_chunk_documents_sync(self, rows: MemoryRows, chunk_ids: list[str]) -> None:
+        self.db.read_sync(load_chunk_documents, rows, chunk_ids)
+
+    def graph_edges_sync(self) -> tuple[np.ndarray, list[float]]:
+        if self._edges is not None:
+            edges, self._edges = self._edges, None
+            return edges
+        return self.db.read_sync(graph_edges)
+
+    def counts_sync(self) -> dict[str, Any]:
+        return self.db.read_sync(table_counts)
+
+    async def commit(self, changes: Changeset) -> tuple[dict[str, IndexDelta], int]:
+        """One transaction under the knowledge base's advisory lock, logged for the other replicas."""
+        return await self.db.write(write_changes, changes, self.dtype)
+
+    def changes_since_sync(self, generation: int) -> list[tuple[int, dict[str, Any]]]:
+        """The change log's entries after ``generation``, oldest first (another replica's commits)."""
+        def read(con: Con) -> list[tuple[int, dict[str, Any]]]:
+            return [(int(g), changes) for g, changes in con.execute(
+                "SELECT generation, changes FROM change_log WHERE generation > %s ORDER BY generation",
+                [generation]).fetchall()]
+        return self.db.read_sync(read)
+
+    async def checkpoint(self) -> None:
+        await self.db.checkpoint()
+
+    def serve_small_statements(self, on_reopen: Callable[[], None]) -> None:
+        """Nothing to switch: the server's connections serve small statements as they are."""
+
+    def close(self) -> None:
+        self.db.close()
+
+    async def listen(self, on_change: Callable[[], Awaitable[object]]) -> None:
+        await listen(self.db.dsn, self.db.schema, on_change)

@@ -1,0 +1,124 @@
+"""A vector index that is pgvector's HNSW index on a PostgreSQL table (the PostgreSQL backend).
+
+The vectors are the table's embedding column, written by the commit in the same transaction as
+the rows, so there is nothing to add, remove, save or heal here: ``add`` and ``remove`` only keep the
+count the store reads on the event loop, and ``generation`` is the tables'. Searches are one
+statement each (0.8-2 ms at 100k rows with the round trip, recall 0.97-0.99 at ef_search 128:
+docs/postgresql-plan.md). For the f16 and i8 element types the index is on the embedding cast to
+``halfvec`` (pgvector has no 8-bit type); a search then orders by the same cast, or the planner
+would not use the index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+
+from proxy.store.postgres.connection import Con, PgDatabase, get_meta
+
+NO_KEY = 0   # keys start at 1: pads the rows of ``search_many`` that found fewer than asked
+
+
+class PgVectors:
+    def __init__(self, db: PgDatabase, table: str) -> None:
+        self.db = db
+        self.table = table
+        self.generation = 0
+        self._ndim: int | None = None
+        self._kind = "vector"
+        self._count = 0
+
+    @property
+    def ndim(self) -> int | None:
+        return self._ndim
+
+    def __len__(self) -> int:
+        return self._count
+
+    def load(self, ndim: int | None) -> bool:
+        """The table's state: always there (the tables are the index)."""
+        def read(con: Con) -> tuple[int, str, int]:
+            row = con.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.table))).fetchone()
+            return (int(row[0]) if row else 0, get_meta(con, "vector_index", "vector") or "vector",
+                    int(get_meta(con, "generation", "0") or 0))
+
+        self._count, self._kind, self.generation = self.db.read_sync(read)
+        self._ndim = ndim
+        return True
+
+    def reset(self, ndim: int | None) -> None:
+        self.load(ndim)
+
+    def save(self, generation: int) -> None:
+        self.generation = generation
+
+    def keys(self) -> np.ndarray:
+        rows = self.db.read_sync(lambda con: con.execute(
+            sql.SQL("SELECT key FROM {}").format(sql.Identifier(self.table))).fetchall())
+        return np.asarray([r[0] for r in rows], dtype=np.uint64)
+
+    def add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+        """The commit wrote them; a first commit also typed the column (its dimension, its index),
+        which is then read with the table's count."""
+        if self._ndim is None and len(keys):
+            self.load(self.db.read_sync(lambda con: int(get_meta(con, "embed_dim", "0") or 0)) or None)
+        else:
+            self._count += len(keys)
+
+    def remove(self, keys: np.ndarray) -> None:
+        self._count = max(0, self._count - len(keys))
+
+    def _order(self) -> sql.Composable:
+        """The expression the HNSW index is on, compared with the query vector (parameter)."""
+        if self._kind == "halfvec" and self._ndim:
+            cast = sql.SQL("::halfvec({})").format(sql.Literal(self._ndim))
+            return sql.SQL("embedding{} <=> %s{}").format(cast, cast)
+        return sql.SQL("embedding <=> %s")
+
+    def _search(self, con: Con, vector: np.ndarray, count: int) -> list[tuple[Any, ...]]:
+        order = self._order()
+        query = sql.SQL("SELECT key, 1 - ({}) FROM {} ORDER BY {} LIMIT %s").format(
+            order, sql.Identifier(self.table), order)
+        query_vector = np.asarray(vector, dtype=np.float32).reshape(-1)
+        return con.execute(query, [query_vector, query_vector, count]).fetchall()
+
+    def search(self, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
+        """(key, cosine similarity) pairs, best first."""
+        if self._ndim is None or self._count == 0 or count <= 0:
+            return []
+        rows = self.db.read_sync(self._search, vector, count)
+        return [(int(key), float(similarity)) for key, similarity in rows]
+
+    def search_many(self, vectors: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and cosine similarities, one row per vector, best first (``count`` capped at the
+        size; rows that found fewer are padded with key 0, similarity 0)."""
+        count = min(count, self._count)
+        keys = np.full((len(vectors), count), NO_KEY, dtype=np.uint64)
+        similarities = np.zeros((len(vectors), count), dtype=np.float32)
+
+        def search_all(con: Con) -> None:
+            for row, vector in enumerate(vectors):
+                for column, (key, similarity) in enumerate(self._search(con, vector, count)):
+                    keys[row, column], similarities[row, column] = key, similarity
+
+        if count > 0 and self._ndim is not None:
+            self.db.read_sync(search_all)
+        return keys, similarities
+
+    def vectors(self, keys: np.ndarray) -> np.ndarray:
+        """Stored vectors of ``keys`` as float32 unit rows; no rows at all when any key is missing."""
+        wanted = [int(k) for k in np.asarray(keys, dtype=np.uint64)]
+        empty = np.empty((0, self._ndim or 0), dtype=np.float32)
+        if not wanted:
+            return empty
+        rows = self.db.read_sync(lambda con: con.execute(
+            sql.SQL("SELECT key, embedding FROM {} WHERE key = ANY(%s)").format(sql.Identifier(self.table)),
+            [wanted]).fetchall())
+        found = {int(key): np.asarray(vector, dtype=np.float32) for key, vector in rows}
+        if any(key not in found for key in wanted):
+            return empty
+        stacked = np.vstack([found[key] for key in wanted])
+        norms = np.linalg.norm(stacked, axis=1, keepdims=True)
+        return stacked / np.where(norms == 0, 1.0, norms)
