@@ -175,6 +175,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("llm_concurrency", "GRAPHGATE_LLM_CONCURRENCY", "2", int_between(1, 64),
             "GraphGate's own chat-model calls at once (extraction, summaries, keywords); chat-time calls "
             "get the next free slot first, but while both wait, ingestion gets every other slot."),
+    Setting("ingest_lease_seconds", "GRAPHGATE_INGEST_LEASE_SECONDS", "30", parse_positive_float,
+            "With `GRAPHGATE_STORE` on PostgreSQL: how long a replica's claim on a document it ingests lasts "
+            "without renewal (renewed every third of it). A replica that dies leaves its documents to the "
+            "others after this long; its extracted chunks are not extracted again."),
     Setting("parallel_documents", "GRAPHGATE_PARALLEL_DOCUMENTS", "4", int_between(1, 64),
             "Documents processed at once (their chunks share the LLM slots)."),
     Setting("llm_retries", "GRAPHGATE_LLM_RETRIES", "3", int_between(1, 10),
@@ -352,6 +356,7 @@ class Settings:
     embed_concurrency: int = 4
     llm_concurrency: int = 2
     parallel_documents: int = 4
+    ingest_lease_seconds: float = 30.0
     llm_retries: int = 3
     max_upload_bytes: int = 50_000_000
     parse_seconds: float = 120.0

@@ -17,7 +17,7 @@ import logging
 import sys
 import time
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.to_thread
@@ -27,6 +27,7 @@ from proxy.core.errors import Conflict, GraphGateError, NotFound, StorageError, 
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
 from proxy.extraction.per_chunk import extract_chunk
+from proxy.ingest.leases import Leases
 from proxy.merging.batches import Merger
 from proxy.merging.recompute import Integrator
 from proxy.merging.work import Work, describe
@@ -34,6 +35,7 @@ from proxy.parsing.chunking import Chunk, chunk_text
 from proxy.parsing.files import ParsedDocument
 from proxy.store.changes import Changeset
 from proxy.store.protocols.documents import Committed, ExtractionRecord
+from proxy.store.protocols.tables import SharedTables
 from proxy.store.store import KnowledgeStore, now
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
@@ -75,13 +77,20 @@ class Pipeline:
         self.finished: deque[tuple[float, int]] = deque(maxlen=1000)
         self.idle = anyio.Event()
         self._group: TaskGroup | None = None
+        # on a store several replicas share, a document is worked on once this replica claims it
+        self.leases = Leases(cast(SharedTables, store.tables).queue, settings.ingest_lease_seconds) \
+            if store.backend.shared else None
 
     # --- lifecycle ---
 
     async def start(self, group: TaskGroup) -> None:
         self._group = group
-        for document_id in await self.documents.unfinished_ids():
-            self._enqueue(document_id)
+        if self.leases is None:
+            for document_id in await self.documents.unfinished_ids():
+                self._enqueue(document_id)
+        else:   # the unfinished documents no replica holds are claimed as workers fall free
+            group.start_soon(self.leases.run, lambda: [*self.queued, *self.running, *self.merging],
+                             self._free_workers, self._enqueue, self._cancel)
         for _ in range(self.settings.parallel_documents):
             group.start_soon(self._worker)
         group.start_soon(self.merger.run, group)
@@ -103,6 +112,9 @@ class Pipeline:
         async for document_id in self._receive:
             if self.queued.pop(document_id, "gone") == "gone":
                 continue  # deleted or replaced while queued
+            if not await self._claimed(document_id):
+                self.finished_run(document_id)
+                continue  # another replica works on it
             work = Work(document_id, "")
             self.running[document_id] = work
             extracted = False
@@ -118,6 +130,19 @@ class Pipeline:
                 self.merging[document_id] = work
                 self.merger.submit(work)
             self.finished_run(document_id)
+
+    async def _claimed(self, document_id: str) -> bool:
+        """Whether this replica may work on the document (always, on a store of its own)."""
+        if self.leases is None or document_id in self.leases.held:
+            return True
+        try:
+            return await self.leases.claim(document_id)
+        except GraphGateError as exc:   # the server unreachable: the lease beat claims it later
+            log.warning("could not claim document %s (%s)", document_id, exc.message)
+            return False
+
+    def _free_workers(self) -> int:
+        return max(0, self.settings.parallel_documents - len(self.running) - len(self.queued))
 
     def merge_ended(self, document_id: str) -> None:
         """The merge stage is done with ``document_id`` (merged, failed or dropped)."""

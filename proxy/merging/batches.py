@@ -7,7 +7,8 @@ overlap: while one commits, the next is prepared against the rows the committing
 that remove anything (a new version replacing an old one) do not overlap.
 
 Everything else that changes the graph (deletes, curation) takes ``exclusive()``: the merge lock,
-then no commit in flight.
+then no commit in flight. On a store several replicas share, each batch and each edit also takes
+the knowledge base's merge turn (``KnowledgeStore.merge_turn``), so replicas merge one at a time.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class Merger:
         """The graph to oneself: no batch being prepared and none committing."""
         async with self.lock:
             await self._settle()
-            yield
+            async with self.store.merge_turn():   # and, on a shared store, from the other replicas
+                yield
 
     def submit(self, work: Work) -> None:
         """Queue an extracted document for merging."""
@@ -123,6 +125,16 @@ class Merger:
                     self._finished(batch)
 
     async def _merge_batch(self, batch: list[Work], ready: list[Work]) -> None:
+        if not self.store.backend.shared:
+            await self._merge_prepared(batch, ready)
+            return
+        # other replicas merge into the same graph: a batch is prepared and committed within one
+        # merge turn, never overlapping the next (which must be prepared over the others' commits)
+        async with self.store.merge_turn():
+            await self._merge_prepared(batch, ready)
+            await self._settle()
+
+    async def _merge_prepared(self, batch: list[Work], ready: list[Work]) -> None:
         for work in ready:
             work.phase = "merging"
         stored = await self.store.tables.documents.get_many([w.document_id for w in ready])

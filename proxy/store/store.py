@@ -10,11 +10,12 @@ from the tables.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -241,6 +242,18 @@ class KnowledgeStore:
         """``follow`` whenever the tables say another replica committed; until cancelled."""
         if self.backend.shared:
             await cast(SharedTables, self.tables).listen(self.follow)
+
+    @contextlib.asynccontextmanager
+    async def merge_turn(self) -> AsyncIterator[None]:
+        """The graph to this replica for a merge or an edit: on a shared store, the lock every
+        replica's merges and edits take, then this replica's rows and graph brought up to the others'
+        commits, so what it prepares from is what it commits over. Nothing on a store of its own."""
+        if not self.backend.shared:
+            yield
+            return
+        async with cast(SharedTables, self.tables).merge_turn():
+            await self.follow()
+            yield
 
     def _replay_sync(self, until: int | None) -> int:
         """The logged commits after this replica's generation (and before ``until``) into the rows,

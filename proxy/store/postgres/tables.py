@@ -5,6 +5,7 @@ change log other replicas' commits arrive by, and one object per subject for eve
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,8 @@ from proxy.store.postgres.documents import PgDocuments
 from proxy.store.postgres.follow import listen
 from proxy.store.postgres.graph_rows import PgGraphRows
 from proxy.store.postgres.memory_load import graph_edges, load_chunk_documents, load_snapshot
+from proxy.store.postgres.merge_lock import MergeLock
+from proxy.store.postgres.queue import PgDocumentQueue
 from proxy.store.postgres.reembed import PgReembed
 from proxy.store.postgres.retrieval_rows import PgRetrievalRows
 from proxy.store.postgres.traces import PgTraces
@@ -46,6 +49,8 @@ class PgTables:
         # the edges read with the rows at start-up, in one snapshot (``load_rows_sync``), and its generation
         self._edges: tuple[np.ndarray, list[float]] | None = None
         self.loaded_generation = 0
+        self._merge_lock = MergeLock(dsn, schema)
+        self.queue = PgDocumentQueue(self.db)
 
     # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---
 
@@ -97,7 +102,11 @@ class PgTables:
     def serve_small_statements(self, on_reopen: Callable[[], None]) -> None:
         """Nothing to switch: the server's connections serve small statements as they are."""
 
+    def merge_turn(self) -> AbstractAsyncContextManager[None]:
+        return self._merge_lock.held()
+
     def close(self) -> None:
+        self._merge_lock.close()
         self.db.close()
 
     async def listen(self, on_change: Callable[[], Awaitable[object]]) -> None:

@@ -5,6 +5,7 @@ methods below), and one object per subject, each with its own small protocol in 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import numpy as np
@@ -66,11 +67,22 @@ class Tables(Protocol):
     def close(self) -> None: ...
 
 
+class DocumentQueue(Protocol):
+    """Unfinished documents claimed by one replica at a time, with a lease it renews."""
+
+    async def claim(self, document_id: str, owner: str, seconds: float) -> bool: ...
+
+    async def claim_next(self, owner: str, seconds: float, limit: int) -> list[str]: ...
+
+    async def renew(self, owner: str, document_ids: list[str], seconds: float) -> list[str]: ...
+
+
 class SharedTables(Tables, Protocol):
     """Tables several replicas commit to (PostgreSQL): each replica replays the others' commits from
     the change log into its in-memory rows, graph and keyword indexes."""
 
     loaded_generation: int   # the generation ``load_rows_sync`` read the rows at
+    queue: DocumentQueue
 
     def changes_since_sync(self, generation: int) -> list[tuple[int, dict[str, Any]]]:
         """The change log's entries after ``generation``, oldest first."""
@@ -78,3 +90,7 @@ class SharedTables(Tables, Protocol):
     async def listen(self, on_change: Callable[[], Awaitable[object]]) -> None:
         """Call ``on_change`` whenever another replica may have committed (and now and then regardless,
         in case a notification was missed); runs until cancelled, reconnecting as needed."""
+
+    def merge_turn(self) -> AbstractAsyncContextManager[None]:
+        """Held by one replica at a time (across replicas) while it prepares and commits a merge or an
+        edit of the graph: what it reads to prepare is then what it commits over."""

@@ -1,0 +1,66 @@
+"""The knowledge base's merge lock across replicas: PostgreSQL's session advisory lock, held on a
+connection of its own for as long as one replica prepares and commits a merge or an edit. The
+server releases it when that connection ends, so a replica that dies (SIGKILL) never leaves it taken."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+
+import anyio
+import anyio.to_thread
+import psycopg
+
+from proxy.store.postgres.connection import CONNECT_SECONDS, storage_error
+
+
+class MergeLock:
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.dsn = dsn
+        self.key = f"graphgate-merge:{schema}"
+        self._con: psycopg.Connection | None = None
+        self._local = anyio.Lock()   # one holder per replica; the advisory lock orders the replicas
+        self._thread_lock = threading.Lock()
+
+    def _take_sync(self) -> None:
+        with self._thread_lock:
+            for attempt in range(2):   # once more on a fresh connection: the server may have restarted
+                try:
+                    if self._con is None or self._con.closed:
+                        self._con = psycopg.connect(self.dsn, autocommit=True, connect_timeout=int(CONNECT_SECONDS))
+                    self._con.execute("SELECT pg_advisory_lock(hashtext(%s))", [self.key])
+                    return
+                except psycopg.OperationalError as exc:
+                    self._drop()
+                    if attempt:
+                        raise storage_error(exc) from exc
+
+    def _release_sync(self) -> None:
+        with self._thread_lock:
+            try:
+                if self._con is not None and not self._con.closed:
+                    self._con.execute("SELECT pg_advisory_unlock(hashtext(%s))", [self.key])
+            except psycopg.OperationalError:
+                self._drop()   # the lock went with the connection
+
+    def _drop(self) -> None:
+        if self._con is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._con.close()
+        self._con = None
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        async with self._local:
+            with anyio.CancelScope(shield=True):   # a thread waiting for the lock cannot be abandoned
+                await anyio.to_thread.run_sync(self._take_sync)
+            try:
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._release_sync)
+
+    def close(self) -> None:
+        with self._thread_lock:
+            self._drop()
