@@ -306,6 +306,10 @@ SETTINGS: tuple[Setting, ...] = (
             "console answers loopback clients only.", secret=True),
     Setting("session_hours", "GRAPHGATE_SESSION_HOURS", "12", parse_positive_float,
             "How long a console login lasts."),
+    Setting("session_secret", "GRAPHGATE_SESSION_SECRET", "", parse_optional_str,
+            "The key console logins are signed with. Unset: a random one kept in the data directory "
+            "(`session.key`). Give every replica the same one (16 characters or more) when several GraphGate "
+            "replicas serve one store behind a load balancer, so a login works on any of them.", secret=True),
     Setting("suggest_threshold", "GRAPHGATE_SUGGEST_THRESHOLD", "0.9", parse_fraction,
             "Embedding similarity from which two entities are suggested as duplicates in the console."),
 )
@@ -403,6 +407,7 @@ class Settings:
     raise_num_ctx: bool = False
     admin_password: str | None = None
     session_hours: float = 12.0
+    session_secret: str | None = None
     suggest_threshold: float = 0.9
     # where each value came from: "default", "env" or "cli" (shown by the console)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

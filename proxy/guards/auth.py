@@ -155,7 +155,8 @@ class Auth:
         self.allowed_hosts = settings.allowed_hosts
         self.max_age = int(settings.session_hours * 3600)
         # the password is part of the key: changing it ends every session
-        key = hmac.new(_secret(settings.data_dir), (self.password or "").encode(), hashlib.sha256).digest()
+        shared = settings.session_secret.encode() if settings.session_secret else None   # several replicas
+        key = hmac.new(shared or _secret(settings.data_dir), (self.password or "").encode(), hashlib.sha256).digest()
         self.key = key
         self.serializer = URLSafeTimedSerializer(key, salt="graphgate-console")
         self.revoked = Revocations(settings.data_dir)
