@@ -62,7 +62,8 @@ def cached_responses(con: Con, wanted: list[tuple[str, str]]) -> dict[tuple[str,
 
 
 def kind_totals(con: Con) -> dict[str, KindTotals]:
-    rows = con.execute("""SELECT kind, count(*), coalesce(sum(char_length(request) + char_length(response)), 0),
+    # sizes in bytes, as DuckDB's strlen counts them
+    rows = con.execute("""SELECT kind, count(*), coalesce(sum(octet_length(request) + octet_length(response)), 0),
                                  coalesce(sum(hits), 0)
                           FROM llm_cache GROUP BY kind""").fetchall()
     return {kind: KindTotals(int(n), int(size), int(hits)) for kind, n, size, hits in rows}
@@ -70,11 +71,12 @@ def kind_totals(con: Con) -> dict[str, KindTotals]:
 
 def list_entries(con: Con, kind: str, search: str | None, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
     params = {"kind": kind, "q": _pattern(search)}
-    # one scan for the page and the total (a search reads every request and response)
+    # one scan for the page and the total (a search reads every request and response); keys of one
+    # instant in byte order, as DuckDB sorts them
     rows = con.execute(f"""SELECT key, model, hits, kb_version, created_at, last_hit_at,
-                                  char_length(request) + char_length(response), count(*) OVER ()
+                                  octet_length(request) + octet_length(response), count(*) OVER ()
                            FROM llm_cache WHERE {_MATCHES}
-                           ORDER BY created_at DESC, key LIMIT %(limit)s OFFSET %(offset)s""",
+                           ORDER BY created_at DESC, key COLLATE "C" LIMIT %(limit)s OFFSET %(offset)s""",
                        {**params, "limit": limit, "offset": offset}).fetchall()
     if rows:
         total = int(rows[0][-1])
@@ -85,7 +87,7 @@ def list_entries(con: Con, kind: str, search: str | None, limit: int, offset: in
 
 def get_entry(con: Con, kind: str, key: str) -> dict[str, Any] | None:
     row = con.execute("""SELECT key, model, hits, kb_version, created_at, last_hit_at,
-                                char_length(request) + char_length(response), request, response
+                                octet_length(request) + octet_length(response), request, response
                          FROM llm_cache WHERE kind = %s AND key = %s""", [kind, key]).fetchone()
     return dict(zip((*ENTRY_COLUMNS, "request", "response"), row, strict=True)) if row else None
 
