@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from proxy.store.backends import EMBEDDED, Backend, postgresql
 from proxy.store.postgres.schema import drop
 
 
@@ -60,3 +61,12 @@ def backend_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
         yield request.param, db
     finally:
         db.close()
+
+
+@pytest.fixture(params=["embedded", "postgresql"])
+def store_backend(request: pytest.FixtureRequest) -> Backend:
+    """The backend a store test opens its store with (``KnowledgeStore.open(path, backend=...)``):
+    the same test body holds both to the same answers. PostgreSQL: a fresh schema per test."""
+    if request.param == "embedded":
+        return EMBEDDED
+    return postgresql(request.getfixturevalue("pg_server"), request.getfixturevalue("pg_schema"))

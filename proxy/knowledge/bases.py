@@ -46,12 +46,13 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from proxy.core.durable import fsync_directory, write_json
-from proxy.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
+from proxy.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable, StorageError
 from proxy.core.limiter import PriorityLimiter
 from proxy.core.settings import Settings
 from proxy.knowledge.base_settings import apply_overrides, effective_values, merge_overrides
 from proxy.knowledge.service import Knowledge, run_knowledge
 from proxy.monitoring.metrics import Metrics
+from proxy.store.backends import drop_base_sync
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("graphgate")
@@ -168,9 +169,19 @@ class KnowledgeBases:
             await self._save()
             for tomb in tombstones:
                 log.info("finishing the deletion of knowledge base %s", tomb.name)
+                await self._drop_outside(tomb.name.removeprefix(TOMBSTONE).rsplit(".", 1)[0])
                 await anyio.to_thread.run_sync(shutil.rmtree, tomb)
-        except OSError as exc:   # a read-only disk, say: the gateway still starts; the next start tries again
+        except (OSError, StorageError) as exc:   # a read-only disk, a server away: the next start tries again
             log.warning("could not finish deleting knowledge bases in %s: %s", self.root, exc)
+
+    async def _drop_outside(self, name: str) -> None:
+        """A deleted base's PostgreSQL schema (``GRAPHGATE_STORE``), after the list forgot the base and
+        before its tombstone goes: a deletion killed in between finishes it at the next start."""
+        try:
+            await anyio.to_thread.run_sync(drop_base_sync, self.settings.store, name)
+        except Exception as exc:   # psycopg's: the base is gone from the list; its tombstone stays for the next start
+            raise StorageError(f"knowledge base {name!r} was removed from the list, but its PostgreSQL schema "
+                               f"could not be dropped yet ({exc}); it is dropped at the next start") from exc
 
     def check_list(self) -> None:
         """503 naming the file when the list of bases could not be read at start-up."""
@@ -450,6 +461,7 @@ class KnowledgeBases:
             raise
         del self.bases[name]
         await self._save()
+        await self._drop_outside(name)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
         if self.metrics is not None:
             self.metrics.forget(name)

@@ -60,3 +60,12 @@ def schema_name(kb: str) -> str:
 def backend_for(store: str, kb: str) -> Backend:
     """The backend ``GRAPHGATE_STORE`` names, for knowledge base ``kb``."""
     return EMBEDDED if store == "embedded" else postgresql(store, schema_name(kb))
+
+
+def drop_base_sync(store: str, kb: str) -> None:
+    """Remove what a deleted knowledge base keeps outside its directory: its PostgreSQL schema.
+    Blocking. The embedded store keeps everything in the directory."""
+    if store != "embedded":
+        from proxy.store.postgres.backend import drop_schema
+
+        drop_schema(store, schema_name(kb))

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.store.postgres.connection import OPEN_ERRORS
+import psycopg
+
+from proxy.store.postgres.connection import CONNECT_SECONDS, OPEN_ERRORS
+from proxy.store.postgres.schema import drop
 from proxy.store.postgres.tables import PgTables
 from proxy.store.protocols.tables import Tables
 from proxy.store.protocols.vectors import Vectors
@@ -24,3 +27,9 @@ def pg_vectors(tables: Any, table: str, path: Path, dtype: str) -> Vectors:
 
 def open_errors() -> tuple[type[BaseException], ...]:
     return OPEN_ERRORS
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    """A deleted knowledge base's schema, with everything in it. Blocking."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=int(CONNECT_SECONDS)) as con:
+        drop(con, schema)

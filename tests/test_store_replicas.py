@@ -1,0 +1,115 @@
+"""Two replicas of one knowledge base on a real PostgreSQL: each keeps its own in-memory rows and
+graph, and replays the other's commits from the change log (woken by LISTEN/NOTIFY)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+from proxy.store.backends import postgresql
+from proxy.store.changes import Changeset, ChunkRow
+from proxy.store.store import KnowledgeStore
+from tests.invariants import check_open_store, in_memory
+from tests.test_store import entity, relation, sample_changes, vec
+
+pytestmark = pytest.mark.anyio
+
+
+async def two_replicas(tmp_path: Path, dsn: str, schema: str) -> tuple[KnowledgeStore, KnowledgeStore]:
+    backend = postgresql(dsn, schema)
+    first = await KnowledgeStore.open(tmp_path / "a", backend=backend)
+    second = await KnowledgeStore.open(tmp_path / "b", backend=backend)
+    return first, second
+
+
+def memory_of(store: KnowledgeStore) -> tuple[set[str], set[tuple[str, str]], set[str]]:
+    rows, graph = in_memory(store)
+    return graph.names(), graph.edge_pairs(), set(rows.chunk_keys)
+
+
+async def test_a_commit_through_one_replica_is_replayed_by_the_other(tmp_path: Path, pg_server: str,
+                                                                    pg_schema: str) -> None:
+    first, second = await two_replicas(tmp_path, pg_server, pg_schema)
+    try:
+        await first.apply(sample_changes())
+        assert second.generation == 0 and memory_of(second) == (set(), set(), set())
+        assert await second.follow() == 1
+        assert second.generation == first.generation == 1
+        assert memory_of(second) == memory_of(first) == ({"alice", "bob", "carol"},
+                                                         {("alice", "bob"), ("bob", "carol")}, {"c1", "c2"})
+        # the vectors are the tables': the other replica finds what the first committed
+        found = second.search_sync("entities", vec(4), 1)
+        assert found and found[0][0] == in_memory(first)[0].entity("bob").key  # type: ignore[union-attr]
+        assert abs(found[0][1] - 1.0) < 1e-2
+        for store in (first, second):
+            check_open_store(store)
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_commits_of_both_replicas_interleave_in_generation_order(tmp_path: Path, pg_server: str,
+                                                                      pg_schema: str) -> None:
+    """A replica that commits while behind first replays what it missed, then its own commit."""
+    first, second = await two_replicas(tmp_path, pg_server, pg_schema)
+    try:
+        await first.apply(sample_changes())                      # generation 1, not yet seen by second
+        await second.apply(Changeset(                             # generation 2: second replays 1 first
+            chunks_added=[ChunkRow("c3", "Carol met Dave.", 4, vec(8))],
+            entities_upserted=[entity("Dave", 9, ["c3"])],
+            relations_upserted=[relation("Carol", "Dave", 10, ["c3"])]))
+        assert second.generation == 2
+        await first.apply(Changeset(entities_removed=["alice"], relations_removed=[
+            relation("Alice", "Bob", 6, []).pair_key]))         # generation 3: first replays 2 first
+        assert first.generation == 3
+        assert await second.follow() == 1
+        assert memory_of(first) == memory_of(second)
+        names, edges, chunks = memory_of(first)
+        assert names == {"bob", "carol", "dave"} and edges == {("bob", "carol"), ("carol", "dave")}
+        assert chunks == {"c1", "c2", "c3"}
+        assert first.vector_count("entities") == second.vector_count("entities") == 3
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_replica_follows_the_other_by_notification(tmp_path: Path, pg_server: str, pg_schema: str) -> None:
+    first, second = await two_replicas(tmp_path, pg_server, pg_schema)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(second.follow_forever)
+            await anyio.sleep(0.3)   # listening
+            for seed in range(5):
+                await first.apply(Changeset(chunks_added=[ChunkRow(f"n{seed}", f"text {seed}", 2, vec(100 + seed))]))
+            with anyio.fail_after(1.5):   # well under the 2 s poll: the notifications woke it
+                while second.generation != first.generation:
+                    await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
+        assert memory_of(second)[2] == {f"n{seed}" for seed in range(5)}
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_replica_started_later_loads_everything_and_continues_the_log(tmp_path: Path, pg_server: str,
+                                                                             pg_schema: str) -> None:
+    backend = postgresql(pg_server, pg_schema)
+    first = await KnowledgeStore.open(tmp_path / "a", backend=backend)
+    try:
+        await first.apply(sample_changes())
+        late = await KnowledgeStore.open(tmp_path / "late", backend=backend)
+        try:
+            assert late.generation == 1 and memory_of(late) == memory_of(first)
+            await first.apply(Changeset(entities_removed=["carol"], relations_removed=[
+                relation("Bob", "Carol", 7, []).pair_key]))
+            assert await late.follow() == 1
+            assert memory_of(late) == memory_of(first)
+            stored = late.vectors_sync("chunks", [in_memory(first)[0].chunk_keys["c1"]])
+            assert np.allclose(stored[0], vec(1), atol=1e-3)
+        finally:
+            await late.close()
+    finally:
+        await first.close()
