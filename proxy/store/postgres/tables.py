@@ -43,7 +43,7 @@ class PgTables:
         self.cache: CacheTables = PgCache(self.db)
         self.traces: TraceTables = PgTraces(self.db)
         self.graph_rows: GraphRows = PgGraphRows(self.db)
-        self.reembed: ReembedTables = PgReembed(self.db)
+        self.reembed: ReembedTables = PgReembed(self.db, dtype)
         self.retrieval_rows: RetrievalRows = PgRetrievalRows(self.db)
         self.communities: CommunityTables = PgCommunities(self.db)
         # the edges read with the rows at start-up, in one snapshot (``load_rows_sync``), and its generation
