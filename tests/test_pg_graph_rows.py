@@ -185,7 +185,9 @@ async def test_aliases_written_with_a_commit_resolve_names(backend_db: Backend) 
     await seed(backend_db)
     rows = graph_rows_of(backend_db)
     assert await rows.aliases() == {} and rows.aliases_sync() == {}
-    await curate(backend_db, Curation(aliases={"al": "alice", "bobby": "bob", "robert": "bob"}))
+    await curate(backend_db, Curation(aliases={"al": "alice", "bobby": "bob"}))
+    # and in a commit of graph rows (the commit path runs write_curation in its transaction)
+    await commit(backend_db, Changeset(entities_removed=["berlin"], curation=Curation(aliases={"robert": "bob"})))
     assert await rows.aliases() == {"al": "alice", "bobby": "bob", "robert": "bob"}
     assert rows.aliases_sync() == await rows.aliases()
     assert await rows.alias_target("bobby") == "bob" and await rows.alias_target("bob") is None
