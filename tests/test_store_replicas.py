@@ -25,6 +25,13 @@ async def two_replicas(tmp_path: Path, dsn: str, schema: str) -> tuple[Knowledge
     return first, second
 
 
+def linked_sample() -> Changeset:
+    """``test_store.sample_changes`` with its chunks linked to a document, as ingestion commits them."""
+    changes = sample_changes()
+    changes.links_added = [("d1", "c1", 0), ("d1", "c2", 1)]
+    return changes
+
+
 def memory_of(store: KnowledgeStore) -> tuple[set[str], set[tuple[str, str]], set[str]]:
     rows, graph = in_memory(store)
     return graph.names(), graph.edge_pairs(), set(rows.chunk_keys)
@@ -34,7 +41,7 @@ async def test_a_commit_through_one_replica_is_replayed_by_the_other(tmp_path: P
                                                                     pg_schema: str) -> None:
     first, second = await two_replicas(tmp_path, pg_server, pg_schema)
     try:
-        await first.apply(sample_changes())
+        await first.apply(linked_sample())
         assert second.generation == 0 and memory_of(second) == (set(), set(), set())
         assert await second.follow() == 1
         assert second.generation == first.generation == 1

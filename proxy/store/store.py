@@ -113,6 +113,8 @@ class KnowledgeStore:
         self._load_memory()
         if self.backend.shared:   # other replicas commit meanwhile: the rows are of the snapshot they were read in
             self.generation = cast(SharedTables, self.tables).loaded_generation
+            for index in self._indexes.values():   # and so are the indexes' sizes
+                index.load(ndim)
         self._open_keywords()
         self.tables.serve_small_statements(on_reopen=self._reopened)
         self.saved_generation = self.generation

@@ -16,14 +16,16 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
-from proxy.store.postgres.connection import Con, PgDatabase, get_meta
+from proxy.store.postgres.connection import Con, get_meta, vector_array
+from proxy.store.postgres.tables import PgTables
 
 NO_KEY = 0   # keys start at 1: pads the rows of ``search_many`` that found fewer than asked
 
 
 class PgVectors:
-    def __init__(self, db: PgDatabase, table: str) -> None:
-        self.db = db
+    def __init__(self, tables: PgTables, table: str) -> None:
+        self.tables = tables
+        self.db = tables.db
         self.table = table
         self.generation = 0
         self._ndim: int | None = None
@@ -38,13 +40,16 @@ class PgVectors:
         return self._count
 
     def load(self, ndim: int | None) -> bool:
-        """The table's state: always there (the tables are the index)."""
+        """The table's state: always there (the tables are the index). The count is the one of the
+        snapshot the rows were loaded from, once they are (a shared store: ``KnowledgeStore`` loads
+        the indexes again after the rows), so that the commits replayed from then on keep it exact."""
         def read(con: Con) -> tuple[int, str, int]:
             row = con.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.table))).fetchone()
             return (int(row[0]) if row else 0, get_meta(con, "vector_index", "vector") or "vector",
                     int(get_meta(con, "generation", "0") or 0))
 
-        self._count, self._kind, self.generation = self.db.read_sync(read)
+        count, self._kind, self.generation = self.db.read_sync(read)
+        self._count = self.tables.loaded_counts.get(self.table, count)
         self._ndim = ndim
         return True
 
@@ -60,12 +65,13 @@ class PgVectors:
         return np.asarray([r[0] for r in rows], dtype=np.uint64)
 
     def add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
-        """The commit wrote them; a first commit also typed the column (its dimension, its index),
-        which is then read with the table's count."""
+        """The commit wrote them; a first commit also typed the column (its dimension, its index)."""
+        self._count += len(keys)
         if self._ndim is None and len(keys):
-            self.load(self.db.read_sync(lambda con: int(get_meta(con, "embed_dim", "0") or 0)) or None)
-        else:
-            self._count += len(keys)
+            def read(con: Con) -> tuple[int, str]:
+                return int(get_meta(con, "embed_dim", "0") or 0), get_meta(con, "vector_index", "vector") or "vector"
+            ndim, self._kind = self.db.read_sync(read)
+            self._ndim = ndim or None
 
     def remove(self, keys: np.ndarray) -> None:
         self._count = max(0, self._count - len(keys))
@@ -116,7 +122,7 @@ class PgVectors:
         rows = self.db.read_sync(lambda con: con.execute(
             sql.SQL("SELECT key, embedding FROM {} WHERE key = ANY(%s)").format(sql.Identifier(self.table)),
             [wanted]).fetchall())
-        found = {int(key): np.asarray(vector, dtype=np.float32) for key, vector in rows}
+        found = {int(key): vector_array(vector) for key, vector in rows}
         if any(key not in found for key in wanted):
             return empty
         stacked = np.vstack([found[key] for key in wanted])

@@ -22,7 +22,7 @@ def pg_tables(dsn: str, schema: str, dtype: str) -> Tables:
 
 def pg_vectors(tables: Any, table: str, path: Path, dtype: str) -> Vectors:
     """The table's pgvector index (nothing in the data directory)."""
-    return PgVectors(tables.db, table)
+    return PgVectors(tables, table)
 
 
 def open_errors() -> tuple[type[BaseException], ...]:

@@ -21,8 +21,10 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import numpy as np
 import psycopg
 import psycopg_pool
+from pgvector import Vector
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
@@ -140,6 +142,11 @@ class PgDatabase:
             with anyio.CancelScope(shield=True):
                 result = await anyio.to_thread.run_sync(self.write_sync, fn, *args)
         return result
+
+
+def vector_array(value: Vector | np.ndarray) -> np.ndarray:
+    """A stored embedding as float32 (pgvector's loader gives a ``Vector``)."""
+    return value.to_numpy() if isinstance(value, Vector) else np.asarray(value, dtype=np.float32)
 
 
 def get_meta(con: Con, key: str, default: str | None = None) -> str | None:

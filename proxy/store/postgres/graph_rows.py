@@ -11,12 +11,11 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from pgvector import Vector
 from psycopg import sql
 
 from proxy.store.changes import Curation, EntityEdit, RelationEdit
 from proxy.store.clock import now
-from proxy.store.postgres.connection import Con, PgDatabase
+from proxy.store.postgres.connection import Con, PgDatabase, vector_array
 from proxy.store.postgres.retrieval_rows import descriptions as _descriptions
 from proxy.store.protocols.graph_rows import (
     StoredEdits,
@@ -27,11 +26,6 @@ from proxy.store.protocols.graph_rows import (
 )
 
 ID_COLUMN = {"entities": "name_key", "relations": "pair_key"}
-
-
-def vector_array(value: Vector | np.ndarray) -> np.ndarray:
-    """A stored embedding as float32 (pgvector's loader gives a ``Vector``)."""
-    return value.to_numpy() if isinstance(value, Vector) else np.asarray(value, dtype=np.float32)
 
 
 # --- recomputing the graph ---

@@ -24,15 +24,18 @@ def fetch_rows(con: Con, query: str, args: list[Any] | None = None) -> Iterator[
         yield from cursor
 
 
-def load_snapshot(con: Con, rows: MemoryRows) -> tuple[tuple[np.ndarray, list[float]], int]:
-    """Fill empty ``rows``, read the graph's edges and the generation they are of, all from one
-    snapshot: other replicas commit while this one starts, and it replays the change log from
-    exactly that generation on."""
+def load_snapshot(con: Con, rows: MemoryRows) -> tuple[tuple[np.ndarray, list[float]], int, dict[str, int]]:
+    """Fill empty ``rows``, read the graph's edges, the generation they are of and the number of
+    vectors of each table, all from one snapshot: other replicas commit while this one starts, and
+    it replays the change log from exactly that generation on."""
     with con.transaction():
         con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         generation = int(get_meta(con, "generation", "0") or 0)
         load_rows(con, rows)
-        return graph_edges(con), generation
+        row = con.execute("SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM entities), "
+                          "(SELECT count(*) FROM relations), (SELECT count(*) FROM communities)").fetchone()
+        counts = dict(zip(("chunks", "entities", "relations", "communities"), row or (0, 0, 0, 0), strict=True))
+        return graph_edges(con), generation, counts
 
 
 def load_rows(con: Con, rows: MemoryRows) -> None:

@@ -49,6 +49,7 @@ class PgTables:
         # the edges read with the rows at start-up, in one snapshot (``load_rows_sync``), and its generation
         self._edges: tuple[np.ndarray, list[float]] | None = None
         self.loaded_generation = 0
+        self.loaded_counts: dict[str, int] = {}   # vectors per table in that snapshot
         self._merge_lock = MergeLock(dsn, schema)
         self.queue = PgDocumentQueue(self.db)
 
@@ -70,7 +71,7 @@ class PgTables:
     def load_rows_sync(self, rows: MemoryRows) -> None:
         """The rows, and with them (same snapshot) the edges ``graph_edges_sync`` returns next and the
         generation they are of (``loaded_generation``)."""
-        self._edges, self.loaded_generation = self.db.read_sync(load_snapshot, rows)
+        self._edges, self.loaded_generation, self.loaded_counts = self.db.read_sync(load_snapshot, rows)
 
     def load_chunk_documents_sync(self, rows: MemoryRows, chunk_ids: list[str]) -> None:
         self.db.read_sync(load_chunk_documents, rows, chunk_ids)
