@@ -33,10 +33,12 @@ class ExtractionRecord(NamedTuple):
 @dataclass
 class StorageHealth:
     """What /rag/health reports of the tables: documents by status (with ``total``), whether the
-    data directory takes writes, its free bytes."""
+    data directory takes writes, its free bytes (None: a server store, whose disk a client cannot
+    see) and, where the backend can tell, the bytes the knowledge base's tables take."""
     documents: dict[str, int]
     writable: bool
-    free_bytes: int
+    free_bytes: int | None
+    stored_bytes: int | None = None
 
 
 @dataclass
