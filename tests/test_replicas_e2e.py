@@ -1,0 +1,217 @@
+"""Several GraphGate replicas on one PostgreSQL (issue 21), as real ``python -m proxy serve``
+processes in front of the fake Ollama: documents uploaded through one are answered by the other; a
+replica killed mid-ingestion leaves its documents to the other, with nothing lost and no chunk
+extracted twice (but those in flight at the kill); a PostgreSQL restart mid-ingestion is survived."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.store.backends import postgresql, schema_name
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.invariants import check_store
+from tests.servers import Server
+from tests.store_backends import restart_pg
+from tests.test_crash_recovery import NAMES, corpus
+
+LEASE = "1.5"   # seconds: a dead replica's documents are taken over this long after its last renewal
+
+
+@pytest.fixture
+def upstream(fake: FakeOllama) -> Iterator[tuple[FakeOllama, KnownFacts]]:
+    facts = KnownFacts({n: "Person" for n in NAMES})
+    fake.structured = facts
+    fake.reply_delay = 0.05
+    with fake.serve() as url:
+        fake.url = url  # type: ignore[attr-defined]
+        yield fake, facts
+
+
+@pytest.fixture
+def kb(pg_server: str) -> Iterator[str]:
+    """A base name of this test's own (its schema is dropped afterwards)."""
+    import uuid
+
+    import psycopg
+
+    from proxy.store.postgres.schema import drop
+
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(pg_server, autocommit=True) as con:
+        drop(con, schema_name(name))
+
+
+def replica(data: Path, upstream: str, store: str, **settings: str) -> Server:
+    return Server(data, upstream, GRAPHGATE_STORE=store, GRAPHGATE_INGEST_LEASE_SECONDS=LEASE, **settings)
+
+
+def create_base(url: str, kb: str) -> None:
+    response = httpx.post(f"{url}/rag/kbs", json={"name": kb}, timeout=10)
+    assert response.status_code == 201, response.text
+
+
+def upload(url: str, kb: str, docs: dict[str, str]) -> dict[str, str]:
+    ids = {}
+    for name, text in docs.items():
+        response = httpx.post(f"{url}/rag/documents", params={"kb": kb}, json={"name": name, "text": text}, timeout=10)
+        assert response.status_code == 202, response.text
+        ids[name] = response.json()["documents"][0]["id"]
+    return ids
+
+
+def documents_of(url: str, kb: str) -> list[dict[str, Any]]:
+    return httpx.get(f"{url}/rag/documents", params={"kb": kb, "limit": 1000}, timeout=10).json()["documents"]
+
+
+def wait_processed(url: str, kb: str, expected: int, timeout: float = 90) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            documents = documents_of(url, kb)
+        except (httpx.HTTPError, KeyError):   # the server restarting under it: ask again
+            time.sleep(0.2)
+            continue
+        if len(documents) == expected and all(d["status"] == "processed" for d in documents):
+            return documents
+        assert not any(d["status"] == "failed" for d in documents), documents
+        time.sleep(0.1)
+    raise AssertionError(f"documents did not finish: {documents_of(url, kb)}")
+
+
+def passages(fake: FakeOllama) -> Counter[str]:
+    """Extraction calls by the chunk they extracted."""
+    return Counter(r.json["messages"][-1]["content"] for r in fake.requests_to("/api/chat")
+                   if r.json and r.json["messages"][-1]["content"].startswith("Passage:"))
+
+
+def stats(url: str, kb: str) -> dict[str, Any]:
+    return httpx.get(f"{url}/rag/stats", params={"kb": kb}, timeout=10).json()
+
+
+def test_documents_uploaded_through_one_replica_are_answered_by_the_other(
+        tmp_path: Path, upstream: tuple[FakeOllama, KnownFacts], pg_server: str, kb: str) -> None:
+    fake, _ = upstream
+    docs = corpus(4)
+    first = replica(tmp_path / "a", fake.url, pg_server)
+    second = replica(tmp_path / "b", fake.url, pg_server)
+    try:
+        create_base(first.url, kb)
+        create_base(second.url, kb)   # each replica's own list of bases: the same schema
+        ids = upload(first.url, kb, docs)
+        documents = wait_processed(second.url, kb, len(docs))
+        assert {d["name"]: d["id"] for d in documents} == ids
+        # the second replica's graph and rows follow the first's commits
+        deadline = time.monotonic() + 10
+        while stats(second.url, kb)["generation"] != stats(first.url, kb)["generation"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        a, b = stats(first.url, kb), stats(second.url, kb)
+        for field in ("chunks", "entities", "relations", "graph", "index_sizes", "generation"):
+            assert a[field] == b[field], field
+        assert b["graph"] == {"vertices": b["entities"], "edges": b["relations"]}
+        person = next(n for n in NAMES if n in docs["doc0.md"])
+        answer = httpx.post(f"{second.url}/rag/query", params={"kb": kb},
+                            json={"query": f"Who did {person} meet?", "mode": "local"}, timeout=30)
+        assert answer.status_code == 200 and person in answer.text, answer.text
+        # a chat through the second replica is grounded in the base; its trace is shared with the first
+        model = httpx.put(f"{second.url}/rag/models/team", json={"model": "llama3.2", "kb": kb}, timeout=10)
+        assert model.status_code in (200, 201), model.text
+        chat = httpx.post(f"{second.url}/api/chat", json={
+            "model": "team", "stream": False, "messages": [{"role": "user", "content": f"Who is {person}?"}]},
+            timeout=30)
+        assert chat.status_code == 200 and chat.json()["model"] == "team", chat.text
+        deadline = time.monotonic() + 10   # traces are written in the background
+        while not any(t["query"] == f"Who is {person}?" and t["augmented"] for t in
+                      httpx.get(f"{first.url}/rag/traces", params={"kb": kb}, timeout=10).json()["traces"]):
+            assert time.monotonic() < deadline, "the second replica's trace is not seen by the first"
+            time.sleep(0.05)
+    finally:
+        first.stop()
+        second.stop()
+    counts = check_store(tmp_path / "check", postgresql(pg_server, schema_name(kb)))
+    assert counts["entities"] == len({n for text in docs.values() for n in NAMES if n in text})
+
+
+def relation_weights(pg_server: str, kb: str) -> list[tuple[float, int]]:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(pg_server) as con:
+        return con.execute(sql.SQL("SELECT weight, cardinality(source_ids) FROM {}.relations").format(
+            sql.Identifier(schema_name(kb)))).fetchall()
+
+
+def test_sigkill_of_a_replica_mid_ingestion_leaves_its_documents_to_the_other(
+        tmp_path: Path, upstream: tuple[FakeOllama, KnownFacts], pg_server: str, kb: str) -> None:
+    fake, facts = upstream
+    docs = corpus(8)
+    first = replica(tmp_path / "a", fake.url, pg_server)
+    second = replica(tmp_path / "b", fake.url, pg_server)
+    try:
+        create_base(first.url, kb)
+        create_base(second.url, kb)
+        ids = upload(first.url, kb, docs)
+        deadline = time.monotonic() + 30
+        while facts.calls.count("extract") < 6 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        first.kill()
+        extracted_before = facts.calls.count("extract")
+        documents = wait_processed(second.url, kb, len(docs))
+        assert {d["name"]: d["id"] for d in documents} == ids
+        chunk_total = sum(d["chunks_total"] for d in documents)
+        assert 0 < extracted_before < chunk_total, "the kill did not land mid-ingestion"
+        # every chunk extracted once, except those whose call was in flight at the kill (llm_concurrency 2
+        # on each replica)
+        extracted = passages(fake)
+        assert len(extracted) == chunk_total
+        assert sum(extracted.values()) - chunk_total <= 2
+        final = stats(second.url, kb)
+        assert final["graph"] == {"vertices": final["entities"], "edges": final["relations"]}
+    finally:
+        second.stop()
+    # nothing merged twice: each relation's weight is exactly its number of source chunks
+    weights = relation_weights(pg_server, kb)
+    assert weights and all(weight == sources for weight, sources in weights)
+    counts = check_store(tmp_path / "check", postgresql(pg_server, schema_name(kb)))
+    assert counts["entities"] == len({n for text in docs.values() for n in NAMES if n in text})
+
+
+def test_a_postgresql_restart_mid_ingestion_is_survived(
+        tmp_path: Path, upstream: tuple[FakeOllama, KnownFacts], pg_server: str, kb: str) -> None:
+    fake, facts = upstream
+    docs = corpus(6)
+    first = replica(tmp_path / "a", fake.url, pg_server)
+    second = replica(tmp_path / "b", fake.url, pg_server)
+    try:
+        create_base(first.url, kb)
+        create_base(second.url, kb)
+        ids = upload(first.url, kb, docs)
+        deadline = time.monotonic() + 30
+        while facts.calls.count("extract") < 4 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        restart_pg(pg_server)
+        extracted_before = facts.calls.count("extract")
+        documents = wait_processed(first.url, kb, len(docs))
+        assert {d["name"]: d["id"] for d in documents} == ids
+        assert extracted_before < sum(d["chunks_total"] for d in documents), "the restart came after the work"
+        # the second replica's follower reconnected: it catches up with the first's commits
+        deadline = time.monotonic() + 15
+        while stats(second.url, kb)["generation"] != stats(first.url, kb)["generation"]:
+            assert time.monotonic() < deadline, "the second replica stopped following after the restart"
+            time.sleep(0.1)
+        assert stats(second.url, kb)["graph"] == stats(first.url, kb)["graph"]
+    finally:
+        first.stop()
+        second.stop()
+    weights = relation_weights(pg_server, kb)
+    assert weights and all(weight == sources for weight, sources in weights)
+    check_store(tmp_path / "check", postgresql(pg_server, schema_name(kb)))
