@@ -416,11 +416,11 @@ class PgDocuments:
         (not through the writer: a probe must not queue behind a merge's lock). ``free_bytes``:
         None, the server's disk is not visible to a client (its DiskFull reaches requests as 507);
         ``stored_bytes`` says what the base takes instead."""
-        counts = self.db.read_sync(status_counts)
+        counts, writable, size = self.db.read_sync(
+            lambda con: (status_counts(con), takes_writes(con), stored_bytes(con)))
         documents = {status: int(counts.get(status, 0)) for status in STATUSES}
         documents["total"] = sum(documents.values())
-        return StorageHealth(documents, self.db.read_sync(takes_writes), None,
-                             stored_bytes=self.db.read_sync(stored_bytes))
+        return StorageHealth(documents, writable, None, stored_bytes=size)
 
     def condition(self) -> StorageCondition:
         # a server store is never reopened: a lost server is retried per statement by the pool
