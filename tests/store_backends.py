@@ -18,8 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from proxy.store.backends import EMBEDDED, Backend, postgresql
+from proxy.store.backends import EMBEDDED, Backend, backend_for, postgresql
 from proxy.store.postgres.schema import drop
+from proxy.store.store import KnowledgeStore
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +86,42 @@ def store_backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "embedded":
         return EMBEDDED
     return postgresql(request.getfixturevalue("pg_server"), request.getfixturevalue("pg_schema"))
+
+
+def base_schemas(dsn: str) -> set[str]:
+    """The knowledge bases' schemas on the server (``kb_<name>``)."""
+    with psycopg.connect(dsn, autocommit=True) as con:
+        rows = con.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'kb\\_%'").fetchall()
+    return {row[0] for row in rows}
+
+
+@pytest.fixture(params=["embedded", "postgresql"])
+def store_setting(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``GRAPHGATE_STORE`` for an app-level test that runs on each backend (a module overrides
+    ``settings`` with ``settings.replace(store=store_setting)``). PostgreSQL: every base is a schema
+    ``kb_<name>`` on the session's server (``default`` too, the same name for every test), so each
+    schema the test made is dropped after it."""
+    if request.param == "embedded":
+        yield "embedded"
+        return
+    dsn = request.getfixturevalue("pg_server")
+    before = base_schemas(dsn)
+    yield dsn
+    with psycopg.connect(dsn, autocommit=True) as con:
+        for schema in base_schemas(dsn) - before:
+            drop(con, schema)
+
+
+def backend_of(store: str, kb: str = "default") -> Backend:
+    """The backend an app with ``GRAPHGATE_STORE=store`` opens base ``kb`` with (to check it at rest)."""
+    return backend_for(store, kb)
+
+
+async def set_meta(store: KnowledgeStore, key: str, value: str | int) -> None:
+    """Write a meta value through the store's own backend (tests that set the embedding dimension
+    by hand, as the first embedding would)."""
+    if store.backend.name == "embedded":
+        from proxy.store.duckdb.connection import set_meta as write
+    else:
+        from proxy.store.postgres.connection import set_meta as write  # type: ignore[assignment]
+    await store.tables.db.write(write, key, value)  # type: ignore[attr-defined]

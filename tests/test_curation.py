@@ -17,8 +17,15 @@ from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.invariants import check_store, in_memory
 from tests.rag_helpers import settle, upload
+from tests.store_backends import backend_of
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, store_setting: str) -> Settings:
+    """Every test here that runs the gateway runs it on both backends (tests/store_backends.py)."""
+    return settings.replace(store=store_setting)
 
 
 def kb(client: httpx.AsyncClient):
@@ -75,7 +82,7 @@ async def test_merge_repoints_relations_drops_self_loops_and_survives_reingestio
         assert "Orion" not in entities(client)  # the merged-away name resolves to the target
         assert frozenset(("Alice Smith", "Acme Corp")) in relations(client)
         assert not [k for k in relations(client) if "Orion" in k]
-    await anyio.to_thread.run_sync(check_store, settings.data_dir)
+    await anyio.to_thread.run_sync(check_store, settings.data_dir, backend_of(settings.store))
 
 
 async def test_rename_is_a_merge_into_a_new_name_and_onto_an_existing_one_is_refused(
@@ -93,7 +100,7 @@ async def test_rename_is_a_merge_into_a_new_name_and_onto_an_existing_one_is_ref
         await reingest_team(client, team_id)
         names = entities(client)
         assert "Orion" not in names and names["Project Orion"][1] == "A secret project."
-    await anyio.to_thread.run_sync(check_store, settings.data_dir)
+    await anyio.to_thread.run_sync(check_store, settings.data_dir, backend_of(settings.store))
 
 
 async def test_hand_edits_survive_reingestion_and_bad_edits_change_nothing(
@@ -119,7 +126,7 @@ async def test_hand_edits_survive_reingestion_and_bad_edits_change_nothing(
         assert bob[:2] == ("Engineer", "Builds rockets.")
         weight, keywords, _ = relations(client)[frozenset(("Alice Smith", "Orion"))]
         assert (weight, keywords) == (7.5, ["leads", "owns"])
-    await anyio.to_thread.run_sync(check_store, settings.data_dir)
+    await anyio.to_thread.run_sync(check_store, settings.data_dir, backend_of(settings.store))
 
 
 async def test_deleting_an_entity_or_relation_removes_it_from_every_store(
@@ -135,7 +142,7 @@ async def test_deleting_an_entity_or_relation_removes_it_from_every_store(
         assert frozenset(("Bob Jones", "Acme Corp")) not in relations(client)
         with pytest.raises(NotFound):
             await curator.delete_entity("berlin")
-    await anyio.to_thread.run_sync(check_store, settings.data_dir)
+    await anyio.to_thread.run_sync(check_store, settings.data_dir, backend_of(settings.store))
 
 
 async def test_suggestions_find_namesakes_and_dismissals_stick(settings: Settings, fake: FakeOllama) -> None:
@@ -181,4 +188,4 @@ async def test_the_json_api_edits_merges_and_deletes(settings: Settings, fake: F
         assert (await client.request("DELETE", "/rag/relations", json=relation)).status_code == 404
         assert (await client.delete("/rag/entities/berlin")).json()["relations_removed"] == 2
         assert (await client.post("/rag/merge", json={"entities": "x", "target": "y"})).status_code == 400
-    await anyio.to_thread.run_sync(check_store, settings.data_dir)
+    await anyio.to_thread.run_sync(check_store, settings.data_dir, backend_of(settings.store))

@@ -30,6 +30,12 @@ from tests.rag_helpers import query, settle, upload
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def settings(settings: Settings, store_setting: str) -> Settings:
+    """Every test here that runs the gateway runs it on both backends (tests/store_backends.py)."""
+    return settings.replace(store=store_setting)
+
 CODE = "ERR-4711"
 INCIDENT = ("The Billing Service stopped after the upgrade with error code ERR-4711. "
             "Dana Reed fixed ERR-4711 in the Billing Service by rolling the upgrade back.")

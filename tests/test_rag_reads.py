@@ -15,6 +15,12 @@ from tests.console_auth_helpers import PASSWORD, console_client, log_in
 from tests.fake_ollama import FakeOllama
 
 
+@pytest.fixture
+def settings(settings: Settings, store_setting: str) -> Settings:
+    """Every test here that runs the gateway runs it on both backends (tests/store_backends.py)."""
+    return settings.replace(store=store_setting)
+
+
 def rag_reads(app) -> list[tuple[str, str]]:
     """(method, concrete path) of every /rag read: its GET routes and POST /rag/query."""
     out = [("POST", "/rag/query")]

@@ -33,6 +33,12 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
+def settings(settings: Settings, store_setting: str) -> Settings:
+    """Every test here that runs the gateway runs it on both backends (tests/store_backends.py)."""
+    return settings.replace(store=store_setting)
+
+
+@pytest.fixture
 async def kb(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> AsyncIterator[httpx.AsyncClient]:
     async with gateway_client(settings, fake) as client:
         for name, text in (("team.txt", TEAM), ("city.md", CITY), ("club.txt", CLUB)):

@@ -12,11 +12,18 @@ import anyio
 import httpx
 import pytest
 
+from proxy.core.settings import Settings
 from proxy.store.store import KnowledgeStore
 from tests.corpus import TEAM
 from tests.rag_helpers import settle, upload
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("facts")]
+
+
+@pytest.fixture
+def settings(settings: Settings, store_setting: str) -> Settings:
+    """Every test here that runs the gateway runs it on both backends (tests/store_backends.py)."""
+    return settings.replace(store=store_setting)
 HOLD = 0.6   # seconds between a commit's tables and the rest
 
 

@@ -1,4 +1,7 @@
-"""The knowledge store with its real engines: DuckDB, USearch and igraph kept in step."""
+"""The knowledge store with its real engines kept in step: the tables (DuckDB or PostgreSQL), the vector
+indexes (USearch or pgvector) and igraph. The contract tests take ``store_backend`` and run on both
+backends; those about DuckDB's and USearch's own files (migrations from old versions, DuckDB's threads,
+index files lost or left behind by a crash) are named ``*_embedded_*`` and run on the embedded one only."""
 
 from __future__ import annotations
 
@@ -7,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from proxy.store.backends import Backend
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
 from proxy.store.duckdb.schema import SCHEMA_VERSION, current_version
 from proxy.store.store import KnowledgeStore
-from tests.invariants import database, in_memory
+from tests.invariants import database, in_memory, tables_db
+from tests.store_backends import set_meta
 
 pytestmark = pytest.mark.anyio
 
@@ -40,27 +45,27 @@ def sample_changes() -> Changeset:
 
 
 async def set_dim(store: KnowledgeStore) -> None:
-    from proxy.store.duckdb.connection import set_meta
-    await database(store).write(set_meta, "embed_dim", DIM)
+    await set_meta(store, "embed_dim", DIM)
 
 
 def assert_in_step(store: KnowledgeStore) -> None:
+    read = tables_db(store).read_sync
     for table in ("chunks", "entities", "relations"):
-        rows = database(store).read_sync(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall())
+        rows = read(lambda c, t=table: c.execute(f"SELECT key FROM {t}").fetchall())
         db_keys = sorted(r[0] for r in rows)
         assert sorted(int(k) for k in store.vector_keys_sync(table)) == db_keys, table
-    names = {r[0] for r in database(store).read_sync(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
+    names = {r[0] for r in read(lambda c: c.execute("SELECT name_key FROM entities").fetchall())}
     assert in_memory(store)[1].names() == names
-    rows = database(store).read_sync(lambda c: c.execute("SELECT source, target FROM relations").fetchall())
+    rows = read(lambda c: c.execute("SELECT source, target FROM relations").fetchall())
     pairs = {(r[0], r[1]) for r in rows}
     assert in_memory(store)[1].edge_pairs() == pairs
     assert set(in_memory(store)[0].entity_keys) == names
     assert {k for k in in_memory(store)[0].entities} == {int(k) for k in store.vector_keys_sync("entities")}
-    chunk_ids = {r[0] for r in database(store).read_sync(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
+    chunk_ids = {r[0] for r in read(lambda c: c.execute("SELECT id FROM chunks").fetchall())}
     assert set(in_memory(store)[0].chunk_keys) == chunk_ids
 
 
-async def test_schema_is_versioned(tmp_path: Path) -> None:
+async def test_embedded_schema_is_versioned(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
     assert database(store).read_sync(current_version) == SCHEMA_VERSION
     await store.close()
@@ -69,7 +74,7 @@ async def test_schema_is_versioned(tmp_path: Path) -> None:
     await again.close()
 
 
-async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -> None:
+async def test_embedded_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -> None:
     """v4 indexes the LLM cache by key (DuckDB scans the whole table for a lookup on the two-column
     primary key); an existing store is migrated and keeps its cached replies."""
     import duckdb
@@ -93,15 +98,15 @@ async def test_a_version_3_store_gains_the_llm_cache_key_index(tmp_path: Path) -
     await store.close()
 
 
-async def test_duckdb_runs_single_threaded_once_the_store_is_loaded(tmp_path: Path) -> None:
+async def test_embedded_duckdb_runs_single_threaded_once_the_store_is_loaded(tmp_path: Path) -> None:
     """Small statements would otherwise wake DuckDB's worker threads every time (bench/ingest.py)."""
     store = await KnowledgeStore.open(tmp_path)
     assert database(store).read_sync(lambda c: c.execute("SELECT current_setting('threads')").fetchone()[0]) == 1
     await store.close()
 
 
-async def test_apply_updates_all_three_engines(tmp_path: Path) -> None:
-    store = await KnowledgeStore.open(tmp_path)
+async def test_apply_updates_all_three_engines(tmp_path: Path, store_backend: Backend) -> None:
+    store = await KnowledgeStore.open(tmp_path, backend=store_backend)
     await set_dim(store)
     await store.apply(sample_changes())
     stats = await store.stats()
@@ -110,20 +115,20 @@ async def test_apply_updates_all_three_engines(tmp_path: Path) -> None:
     assert stats["graph"] == {"vertices": 3, "edges": 2}
     assert in_memory(store)[1].degree("bob") == 2
     best = store.search_sync("entities", vec(3), 1)
-    alice_key = database(store).read_sync(
+    alice_key = tables_db(store).read_sync(
         lambda c: c.execute("SELECT key FROM entities WHERE name_key='alice'").fetchone()[0])
     assert best[0][0] == alice_key and best[0][1] == pytest.approx(1.0, abs=1e-5)
     assert_in_step(store)
     await store.close()
 
 
-async def test_reembedding_gives_a_new_key_and_drops_the_old(tmp_path: Path) -> None:
-    store = await KnowledgeStore.open(tmp_path)
+async def test_reembedding_gives_a_new_key_and_drops_the_old(tmp_path: Path, store_backend: Backend) -> None:
+    store = await KnowledgeStore.open(tmp_path, backend=store_backend)
     await set_dim(store)
     await store.apply(sample_changes())
-    old = database(store).read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
+    old = tables_db(store).read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
     await store.apply(Changeset(entities_upserted=[entity("Bob", 40, ["c1", "c2"])]))
-    new = database(store).read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
+    new = tables_db(store).read_sync(lambda c: c.execute("SELECT key FROM entities WHERE name_key='bob'").fetchone()[0])
     assert new != old
     keys = {int(k) for k in store.vector_keys_sync("entities")}
     assert new in keys and old not in keys
@@ -131,8 +136,8 @@ async def test_reembedding_gives_a_new_key_and_drops_the_old(tmp_path: Path) -> 
     await store.close()
 
 
-async def test_removal_leaves_no_orphans_in_any_engine(tmp_path: Path) -> None:
-    store = await KnowledgeStore.open(tmp_path)
+async def test_removal_leaves_no_orphans_in_any_engine(tmp_path: Path, store_backend: Backend) -> None:
+    store = await KnowledgeStore.open(tmp_path, backend=store_backend)
     await set_dim(store)
     await store.apply(sample_changes())
     await store.apply(Changeset(chunks_removed=["c2"], entities_removed=["carol"],
@@ -144,7 +149,7 @@ async def test_removal_leaves_no_orphans_in_any_engine(tmp_path: Path) -> None:
     await store.close()
 
 
-async def test_crash_between_commit_and_index_save_heals(tmp_path: Path) -> None:
+async def test_embedded_crash_between_commit_and_index_save_heals(tmp_path: Path) -> None:
     store = await KnowledgeStore.open(tmp_path)
     await set_dim(store)
     await store.apply(sample_changes())
@@ -162,7 +167,7 @@ async def test_crash_between_commit_and_index_save_heals(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("damage", ["delete", "corrupt"])
-async def test_missing_or_corrupt_index_files_are_rebuilt(tmp_path: Path, damage: str) -> None:
+async def test_embedded_missing_or_corrupt_index_files_are_rebuilt(tmp_path: Path, damage: str) -> None:
     store = await KnowledgeStore.open(tmp_path)
     await set_dim(store)
     await store.apply(sample_changes())
@@ -179,16 +184,14 @@ async def test_missing_or_corrupt_index_files_are_rebuilt(tmp_path: Path, damage
     await reopened.close()
 
 
-async def test_document_update_and_generation(tmp_path: Path) -> None:
-    store = await KnowledgeStore.open(tmp_path)
-    from proxy.store.store import now
-
-    await database(store).write(lambda c: c.execute(
+async def test_document_update_and_generation(tmp_path: Path, store_backend: Backend) -> None:
+    store = await KnowledgeStore.open(tmp_path, backend=store_backend)
+    await tables_db(store).write(lambda c: c.execute(   # SQL both engines take: no parameters
         "INSERT INTO documents (id, name, mime, size, status, text, created_at, updated_at) "
-        "VALUES ('d1', 'a.txt', 'text/plain', 3, 'pending', 'abc', ?, ?)", [now(), now()]))
+        "VALUES ('d1', 'a.txt', 'text/plain', 3, 'pending', 'abc', now(), now())"))
     before = store.generation
     await store.apply(Changeset(documents=[DocumentUpdate("d1", "failed", error="boom")]))
-    row = database(store).read_sync(lambda c: c.execute("SELECT status, error FROM documents").fetchone())
+    row = tables_db(store).read_sync(lambda c: c.execute("SELECT status, error FROM documents").fetchone())
     assert row == ("failed", "boom")
     assert store.generation == before + 1
     await store.close()
