@@ -30,8 +30,9 @@ COPY proxy/ ./proxy/
 COPY admin/ ./admin/
 COPY templates/ ./templates/
 
-# A regular (non-editable) install; drop the in-tree build leftovers after.
-RUN pip install --no-cache-dir /app \
+# A regular (non-editable) install, with the postgresql extra (psycopg, pgvector) so the same image
+# also runs on GRAPHGATE_STORE=postgresql://... (docker-compose.scale.yml); drop the build leftovers after.
+RUN pip install --no-cache-dir "/app[postgresql]" \
  && rm -rf /app/build /app/*.egg-info
 
 # Unprivileged runtime user owning the data directory.

@@ -162,7 +162,11 @@ def test_every_package_directory_is_listed_for_installation():
 def test_install_is_regular_install_from_app(instructions):
     index = install_index(instructions)
     run = instructions[index].args
-    assert re.search(r"\bpip\s+install\b[^&;|]*\s/app(\s|$)", run), run
+    # /app itself, quoted or not, with extras or not ("/app[postgresql]")
+    found = re.search(r"\bpip\s+install\b[^&;|]*\s([\"']?)/app(?:\[([\w,-]+)\])?\1(\s|$)", run)
+    assert found, run
+    # the image also runs GRAPHGATE_STORE=postgresql://... (docker-compose.scale.yml): psycopg and pgvector
+    assert "postgresql" in (found.group(2) or "").split(","), run
     assert not re.search(r"\s(-e|--editable)\s", run), "install must not be editable"
     # Every COPY into /app happens before the install.
     last_copy = max(i for i, ins in enumerate(instructions) if ins.keyword == "COPY")
@@ -375,3 +379,120 @@ def test_ports_agree_everywhere(instructions, compose):
     if compose_env_port is not None:
         assert int(compose_env_port) == env_port
     assert env_port == PORT
+
+
+# --------------------------------------------------------------------------
+# docker-compose.scale.yml (two replicas on PostgreSQL behind nginx)
+# --------------------------------------------------------------------------
+
+SCALE_FILE = ROOT / "docker-compose.scale.yml"
+REPLICAS = ("graphgate-a", "graphgate-b")
+
+
+@pytest.fixture(scope="module")
+def scale() -> dict:
+    assert SCALE_FILE.is_file(), "docker-compose.scale.yml is missing"
+    data = yaml.safe_load(SCALE_FILE.read_text(encoding="utf-8"))   # merges the x-graphgate anchor
+    assert isinstance(data, dict)
+    return data
+
+
+def nginx_config(scale: dict) -> str:
+    [mount] = [str(v) for v in scale["services"]["proxy"]["volumes"] if str(v).endswith("default.conf:ro")]
+    source = ROOT / mount.split(":")[0]
+    assert source.is_file(), f"{source} is missing"
+    return source.read_text(encoding="utf-8")
+
+
+def required(value: str, name: str) -> bool:
+    """A value compose refuses to start without (``${NAME:?message}``)."""
+    return re.fullmatch(rf"\$\{{{name}:\?[^}}]+\}}", value) is not None
+
+
+def test_scale_services(scale):
+    services = scale["services"]
+    assert set(services) == {"postgres", "ollama-a", "ollama-b", *REPLICAS, "proxy", "open-webui"}
+    assert services["postgres"]["image"] == "pgvector/pgvector:pg17"
+    assert all(services[o]["image"].split(":")[0] == "ollama/ollama" for o in ("ollama-a", "ollama-b"))
+    assert services["open-webui"]["image"].startswith("ghcr.io/open-webui/open-webui")
+    for name, service in services.items():
+        for key, value in service_env(service).items():
+            assert isinstance(value, str), f"{name}: {key} should be a quoted string"
+
+
+def test_scale_postgres(scale):
+    postgres = scale["services"]["postgres"]
+    env = service_env(postgres)
+    assert re.fullmatch(r"\$\{POSTGRES_PASSWORD:-[^}]+\}", env["POSTGRES_PASSWORD"])
+    assert "pg_isready" in " ".join(postgres["healthcheck"]["test"])
+    assert "/var/lib/postgresql/data" in {str(v).split(":")[1] for v in postgres["volumes"]}
+    assert not postgres.get("ports"), "PostgreSQL should not be published on the host"
+
+
+def test_scale_replicas_are_interchangeable(scale):
+    services = scale["services"]
+    envs = [service_env(services[name]) for name in REPLICAS]
+    assert envs[0] == envs[1]
+    env = envs[0]
+    store = urlparse(env["GRAPHGATE_STORE"])
+    postgres_env = service_env(services["postgres"])
+    assert store.scheme == "postgresql" and store.hostname == "postgres" and store.port == 5432
+    assert store.username == postgres_env["POSTGRES_USER"] and store.path == "/" + postgres_env["POSTGRES_DB"]
+    assert store.password == postgres_env["POSTGRES_PASSWORD"]   # the same variable, the same default
+    upstreams = [urlparse(url) for url in env["GRAPHGATE_UPSTREAM"].split(",")]
+    assert [(u.hostname, u.port) for u in upstreams] == [("ollama-a", 11434), ("ollama-b", 11434)]
+    assert env["GRAPHGATE_HOST"] == "0.0.0.0"
+    for name in ("GRAPHGATE_ADMIN_PASSWORD", "GRAPHGATE_API_KEY", "GRAPHGATE_SESSION_SECRET"):
+        assert required(env[name], name), name
+    from proxy.core.settings import SETTINGS
+
+    assert {k for k in env if k.startswith("GRAPHGATE_")} <= {s.env for s in SETTINGS}
+    for name in REPLICAS:
+        replica = services[name]
+        assert replica["build"] in {".", "./"}
+        assert not replica.get("ports"), f"{name} is reached through the proxy only"
+        assert "graphgate-data:/data" in replica["volumes"]   # the lists of bases, keys and models
+        assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_scale_only_proxy_and_webui_are_published(scale):
+    published = {name: published_ports(service) for name, service in scale["services"].items()
+                 if service.get("ports")}
+    assert published == {"proxy": [("127.0.0.1", str(PORT), str(PORT))],
+                         "open-webui": [("127.0.0.1", "3000", "8080")]}
+
+
+def test_scale_proxy_streams_to_both_replicas(scale):
+    config = nginx_config(scale)
+    assert re.search(rf"^\s*listen\s+{PORT};", config, re.M)
+    for replica in REPLICAS:
+        assert re.search(rf"^\s*server\s+{replica}:{PORT}\b", config, re.M), replica
+    assert re.search(r"^\s*proxy_buffering\s+off;", config, re.M)
+    read_timeout = re.search(r"^\s*proxy_read_timeout\s+(\d+)s;", config, re.M)
+    assert read_timeout and int(read_timeout.group(1)) >= 600
+    assert re.search(r"^\s*client_max_body_size\s+0;", config, re.M)   # GraphGate bounds bodies itself
+    assert set(depends_on(scale["services"]["proxy"])) == set(REPLICAS)
+
+
+def test_scale_open_webui_points_at_the_proxy(scale):
+    env = service_env(scale["services"]["open-webui"])
+    base = urlparse(env["OLLAMA_BASE_URL"])
+    assert (base.hostname, base.port) == ("proxy", PORT)
+    assert env.get("ENABLE_OPENAI_API", "").lower() == "false"
+    assert env.get("ENABLE_PERSISTENT_CONFIG", "").lower() == "false"
+    raw = env["OLLAMA_API_CONFIGS"]
+    [variable] = re.findall(r"\$\{[^}]+\}", raw)   # the one value compose fills in: the API key
+    assert required(variable, "GRAPHGATE_API_KEY")
+    configs = json.loads(raw.replace(variable, "gg_key"))
+    assert configs["0"]["key"] == "gg_key"
+    assert configs["0"]["headers"] == {"X-Task": "{{TASK}}", "X-Chat-Id": "{{CHAT_ID}}"}
+
+
+def test_scale_volumes_and_dependencies(scale):
+    services = scale["services"]
+    used = {name for service in services.values() for name in named_volumes(service)}
+    assert used <= set(scale.get("volumes") or {}), f"undeclared volumes: {used - set(scale['volumes'])}"
+    assert {"postgres", "ollama-a", "ollama-b", "graphgate-data", "open-webui"} <= used
+    for name, service in services.items():
+        for dependency in depends_on(service):
+            assert dependency in services and dependency != name, f"{name} depends on {dependency!r}"
