@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from proxy.core.settings import Settings
 from proxy.store.backends import EMBEDDED, Backend, backend_for, postgresql
 from proxy.store.postgres.schema import drop
 from proxy.store.store import KnowledgeStore
@@ -125,3 +126,15 @@ async def set_meta(store: KnowledgeStore, key: str, value: str | int) -> None:
     else:
         from proxy.store.postgres.connection import set_meta as write  # type: ignore[assignment]
     await store.tables.db.write(write, key, value)  # type: ignore[attr-defined]
+
+
+# A gateway test marked with it runs on both backends, in a module whose ``settings`` fixture
+# returns ``with_store_setting(settings, request)``; the module's other tests stay embedded.
+on_both_backends = pytest.mark.usefixtures("store_setting")
+
+
+def with_store_setting(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """``settings`` on the test's ``store_setting`` when it has one (``on_both_backends``)."""
+    if "store_setting" in request.fixturenames:
+        return settings.replace(store=request.getfixturevalue("store_setting"))
+    return settings

@@ -15,8 +15,15 @@ from tests.corpus import CITY, PEOPLE, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.rag_helpers import graph, settle, store_of, upload
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 
 @pytest.fixture
@@ -34,6 +41,7 @@ def entity_rows(client_app_store) -> dict[str, tuple]:
         lambda c: c.execute("SELECT name, type, description, source_ids FROM entities").fetchall())}
 
 
+@on_both_backends
 async def test_two_documents_build_the_exact_graph(rag: httpx.AsyncClient, fake: FakeOllama,
                                                    facts: KnownFacts) -> None:
     team = await upload(rag, "team.txt", TEAM)
@@ -69,6 +77,7 @@ async def test_the_store_log_is_checkpointed_once_the_pipeline_is_idle(rag: http
     assert (await graph(rag))["entities"] == 4  # what the checkpoint wrote is all there
 
 
+@on_both_backends
 async def test_duplicate_upload_does_no_work(rag: httpx.AsyncClient, fake: FakeOllama) -> None:
     first = await upload(rag, "team.txt", TEAM)
     await settle(rag, first["id"])
@@ -78,6 +87,7 @@ async def test_duplicate_upload_does_no_work(rag: httpx.AsyncClient, fake: FakeO
     assert len(fake.requests) == calls
 
 
+@on_both_backends
 async def test_delete_rebuilds_from_stored_extractions_without_the_llm(rag: httpx.AsyncClient, fake: FakeOllama,
                                                                      facts: KnownFacts) -> None:
     team, city = await upload(rag, "team.txt", TEAM), await upload(rag, "city.md", CITY)
@@ -99,6 +109,7 @@ async def test_delete_rebuilds_from_stored_extractions_without_the_llm(rag: http
     assert (await rag.get(f"/rag/documents/{city['id']}")).status_code == 404
 
 
+@on_both_backends
 async def test_deleting_everything_leaves_an_empty_store(rag: httpx.AsyncClient) -> None:
     ids = [(await upload(rag, n, t))["id"] for n, t in (("team.txt", TEAM), ("city.md", CITY))]
     for document_id in ids:
@@ -125,6 +136,7 @@ async def test_no_gleaning_when_set_to_zero(settings: Settings, fake: FakeOllama
     assert facts.calls == ["extract"]
 
 
+@on_both_backends
 async def test_new_version_extracts_only_new_chunks(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     sections = [f"# Part {i}\n\n" + f"Alice Smith wrote chapter {i} about Orion. " * 8 for i in range(4)]
     async with gateway_client(settings.replace(chunk_tokens=80, chunk_overlap=0, gleaning=0), fake) as client:
@@ -172,6 +184,7 @@ async def test_malformed_extraction_json_is_retried(rag: httpx.AsyncClient, fact
     assert facts.calls[:3] == ["extract", "extract", "extract"]
 
 
+@on_both_backends
 async def test_persistently_malformed_extraction_fails_the_document_cleanly(rag: httpx.AsyncClient,
                                                                            facts: KnownFacts) -> None:
     facts.malformed = 3

@@ -13,13 +13,21 @@ import pytest
 
 from proxy.core.settings import Settings
 from proxy.retrieval.select import round_robin, weighted_quota
+from proxy.store.postgres.connection import vector_array
 from tests.conftest import gateway_client
 from tests.corpus import CITY, CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, fake_embedding
 from tests.rag_helpers import CLASSIC, query, settle, store_of, upload
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 
 # these tests check LightRAG's classic retrieval against brute-force oracles (CLASSIC);
@@ -41,7 +49,8 @@ def oracle(client: httpx.AsyncClient, table: str, text: str, threshold: float = 
            "chunks": "SELECT id, embedding FROM chunks"}[table]
     rows = store.tables.db.read_sync(lambda c: c.execute(sql).fetchall())
     q = np.asarray(fake_embedding(text, 64))
-    scored = sorted(((float(np.dot(q, np.asarray(e))), name) for name, e in rows), reverse=True)
+    # vector_array: a DuckDB list or a pgvector Vector, as float32 (the values stored)
+    scored = sorted(((float(np.dot(q, vector_array(e))), name) for name, e in rows), reverse=True)
     return [name for score, name in scored if score >= threshold][:top]
 
 
@@ -50,6 +59,7 @@ def degrees_sorted(relations: list[dict[str, Any]]) -> bool:
     return keys == sorted(keys)
 
 
+@on_both_backends
 async def test_local_mode(kb: httpx.AsyncClient) -> None:
     result = await query(kb, query="Tell me about Acme Corp", mode="local", ll_keywords=["Acme Corp"], hl_keywords=[])
     assert [e["name"] for e in result["entities"]] == oracle(kb, "entities", "Acme Corp")
@@ -63,6 +73,7 @@ async def test_local_mode(kb: httpx.AsyncClient) -> None:
     assert all(c["origin"] in ("entity", "relation") for c in result["chunks"])
 
 
+@on_both_backends
 async def test_global_mode(kb: httpx.AsyncClient) -> None:
     result = await query(kb, query="clubs", mode="global", hl_keywords=["chess club"], ll_keywords=[])
     expected = oracle(kb, "relations", "chess club")
@@ -86,6 +97,7 @@ async def test_hybrid_is_local_and_global_round_robin(kb: httpx.AsyncClient) -> 
         [pairs(local), pairs(global_)], key=unordered)]
 
 
+@on_both_backends
 async def test_mix_adds_the_questions_own_chunks(kb: httpx.AsyncClient) -> None:
     text = "Who founded the Berlin chess club?"
     result = await query(kb, query=text, mode="mix", ll_keywords=["Carol White"], hl_keywords=[])
@@ -231,6 +243,7 @@ async def test_an_oversized_only_entity_is_cut_to_its_budget(kb: httpx.AsyncClie
     assert len(section.splitlines()) == 1 and get_tokenizer().count(section) <= 12
 
 
+@on_both_backends
 async def test_descriptions_are_the_stored_ones(kb: httpx.AsyncClient) -> None:
     """Descriptions are not kept in memory: a retrieval reads the chosen rows' from DuckDB."""
     store = store_of(kb)
@@ -251,6 +264,7 @@ async def test_descriptions_are_the_stored_ones(kb: httpx.AsyncClient) -> None:
     assert berlin["description"] == entities["Berlin"]
 
 
+@on_both_backends
 async def test_a_description_is_found_by_name_once_its_row_was_re_keyed(kb: httpx.AsyncClient) -> None:
     """A commit between a retrieval's vector search and its description read can re-embed (so re-key)
     a row: the description is then found by its name."""
