@@ -64,6 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "everything if the embedding model changed")
     reindex.add_argument("--kb", metavar="NAME", help=KB_HELP)
     _add_setting_flags(reindex)
+    migrate = commands.add_parser("migrate-store", help="copy every knowledge base between the embedded store "
+                                  "(--data-dir) and PostgreSQL, checked table by table (stop the gateway first)")
+    direction = migrate.add_mutually_exclusive_group(required=True)
+    direction.add_argument("--to", metavar="URI", help="copy the embedded store into this PostgreSQL server "
+                           "(postgresql://user:password@host:5432/db), a schema kb_<name> per base")
+    direction.add_argument("--from", dest="source", metavar="URI", help="copy this PostgreSQL server's bases "
+                           "back into the embedded store at --data-dir")
+    migrate.add_argument("--kb", metavar="NAME", help="only this knowledge base (default: all of them)")
+    migrate.add_argument("--replace", action="store_true", help="replace a target base that already holds "
+                         "documents (its schema, or its database, made anew) instead of refusing")
+    _add_setting_flags(migrate)
     mcp = commands.add_parser("mcp", help="serve the knowledge base to an MCP client over stdio (Claude Desktop...): "
                                           "through the running gateway, else on the store itself (docs/mcp.md)")
     mcp.add_argument("--create", action="store_true",
@@ -174,6 +185,10 @@ def _main(argv: Sequence[str] | None) -> int:
                                 args.json, args.kb)
     if args.command == "reindex":
         return cli_commands.run(cli_commands.reindex, settings, args.kb)
+    if args.command == "migrate-store":
+        from proxy.cli.migrate_store import migrate_store
+
+        return cli_commands.run(migrate_store, settings, args.to, args.source, args.kb, args.replace)
     if args.command == "keys":
         from proxy.cli import keys as cli_keys
 
