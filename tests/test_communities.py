@@ -34,8 +34,15 @@ from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.rag_helpers import query, settle, upload
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 ENTITIES = {"Nimbus Labs": "Organization", "Cirrus Engine": "Artifact", "Stratus Board": "Artifact",
             "Alto Kit": "Artifact", "Harbor Guild": "Organization", "Quay Market": "Location",
@@ -126,6 +133,7 @@ async def stored(kb: Knowledge) -> dict[str, tuple[str, list[str]]]:
     return {row[0]: (row[1], sorted(row[2])) for row in rows}
 
 
+@on_both_backends
 async def test_communities_are_summarised_when_idle_and_found_by_the_channel(
         on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
     async with gateway(on, fake) as (client, kb):
@@ -187,6 +195,7 @@ async def test_documents_arriving_stop_the_job_which_resumes_when_idle(
         assert len(await stored(kb)) == 3 and kb.communities.status.runs >= 2
 
 
+@on_both_backends
 async def test_deleting_a_document_updates_the_communities_without_extraction(
         on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
     async with gateway(on, fake) as (client, kb):
@@ -236,6 +245,7 @@ async def test_turned_off_nothing_is_summarised(settings: Settings, fake: FakeOl
     assert summaries.calls == []
 
 
+# embedded only: about a lost .usearch file (pgvector's index is in the tables)
 async def test_communities_survive_a_restart_and_their_index_is_healed(
         on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
     async with gateway(on, fake) as (client, kb):
@@ -253,6 +263,7 @@ async def test_communities_survive_a_restart_and_their_index_is_healed(
         assert found[0].entities and set(found[0].entities) == {"harbor guild", "quay market", "tide school"}
 
 
+@on_both_backends
 async def test_reembedding_for_a_new_model_writes_the_summaries_again_from_the_cache(
         on: Settings, fake: FakeOllama, summaries: Summaries, live_upstream: str) -> None:
     """``graphgate reindex`` with a new embedding model drops the (derived) summaries; the next idle

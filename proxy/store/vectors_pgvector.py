@@ -43,18 +43,24 @@ class PgVectors:
         """The table's state: always there (the tables are the index). The count is the one of the
         snapshot the rows were loaded from, once they are (a shared store: ``KnowledgeStore`` loads
         the indexes again after the rows), so that the commits replayed from then on keep it exact."""
+        self._count = self.tables.loaded_counts.get(self.table, self._read_state(ndim))
+        return True
+
+    def reset(self, ndim: int | None) -> None:
+        """Rebuilt from the tables (``graphgate reindex``): the table's count now, not the one of the
+        start-up snapshot (a re-embedding removes every community summary meanwhile)."""
+        self._count = self._read_state(ndim)
+
+    def _read_state(self, ndim: int | None) -> int:
+        """The table's count now; the index's kind, generation and dimension taken on."""
         def read(con: Con) -> tuple[int, str, int]:
             row = con.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.table))).fetchone()
             return (int(row[0]) if row else 0, get_meta(con, "vector_index", "vector") or "vector",
                     int(get_meta(con, "generation", "0") or 0))
 
         count, self._kind, self.generation = self.db.read_sync(read)
-        self._count = self.tables.loaded_counts.get(self.table, count)
         self._ndim = ndim
-        return True
-
-    def reset(self, ndim: int | None) -> None:
-        self.load(ndim)
+        return count
 
     def save(self, generation: int) -> None:
         self.generation = generation
