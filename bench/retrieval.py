@@ -119,6 +119,7 @@ import anyio, numpy as np
 sys.path.insert(0, sys.argv[2])
 from pathlib import Path
 from proxy.core.settings import Settings
+from proxy.store.backends import backend_for
 from proxy.store.store import KnowledgeStore
 from proxy.retrieval.retriever import Retriever
 from proxy.retrieval.params import QueryParams
@@ -127,7 +128,8 @@ from proxy.core.tokens import get_tokenizer
 
 async def main():
     settings = Settings.load()
-    store = await KnowledgeStore.open(Path(sys.argv[1]), settings.vector_dtype, settings.db_memory)
+    store = await KnowledgeStore.open(Path(sys.argv[1]), settings.vector_dtype, settings.db_memory,
+                                      backend_for(settings.store, "default"))   # GRAPHGATE_STORE: bench/backends.py
     retriever = Retriever(store, None, settings, get_tokenizer())
     rng = np.random.default_rng(11)
     async def embed(query, keywords, question_vector=None):  # a local function: the upstream is not timed

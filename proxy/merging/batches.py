@@ -7,14 +7,15 @@ overlap: while one commits, the next is prepared against the rows the committing
 that remove anything (a new version replacing an old one) do not overlap.
 
 Everything else that changes the graph (deletes, curation) takes ``exclusive()``: the merge lock,
-then no commit in flight. On a store several replicas share, each batch and each edit also takes
-the knowledge base's merge turn (``KnowledgeStore.merge_turn``), so replicas merge one at a time.
+then no commit in flight. On a store several replicas share, batches and edits also hold the
+knowledge base's merge turn (``KnowledgeStore.merge_turn``), so replicas merge one at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from proxy.upstream.model_calls import ModelClient
 log = logging.getLogger("graphgate.ingest")
 
 MERGE_BATCH = 48  # documents merged in one transaction when they wait together
+TURN_SECONDS = 2.0  # on a shared store, the longest this replica merges batch after batch before letting others in
 
 
 @dataclass
@@ -61,6 +63,8 @@ class Merger:
         self.lock = anyio.Lock()
         self.inflight: InFlight | None = None
         self._group: TaskGroup | None = None
+        self._turn: contextlib.AsyncExitStack | None = None   # the merge turn held (a shared store)
+        self._turn_since = 0.0
 
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
@@ -92,13 +96,18 @@ class Merger:
         receive = self._receive
         while True:
             if self.inflight is None:
-                batch = [await receive.receive()]
+                try:
+                    batch = [receive.receive_nowait()]
+                except anyio.WouldBlock:   # idle: the other replicas may merge
+                    await self._end_turn()
+                    batch = [await receive.receive()]
             else:
                 try:
                     batch = [receive.receive_nowait()]
                 except anyio.WouldBlock:  # nothing to prepare meanwhile: let the commit finish
                     async with self.lock:
                         await self._settle()
+                    await self._end_turn()
                     continue
             while len(batch) < MERGE_BATCH:
                 try:
@@ -113,6 +122,8 @@ class Merger:
                     ready.append(work)
                 except Exception as exc:  # noqa: BLE001 - only this document failed to record
                     await self.reports.fail_with(work.document_id, exc)
+            await self._end_turn(if_held_for=TURN_SECONDS)
+            await self._take_turn()
             async with self.lock:
                 try:
                     await self._merge_batch(batch, ready)
@@ -124,17 +135,26 @@ class Merger:
                         await self.reports.fail_with(work.document_id, exc)
                     self._finished(batch)
 
-    async def _merge_batch(self, batch: list[Work], ready: list[Work]) -> None:
-        if not self.store.backend.shared:
-            await self._merge_prepared(batch, ready)
-            return
-        # other replicas merge into the same graph: a batch is prepared and committed within one
-        # merge turn, never overlapping the next (which must be prepared over the others' commits)
-        async with self.store.merge_turn():
-            await self._merge_prepared(batch, ready)
-            await self._settle()
+    # --- the merge turn, on a store several replicas share ---
 
-    async def _merge_prepared(self, batch: list[Work], ready: list[Work]) -> None:
+    async def _take_turn(self) -> None:
+        """Other replicas merge into the same graph: batches are prepared and committed within this
+        replica's merge turn, held from batch to batch (so that one still overlaps the next) until
+        the merger falls idle or has held it TURN_SECONDS."""
+        if self.store.backend.shared and self._turn is None:
+            stack = contextlib.AsyncExitStack()
+            await stack.enter_async_context(self.store.merge_turn())
+            self._turn, self._turn_since = stack, time.monotonic()
+
+    async def _end_turn(self, *, if_held_for: float = 0.0) -> None:
+        if self._turn is None or time.monotonic() - self._turn_since < if_held_for:
+            return
+        async with self.lock:
+            await self._settle()   # the commit in flight lands within the turn
+        turn, self._turn = self._turn, None
+        await turn.aclose()
+
+    async def _merge_batch(self, batch: list[Work], ready: list[Work]) -> None:
         for work in ready:
             work.phase = "merging"
         stored = await self.store.tables.documents.get_many([w.document_id for w in ready])

@@ -21,9 +21,11 @@ from proxy.store.postgres.graph_rows import write_curation
 INDEXED_TABLES = ("chunks", "entities", "relations")
 VECTOR_TABLES = (*INDEXED_TABLES, "communities")
 CHANNEL = "graphgate_changes"   # NOTIFY payload: "<schema>:<generation>"
-# HNSW build parameters: pgvector's defaults (m 16, ef_construction 64) gave recall 0.95-0.99 at
-# ef_search 128 on bench/pg_feasibility.py's corpus; 40 cost 0.05-0.1 of recall for 10-25 % faster inserts
-HNSW = "WITH (m = 16, ef_construction = 64)"
+# HNSW build parameters: the embedded store's USearch ones (connectivity 16, expansion_add 40:
+# proxy/store/vectors_usearch.py), not pgvector's default ef_construction of 64, whose inserts (what a
+# commit spends most on) ran 40-60 % slower at 768 dimensions here for 0.05-0.1 more recall at
+# ef_search 128 on bench/pg_feasibility.py's (hard) corpus
+HNSW = "WITH (m = 16, ef_construction = 40)"
 
 
 def table_keys(con: Con, table: str) -> np.ndarray:
@@ -159,7 +161,12 @@ _ROW_COLUMNS = {
 
 
 def _upsert_rows(con: Con, table: str, id_column: str, rows: list[Any], delta: IndexDelta, stamp: datetime) -> None:
-    """Replace rows in bulk; a row whose key is 0 or differs from the stored one gets a new key."""
+    """Replace rows in bulk; a row whose key is 0 or differs from the stored one gets a new key.
+
+    A row whose embedding stays (same key) is updated in place without touching its embedding:
+    PostgreSQL then adds no HNSW entry for it (a heap-only update, which the tables' fillfactor
+    leaves room for), and an HNSW insert is what a commit spends most on (600-800 vectors/s at 768
+    dimensions here, bench/backends.py). Only new and re-embedded rows are inserted."""
     if not rows:
         return
     ids = [getattr(r, id_column) for r in rows]
@@ -174,16 +181,27 @@ def _upsert_rows(con: Con, table: str, id_column: str, rows: list[Any], delta: I
         row.key = key
         delta.added_keys.append(key)
         delta.added_vectors.append(row.embedding)
+    added = {id(r) for r in fresh}
+    kept = [r for r in rows if id(r) not in added and getattr(r, id_column) in old]
+    inserted = [r for r in rows if id(r) in added or getattr(r, id_column) not in old]
     columns = _ROW_COLUMNS[table]
-    con.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(sql.Identifier(table), sql.Identifier(id_column)),
-                [ids])
-    insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-        sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, (*columns, "created_at", "updated_at"))),
-        sql.SQL(", ").join(sql.Placeholder() * (len(columns) + 2)))
-    values = [(*(_vector(r.embedding) if name == "embedding" else getattr(r, name) for name in columns),
-               old[i][1] if i in old else stamp, stamp) for r, i in zip(rows, ids, strict=True)]
     with con.cursor() as cursor:
-        cursor.executemany(insert, values)
+        if kept:
+            others = [c for c in columns if c not in (id_column, "key", "embedding")]
+            update = sql.SQL("UPDATE {} SET {}, updated_at = %s WHERE {} = %s").format(
+                sql.Identifier(table), sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in others),
+                sql.Identifier(id_column))
+            cursor.executemany(update, [(*(getattr(r, c) for c in others), stamp, getattr(r, id_column)) for r in kept])
+        if inserted:
+            cursor.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
+                sql.Identifier(table), sql.Identifier(id_column)), [[getattr(r, id_column) for r in inserted]])
+            insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, (*columns, "created_at", "updated_at"))),
+                sql.SQL(", ").join(sql.Placeholder() * (len(columns) + 2)))
+            created = [old[i][1] if (i := getattr(r, id_column)) in old else stamp for r in inserted]
+            cursor.executemany(insert, [(*(_vector(r.embedding) if name == "embedding" else getattr(r, name)
+                                           for name in columns), made, stamp)
+                                        for r, made in zip(inserted, created, strict=True)])
 
 
 def _update_documents(con: Con, updates: list[Any], stamp: datetime) -> None:

@@ -1,6 +1,10 @@
 """The knowledge base's merge lock across replicas: PostgreSQL's session advisory lock, held on a
-connection of its own for as long as one replica prepares and commits a merge or an edit. The
-server releases it when that connection ends, so a replica that dies (SIGKILL) never leaves it taken."""
+connection of its own for as long as one replica prepares and commits merges or an edit. The
+server releases it when that connection ends, so a replica that dies (SIGKILL) never leaves it taken.
+
+Within a replica it is re-entrant (PostgreSQL counts a session's locks): the merger holds it from
+batch to batch while an edit, already serialised with the merger by the merger's own lock, takes it
+again; each release gives back one."""
 
 from __future__ import annotations
 
@@ -20,8 +24,7 @@ class MergeLock:
         self.dsn = dsn
         self.key = f"graphgate-merge:{schema}"
         self._con: psycopg.Connection | None = None
-        self._local = anyio.Lock()   # one holder per replica; the advisory lock orders the replicas
-        self._thread_lock = threading.Lock()
+        self._thread_lock = threading.Lock()   # the connection: one statement at a time
 
     def _take_sync(self) -> None:
         with self._thread_lock:
@@ -52,14 +55,13 @@ class MergeLock:
 
     @contextlib.asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
-        async with self._local:
-            with anyio.CancelScope(shield=True):   # a thread waiting for the lock cannot be abandoned
-                await anyio.to_thread.run_sync(self._take_sync)
-            try:
-                yield
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self._release_sync)
+        with anyio.CancelScope(shield=True):   # a thread waiting for the lock cannot be abandoned
+            await anyio.to_thread.run_sync(self._take_sync)
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._release_sync)
 
     def close(self) -> None:
         with self._thread_lock:

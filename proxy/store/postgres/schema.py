@@ -74,7 +74,7 @@ CREATE TABLE entities (
     embedding vector NOT NULL,
     created_at timestamp NOT NULL,
     updated_at timestamp NOT NULL
-);
+) WITH (fillfactor = 70);   -- room for in-place (heap-only) updates, which add no HNSW entry: commit.py
 CREATE INDEX entities_key ON entities (key);
 
 CREATE TABLE relations (
@@ -90,7 +90,7 @@ CREATE TABLE relations (
     embedding vector NOT NULL,
     created_at timestamp NOT NULL,
     updated_at timestamp NOT NULL
-);
+) WITH (fillfactor = 70);
 CREATE INDEX relations_key ON relations (key);
 
 CREATE TABLE llm_cache (
