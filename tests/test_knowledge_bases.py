@@ -21,8 +21,15 @@ from tests.conftest import gateway_client
 from tests.corpus import CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 
 def registry_of(client: httpx.AsyncClient) -> KnowledgeBases:
@@ -147,6 +154,7 @@ async def test_names_unknown_bases_and_confirmations(settings: Settings, fake: F
     assert "created_at" in registry["bases"]["fr"]
 
 
+@on_both_backends
 async def test_a_deleted_base_leaves_nothing_and_the_others_intact(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:
@@ -198,6 +206,7 @@ async def test_a_killed_deletion_is_finished_at_the_next_start(
     assert "doomed" not in json.loads((root / REGISTRY_FILE).read_text())["bases"]
 
 
+@on_both_backends
 async def test_a_tombstone_of_an_earlier_base_spares_a_new_one_of_the_same_name(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     """A deletion whose last step failed leaves a tombstone; a base made since under the same name

@@ -169,7 +169,9 @@ class KnowledgeBases:
             await self._save()
             for tomb in tombstones:
                 log.info("finishing the deletion of knowledge base %s", tomb.name)
-                await self._drop_outside(tomb.name.removeprefix(TOMBSTONE).rsplit(".", 1)[0])
+                name = tomb.name.removeprefix(TOMBSTONE).rsplit(".", 1)[0]
+                if name not in self.bases:   # else a base made since under that name owns the schema now
+                    await self._drop_outside(name)
                 await anyio.to_thread.run_sync(shutil.rmtree, tomb)
         except (OSError, StorageError) as exc:   # a read-only disk, a server away: the next start tries again
             log.warning("could not finish deleting knowledge bases in %s: %s", self.root, exc)
