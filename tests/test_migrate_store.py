@@ -239,3 +239,27 @@ def test_bad_uris_and_a_store_in_use_are_refused_with_nothing_written(
         holder.communicate("")
     with psycopg.connect(pg_server) as con:
         assert con.execute("SELECT to_regnamespace('kb_default')").fetchone() == (None,)
+
+
+@pytest.mark.anyio
+async def test_a_copy_that_differs_from_its_source_is_a_failure_naming_the_table(
+        settings: Settings, fake: FakeOllama, pg_server: str, base: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A target that stores a row other than it was given (here: one chunk's text) is caught by the check."""
+    from proxy.store.migrate_postgres import PostgresSide
+
+    await build_store(settings, fake, base)
+    write = PostgresSide.write
+
+    def altered(self: PostgresSide, spec: Any, batches: Any) -> None:
+        def changed() -> Any:
+            for rows in batches:
+                if spec.name == "chunks" and self.schema == "kb_default":
+                    rows = [(rows[0][0], rows[0][1], rows[0][2] + " (changed)", *rows[0][3:]), *rows[1:]]
+                yield rows
+        write(self, spec, changed())
+
+    monkeypatch.setattr(PostgresSide, "write", altered)
+    status, out, err = await command(capsys, "migrate-store", "--to", pg_server, *flags(settings.data_dir))
+    assert status == 1 and "table chunks of knowledge base 'default'" in err, err
+    assert [line.split()[0] for line in out.splitlines() if "MISMATCH" in line] == ["chunks"], out

@@ -65,7 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--kb", metavar="NAME", help=KB_HELP)
     _add_setting_flags(reindex)
     migrate = commands.add_parser("migrate-store", help="copy every knowledge base between the embedded store "
-                                  "(--data-dir) and PostgreSQL, checked table by table (stop the gateway first)")
+                                  "(--data-dir) and PostgreSQL, checked table by table (stop the gateway first)",
+                                  description="Copy every knowledge base between the embedded store at --data-dir "
+                                  "and a PostgreSQL server (a schema kb_<name> each), then check every table (rows "
+                                  "and checksum). The gateway must not be running on either store: stop `graphgate "
+                                  "serve` first. A target that holds documents is refused unless --replace "
+                                  "(docs/postgresql.md).")
     direction = migrate.add_mutually_exclusive_group(required=True)
     direction.add_argument("--to", metavar="URI", help="copy the embedded store into this PostgreSQL server "
                            "(postgresql://user:password@host:5432/db), a schema kb_<name> per base")

@@ -27,7 +27,7 @@ CONNECT_SECONDS = 10
 # a bulk HNSW build keeps its graph in maintenance_work_mem (a slow build on disk otherwise): per
 # vector about its floats plus its neighbour lists
 INDEX_BYTES_PER_VECTOR = 700
-INDEX_MEMORY_CAP = 4 << 30
+INDEX_MEMORY_CAP = 2 << 30   # a server of a few GB keeps room for its other work
 
 
 def shown(dsn: str) -> str:
