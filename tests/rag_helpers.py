@@ -34,7 +34,8 @@ def store_of(client: httpx.AsyncClient):
 
 async def store_snapshot_of(kb) -> list:
     """Every table's rows (but the store's meta row), to show that a refused request changed nothing."""
-    tables = await kb.store.tables.db.read(lambda c: [r[0] for r in c.execute("SHOW TABLES").fetchall()])
+    tables = await kb.store.tables.db.read(lambda c: [r[0] for r in c.execute(   # either backend's tables
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()").fetchall()])
     return [(t, await kb.store.tables.db.read(
                 lambda c, t=t: sorted(map(repr, c.execute(f'SELECT * FROM "{t}"').fetchall()))))
             for t in tables if t not in ("meta",)]

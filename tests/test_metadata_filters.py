@@ -12,12 +12,20 @@ import httpx
 import pytest
 
 from proxy.core.metadata import check_metadata, parse_filter
+from proxy.core.settings import Settings
 from tests.chat_helpers import body, chats, traces
 from tests.corpus import CITY, TEAM
 from tests.fake_ollama import FakeOllama
 from tests.rag_helpers import query, settle, store_snapshot_of
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("facts")]
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 TEAM_META = {"category": "projects", "year": 2024, "tags": ["orion", "staff"]}
 CITY_META = {"category": "places", "year": 2023, "source": "atlas"}
@@ -44,6 +52,7 @@ def documents_cited(result: dict[str, Any]) -> set[str]:
     return {d for chunk in result["chunks"] for d in chunk["documents"]}
 
 
+@on_both_backends
 async def test_metadata_is_stored_shown_and_edited(client: httpx.AsyncClient) -> None:
     team_id, city_id = await two_documents(client)
     assert (await client.get(f"/rag/documents/{team_id}")).json()["metadata"] == TEAM_META
@@ -68,6 +77,7 @@ async def test_multipart_upload_takes_a_metadata_field(client: httpx.AsyncClient
     assert document["metadata"] == {"source": "wiki", "rank": 3}
 
 
+@on_both_backends
 async def test_a_new_version_keeps_its_metadata_unless_given(client: httpx.AsyncClient) -> None:
     first = await settle(client, (await put(client, "team.txt", TEAM, TEAM_META))["id"])
     second = await put(client, "team.txt", TEAM + " Carol White visits Acme Corp.")
@@ -82,6 +92,7 @@ async def test_a_new_version_keeps_its_metadata_unless_given(client: httpx.Async
     [1, 2], {"": "x"}, {"$op": 1}, {"ok": None}, {"ok": True}, {"ok": {"nested": 1}}, {"ok": [1, [2]]},
     {"k" * 65: 1}, {f"k{i}": i for i in range(33)}, "{not json",
 ])
+@on_both_backends
 async def test_bad_metadata_is_refused_and_stores_nothing(client: httpx.AsyncClient, metadata: Any) -> None:
     kb = client._transport.app.state.gateway.knowledge  # type: ignore[attr-defined]
     before = await store_snapshot_of(kb)
@@ -105,6 +116,7 @@ async def test_bad_metadata_edits_are_refused(client: httpx.AsyncClient) -> None
     assert missing.status_code == 404 and "doc-nope" in missing.json()["error"]
 
 
+@on_both_backends
 async def test_a_filter_restricts_what_a_query_finds(client: httpx.AsyncClient) -> None:
     await two_documents(client)
     everything = await query(client, query=QUESTION)
@@ -151,6 +163,7 @@ async def test_bad_filters_are_a_400(client: httpx.AsyncClient, filters: Any) ->
     assert "filter" in response.json()["error"]
 
 
+@on_both_backends
 async def test_editing_metadata_changes_what_a_filter_finds(client: httpx.AsyncClient) -> None:
     _, city_id = await two_documents(client)
     assert documents_cited(await query(client, query=QUESTION, filters={"category": "projects"})) == {"team.txt"}
