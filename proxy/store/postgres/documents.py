@@ -169,9 +169,12 @@ def delete_unprocessed(con: Con, document_id: str) -> None:
 
 def set_status(con: Con, document_id: str, status: str, error: str | None = None,
                total: int | None = None, done: int | None = None) -> None:
+    # a document failed or sent back to pending is no replica's any more (proxy/store/postgres/queue.py)
     con.execute("UPDATE documents SET status = %s, error = %s, chunks_total = coalesce(%s, chunks_total), "
-                "chunks_done = coalesce(%s, chunks_done), updated_at = %s WHERE id = %s",
-                [status, error, total, done, now(), document_id])
+                "chunks_done = coalesce(%s, chunks_done), updated_at = %s, "
+                "lease_owner = CASE WHEN %s = 'processing' THEN lease_owner END, "
+                "lease_until = CASE WHEN %s = 'processing' THEN lease_until END WHERE id = %s",
+                [status, error, total, done, now(), status, status, document_id])
 
 
 def extracted_ids(con: Con, chunk_ids: list[str]) -> set[str]:
