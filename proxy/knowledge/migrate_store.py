@@ -30,7 +30,7 @@ from proxy.knowledge.bases import (
     read_registry_sync,
 )
 from proxy.store.backends import schema_name
-from proxy.store.migrate import BaseCopy, Progress, copy_base
+from proxy.store.migrate import BaseCopy, Progress, check_tables, copy_base
 from proxy.store.migrate_duckdb import DuckDBSide, holds_documents, remove_store
 from proxy.store.migrate_rows import MigrationError
 
@@ -87,6 +87,8 @@ def to_postgres(settings: Settings, dsn: str, kb: str | None = None, replace: bo
         # every store opened first: one that another process holds stops the migration before any write
         sources = [(name, base, stack.enter_context(contextlib.closing(DuckDBSide(base.data_dir, base.db_memory))))
                    for name, base in bases]
+        for _, _, source in sources:
+            check_tables(source)
         for name, base, source in sources:
             target = pg.PostgresSide(dsn, schema_name(name), source=False)
             try:
@@ -121,23 +123,26 @@ def from_postgres(settings: Settings, dsn: str, kb: str | None = None, replace: 
     if occupied and not replace:
         raise MigrationError(f"the embedded store at {settings.data_dir} already holds documents in "
                              f"{', '.join(occupied)}: nothing was copied; add --replace to replace those bases")
-    _list_bases(settings.data_dir / BASES_DIR, [name for name in names if name != DEFAULT])
     results = []
-    for name in names:
-        directory = directories[name]
-        remove_store(directory)
-        source = pg.PostgresSide(dsn, schema_name(name), source=True)
-        try:
+    with contextlib.ExitStack() as stack:
+        # every schema opened and checked first: one this GraphGate cannot copy stops it before any write
+        sources = {name: stack.enter_context(contextlib.closing(pg.PostgresSide(dsn, schema_name(name), source=True)))
+                   for name in names}
+        for source in sources.values():
+            check_tables(source)
+        _list_bases(settings.data_dir / BASES_DIR, [name for name in names if name != DEFAULT])
+        for name, source in sources.items():
+            directory = directories[name]
+            remove_store(directory)
             target = DuckDBSide(directory, settings.db_memory)
             try:
-                results.append(copy_base(name, source, target, progress))
+                with source.snapshot():
+                    results.append(copy_base(name, source, target, progress))
             except BaseException:
                 target.close()
                 remove_store(directory)   # the copy was rolled back: no empty store left behind
                 raise
             target.close()
-        finally:
-            source.close()
     return results
 
 

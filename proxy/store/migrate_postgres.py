@@ -94,6 +94,14 @@ class PostgresSide:
 
     # --- reading ---
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read of the block from one snapshot of the schema (a replica still committing
+        cannot tear the copy between two tables)."""
+        with self.con.transaction():
+            self.con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
     def columns(self) -> dict[str, list[str]]:
         rows = self.con.execute("SELECT table_name, column_name FROM information_schema.columns "
                                 "WHERE table_schema = %s ORDER BY table_name, ordinal_position",
