@@ -118,6 +118,10 @@ def test_documents_uploaded_through_one_replica_are_answered_by_the_other(
         for field in ("chunks", "entities", "relations", "graph", "index_sizes", "generation"):
             assert a[field] == b[field], field
         assert b["graph"] == {"vertices": b["entities"], "edges": b["relations"]}
+        health = httpx.get(f"{second.url}/rag/health", params={"kb": kb}, timeout=10).json()
+        assert health["status"] == "ok" and health["problems"] == [], health
+        assert health["store"]["writable"] is True and health["store"]["free_bytes"] is None
+        assert health["store"]["stored_bytes"] > 0 and health["store"]["documents"]["processed"] == len(docs)
         person = next(n for n in NAMES if n in docs["doc0.md"])
         answer = httpx.post(f"{second.url}/rag/query", params={"kb": kb},
                             json={"query": f"Who did {person} meet?", "mode": "local"}, timeout=30)

@@ -108,6 +108,8 @@ async def _store_report(kb: Any, kb_error: str | None, store_probe: Any
                 [f"the knowledge store is unavailable ({error}): chats go through without your documents; "
                  "check GRAPHGATE_DATA_DIR (free space, permissions, another GraphGate using it), then restart"],
                 True)
+    server = kb.store.backend.shared   # PostgreSQL (GRAPHGATE_STORE): no data directory to check
+    place = "the PostgreSQL server GRAPHGATE_STORE names" if server else "the disk holding GRAPHGATE_DATA_DIR"
     status = kb.documents.status()
     pipeline = {"working": bool(status["queued"] or status["running"]), "queued": len(status["queued"]),
                 "running": len(status["running"]), "chunks_per_minute": status["chunks_per_minute"]}
@@ -119,7 +121,11 @@ async def _store_report(kb: Any, kb_error: str | None, store_probe: Any
                              "unrecorded_failures": probe.unrecorded_failures, "invalidated": failure is not None,
                              "reopened": probe.condition.reopened}
     problems: list[str] = []
-    if failure is not None:
+    if failure is not None and server:
+        store["error"] = "unreachable; the log says more"
+        problems.append("the knowledge store's PostgreSQL server could not be reached at the last statement; GraphGate "
+                        "reconnects by itself as soon as it answers: until then /rag and the console answer 503")
+    elif failure is not None:
         cause = "the disk holding GRAPHGATE_DATA_DIR is full" if "is full" in failure else "the log says more"
         store["error"] = "invalidated; " + cause
         problems.append(f"DuckDB invalidated the knowledge store's database after a fatal error ({cause}); GraphGate "
@@ -127,7 +133,7 @@ async def _store_report(kb: Any, kb_error: str | None, store_probe: Any
                         "console answer 507 or 503")
     if probe.busy:
         problems.append(f"the knowledge store did not answer within {STORE_SECONDS:g} s: it is busy (a large "
-                        "commit or checkpoint); if this persists, check the disk holding GRAPHGATE_DATA_DIR")
+                        f"commit or checkpoint); if this persists, check {place}")
         return store, pipeline, problems, False
     if probe.error is not None:
         exc = probe.error
@@ -135,14 +141,17 @@ async def _store_report(kb: Any, kb_error: str | None, store_probe: Any
             return store, pipeline, problems, True
         log.error("the knowledge store cannot be read for /rag/health: %s: %s", type(exc).__name__, exc)
         store["error"] = f"{type(exc).__name__}; the log says more"  # the message may name paths
-        problems.append(f"the knowledge store cannot be read ({store['error']}): check the disk holding "
-                        "GRAPHGATE_DATA_DIR, then restart")
+        problems.append(f"the knowledge store cannot be read ({store['error']}): check {place}, then restart")
         return store, pipeline, problems, True
     assert probe.health is not None
     store.update(documents=probe.health.documents, writable=probe.health.writable,
                  free_bytes=probe.health.free_bytes)
+    if server:
+        store["stored_bytes"] = probe.health.stored_bytes   # the base's schema on the server
     if not probe.health.writable:
-        problems.append("the knowledge store's data directory is not writable, so uploads and ingestion fail: "
+        problems.append("the knowledge store's PostgreSQL server refuses writes (read-only, a full disk or a "
+                        "revoked grant), so uploads and ingestion fail" if server else
+                        "the knowledge store's data directory is not writable, so uploads and ingestion fail: "
                         "give GraphGate write access to GRAPHGATE_DATA_DIR")
     if probe.unrecorded_failures:
         problems.append(f"the knowledge store refused to record {probe.unrecorded_failures} failed document(s) "
