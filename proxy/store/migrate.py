@@ -42,6 +42,8 @@ class Side(Protocol):
 
 
 class Target(Side, Protocol):
+    builds_indexes: bool   # vector indexes built in the copy's transaction (PostgreSQL), not at start-up
+
     def writing(self) -> AbstractContextManager[None]: ...
     def clear_meta(self, spec: TableSpec) -> None: ...
     def write(self, spec: TableSpec, batches: Iterable[list[Row]]) -> None: ...
@@ -102,8 +104,7 @@ def check_tables(side: Side) -> None:
 
 def copy_base(name: str, source: Side, target: Target, progress: Progress, dtype: str = "i8") -> BaseCopy:
     """Copy every table of ``source`` into ``target`` (empty, or made anew by its ``writing``),
-    then check the copy. ``dtype``: the vector index's element type
-    on PostgreSQL."""
+    then check the copy. ``dtype``: the vector index's element type on PostgreSQL."""
     check_tables(source)
     try:
         return _copy_and_check(name, source, target, progress, dtype)
@@ -136,7 +137,7 @@ def _copy_and_check(name: str, source: Side, target: Target, progress: Progress,
         for sequence in SEQUENCES:
             highest = max(d.highest for d in digests.values() if d.spec.sequence == sequence)
             target.advance(sequence, max(highest, source.sequence_position(sequence)))
-        if dim:
+        if dim and target.builds_indexes:
             progress(f"{name}: building the vector indexes", 0, 1)
             most = max(d.rows for d in digests.values() if EMBEDDING in d.spec.types)
             target.index_embeddings(dim, dtype, most)

@@ -72,6 +72,8 @@ def remove_store(directory: Path) -> None:
 class DuckDBSide:
     """One knowledge base's DuckDB file, opened (and migrated, as the gateway would) for the copy."""
 
+    builds_indexes = False   # the USearch indexes are built from the tables at start-up
+
     def __init__(self, directory: Path, memory_limit: str = "1GB") -> None:
         self.path = directory / DATABASE_FILE
         self.label = f"embedded store {directory}"

@@ -70,6 +70,8 @@ def _columns(spec: TableSpec) -> sql.Composable:
 class PostgresSide:
     """One knowledge base's schema: its own connection, in autocommit between the copy's transaction."""
 
+    builds_indexes = True   # the HNSW indexes, in the copy's transaction
+
     def __init__(self, dsn: str, schema: str, *, source: bool) -> None:
         self.schema = schema
         self.label = f"PostgreSQL schema {schema} at {shown(dsn)}"
