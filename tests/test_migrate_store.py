@@ -206,6 +206,23 @@ async def test_one_base_only_and_a_target_with_documents_is_refused_unless_repla
     assert status == 1 and "already holds documents in default" in err and "--replace" in err, err
     assert ((data / DATABASE_FILE).stat().st_mtime_ns, (data / "kbs" / "registry.json").read_bytes()) == before
     original = embedded_tables(data)
+
+    # a copy that fails half-way leaves the base it was to replace as it was
+    from proxy.store.migrate_duckdb import DuckDBSide
+    write = DuckDBSide.write
+
+    def failing(self: DuckDBSide, spec: Any, batches: Any) -> None:
+        if spec.name == "entities":
+            raise duckdb.IOException("IO Error: No space left on device")
+        write(self, spec, batches)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DuckDBSide, "write", failing)
+        status, _, err = await command(capsys, "migrate-store", "--from", pg_server, "--replace", *flags(data))
+    assert status == 1 and "failed: IO Error: No space left on device" in err, err
+    assert embedded_tables(data) == original
+    assert sorted(p.name for p in data.iterdir() if "migrating" in p.name) == []
+
     status, out, err = await command(capsys, "migrate-store", "--from", pg_server, "--replace", *flags(data))
     assert status == 0, err
     assert embedded_tables(data) == original

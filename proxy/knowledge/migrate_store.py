@@ -31,7 +31,7 @@ from proxy.knowledge.bases import (
 )
 from proxy.store.backends import schema_name
 from proxy.store.migrate import BaseCopy, Progress, check_tables, copy_base
-from proxy.store.migrate_duckdb import DuckDBSide, holds_documents, remove_store
+from proxy.store.migrate_duckdb import DuckDBSide, drop_staged, holds_documents, put_in_place, staged
 from proxy.store.migrate_rows import MigrationError
 
 __all__ = ["BaseCopy", "MigrationError", "from_postgres", "to_postgres"]
@@ -132,17 +132,20 @@ def from_postgres(settings: Settings, dsn: str, kb: str | None = None, replace: 
             check_tables(source)
         _list_bases(settings.data_dir / BASES_DIR, [name for name in names if name != DEFAULT])
         for name, source in sources.items():
+            # written beside the base's store, which it replaces once complete: a copy that fails
+            # leaves the base as it was
             directory = directories[name]
-            remove_store(directory)
-            target = DuckDBSide(directory, settings.db_memory)
+            drop_staged(directory)
+            target = DuckDBSide(directory, settings.db_memory, staged(directory).name)
             try:
                 with source.snapshot():
                     results.append(copy_base(name, source, target, progress))
             except BaseException:
                 target.close()
-                remove_store(directory)   # the copy was rolled back: no empty store left behind
+                drop_staged(directory)
                 raise
             target.close()
+            put_in_place(directory)
     return results
 
 

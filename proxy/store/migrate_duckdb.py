@@ -8,6 +8,7 @@ start-up): they are never copied, and a replaced store loses them with its datab
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -69,13 +70,33 @@ def remove_store(directory: Path) -> None:
                 derived.unlink()
 
 
+def staged(directory: Path) -> Path:
+    """Where a copy into ``directory`` is written before it takes the store's place (``put_in_place``)."""
+    return directory / f".{DATABASE_FILE}.migrating"
+
+
+def put_in_place(directory: Path) -> None:
+    """The staged copy (checkpointed and closed) becomes the base's store: the old database and its
+    derived indexes go, the copy is renamed over."""
+    remove_store(directory)
+    log = staged(directory).with_name(staged(directory).name + ".wal")
+    if log.exists():   # none after the checkpoint, but a log left there belongs with its database
+        os.replace(log, directory / f"{DATABASE_FILE}.wal")
+    os.replace(staged(directory), directory / DATABASE_FILE)
+
+
+def drop_staged(directory: Path) -> None:
+    for path in (staged(directory), staged(directory).with_name(staged(directory).name + ".wal")):
+        path.unlink(missing_ok=True)
+
+
 class DuckDBSide:
     """One knowledge base's DuckDB file, opened (and migrated, as the gateway would) for the copy."""
 
     builds_indexes = False   # the USearch indexes are built from the tables at start-up
 
-    def __init__(self, directory: Path, memory_limit: str = "1GB") -> None:
-        self.path = directory / DATABASE_FILE
+    def __init__(self, directory: Path, memory_limit: str = "1GB", file_name: str = DATABASE_FILE) -> None:
+        self.path = directory / file_name
         self.label = f"embedded store {directory}"
         directory.mkdir(parents=True, exist_ok=True)
         try:
