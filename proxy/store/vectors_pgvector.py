@@ -4,9 +4,10 @@ The vectors are the table's embedding column, written by the commit in the same 
 the rows, so there is nothing to add, remove, save or heal here: ``add`` and ``remove`` only keep the
 count the store reads on the event loop, and ``generation`` is the tables'. Searches are one
 statement each (0.8-2 ms at 100k rows with the round trip, recall 0.97-0.99 at ef_search 128:
-docs/postgresql-plan.md). For the f16 and i8 element types the index is on the embedding cast to
-``halfvec`` (pgvector has no 8-bit type); a search then orders by the same cast, or the planner
-would not use the index.
+docs/postgresql-plan.md). For the f16 element type the index is on the embedding cast to ``halfvec``,
+for i8 on its binary quantisation (pgvector has no 8-bit type: ``commit.vector_index_kind``), whose
+nearest candidates are re-ranked by the full vectors; a search orders by the indexed expression, or
+the planner would not use the index.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
-from proxy.store.postgres.connection import Con, get_meta, vector_array
+from proxy.store.postgres.connection import EF_SEARCH, Con, get_meta, vector_array
 from proxy.store.postgres.tables import PgTables
 
 NO_KEY = 0   # keys start at 1: pads the rows of ``search_many`` that found fewer than asked
@@ -87,14 +88,28 @@ class PgVectors:
         if self._kind == "halfvec" and self._ndim:
             cast = sql.SQL("::halfvec({})").format(sql.Literal(self._ndim))
             return sql.SQL("embedding{} <=> %s{}").format(cast, cast)
+        if self._kind == "bit" and self._ndim:
+            return sql.SQL("binary_quantize(embedding)::bit({}) <~> binary_quantize(%s)").format(
+                sql.Literal(self._ndim))
         return sql.SQL("embedding <=> %s")
 
     def _search(self, con: Con, vector: np.ndarray, count: int) -> list[tuple[Any, ...]]:
-        order = self._order()
-        query = sql.SQL("SELECT key, 1 - ({}) FROM {} ORDER BY {} LIMIT %s").format(
-            order, sql.Identifier(self.table), order)
         query_vector = np.asarray(vector, dtype=np.float32).reshape(-1)
-        return con.execute(query, [query_vector, query_vector, count]).fetchall()
+        table = sql.Identifier(self.table)
+        if self._kind != "bit":
+            order = self._order()
+            return con.execute(sql.SQL("SELECT key, 1 - ({}) FROM {} ORDER BY {} LIMIT %s").format(
+                order, table, order), [query_vector, query_vector, count]).fetchall()
+        # the binary index's nearest candidates (at least four per result), re-ranked by the full vectors
+        candidates = max(EF_SEARCH, 4 * count)
+        query = sql.SQL("SELECT key, 1 - (embedding <=> %s) AS similarity FROM (SELECT key, embedding FROM {} "
+                        "ORDER BY {} LIMIT %s) candidates ORDER BY similarity DESC LIMIT %s").format(
+            table, self._order())
+        if candidates <= EF_SEARCH:
+            return con.execute(query, [query_vector, query_vector, candidates, count]).fetchall()
+        with con.transaction():   # the index yields at most ef_search rows
+            con.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(candidates)))
+            return con.execute(query, [query_vector, query_vector, candidates, count]).fetchall()
 
     def search(self, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """(key, cosine similarity) pairs, best first."""
