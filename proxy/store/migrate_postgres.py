@@ -68,7 +68,7 @@ def _columns(spec: TableSpec) -> sql.Composable:
 
 
 class PostgresSide:
-    """One knowledge base's schema: its own connection, in autocommit between the copy's transaction."""
+    """One knowledge base's schema, on a connection of its own (autocommit outside the copy's transaction)."""
 
     builds_indexes = True   # the HNSW indexes, in the copy's transaction
 
