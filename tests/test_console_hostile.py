@@ -27,8 +27,15 @@ from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
+from tests.store_backends import with_store_setting
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 # one payload per way in, so a failure says which field leaked
 P_NAME = "<script>alert('entity-name')</script>"
@@ -160,10 +167,13 @@ LISTS = [("/admin/documents", "sort"), ("/admin/documents", "order"), ("/admin/d
 
 def counts(client: httpx.AsyncClient) -> dict[str, int]:
     db = client._transport.app.state.gateway.knowledge.store.tables.db  # type: ignore[attr-defined]
-    tables = [r[0] for r in db.read_sync(lambda c: c.execute("SHOW TABLES").fetchall())]
+    tables = [r[0] for r in db.read_sync(lambda c: c.execute(   # either backend's tables
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()").fetchall())]
     return {t: db.read_sync(lambda c, t=t: c.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]) for t in tables}
 
 
+# embedded only for now: on PostgreSQL a NUL in the documents' search or id still reaches the server,
+# which refuses it (proxy/store/postgres/documents.py); mark it @on_both_backends once it does not
 async def test_sqlish_strings_in_every_search_box_match_literally_and_change_nothing(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     from tests.corpus import CITY, TEAM

@@ -8,7 +8,7 @@ from typing import Any
 
 from proxy.store.batching import BatchedReader, BatchWriter
 from proxy.store.clock import now
-from proxy.store.postgres.connection import Con, PgDatabase
+from proxy.store.postgres.connection import Con, PgDatabase, holds_nul
 from proxy.store.protocols.cache import CacheEntry, KindTotals
 
 ENTRY_COLUMNS = ("key", "model", "hits", "kb_version", "created_at", "last_hit_at", "size")
@@ -70,6 +70,8 @@ def kind_totals(con: Con) -> dict[str, KindTotals]:
 
 
 def list_entries(con: Con, kind: str, search: str | None, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+    if holds_nul(search):
+        return [], 0
     params = {"kind": kind, "q": _pattern(search)}
     # one scan for the page and the total (a search reads every request and response); keys of one
     # instant in byte order, as DuckDB sorts them

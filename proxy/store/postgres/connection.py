@@ -149,6 +149,12 @@ def vector_array(value: Vector | np.ndarray) -> np.ndarray:
     return value.to_numpy() if isinstance(value, Vector) else np.asarray(value, dtype=np.float32)
 
 
+def holds_nul(*texts: str | None) -> bool:
+    """Whether a value searched for has a NUL character: PostgreSQL's text cannot hold one, so it
+    matches no stored row (as in DuckDB) and must not reach the server, which refuses it."""
+    return any(text and "\x00" in text for text in texts)
+
+
 def get_meta(con: Con, key: str, default: str | None = None) -> str | None:
     row = con.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
     return row[0] if row else default

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from proxy.store.changes import Curation, EntityEdit, RelationEdit
 from proxy.store.clock import now
-from proxy.store.postgres.connection import Con, PgDatabase, vector_array
+from proxy.store.postgres.connection import Con, PgDatabase, holds_nul, vector_array
 from proxy.store.postgres.retrieval_rows import descriptions as _descriptions
 from proxy.store.protocols.graph_rows import (
     StoredEdits,
@@ -174,6 +174,8 @@ def _like(text: str) -> str:
 
 
 def _filter(search: str, kind: str) -> tuple[sql.Composable, list[Any]]:
+    if holds_nul(search, kind):
+        return sql.SQL("false"), []
     where: list[sql.Composable] = []
     args: list[Any] = []
     if search:
