@@ -51,7 +51,8 @@ def restart_pg(uri: str) -> None:
     from pgserver import _commands
 
     server = SERVERS[uri]
-    _commands.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+    restart = getattr(_commands, "pg_ctl")  # noqa: B009  (pgserver's typed stub lacks it)
+    restart(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
 
 
 @pytest.fixture
