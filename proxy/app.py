@@ -44,6 +44,7 @@ from proxy.rag_api import (
     routes_query,
 )
 from proxy.state import Gateway, ReleaseLeases
+from proxy.store.lists import KBS, KEYS, MODELS, following, open_lists
 from proxy.upstream.pool import Upstreams, connect
 from proxy.upstream.pool_watch import UpstreamsWatcher
 from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher, safe_url
@@ -114,7 +115,10 @@ def create_app(settings: Settings | None = None, *,
                           watcher=watcher, metrics=Metrics(lambda: open_services(gateway), upstreams=watcher.members,
                                           upstream_urls=[safe_url(url) for url in url_list(settings.upstream)]))
         gateway.store_probe = anyio.CapacityLimiter(1)
-        gateway.keys = await KeyStore.open(settings.data_dir)   # before the first request: a stored key closes the API
+        # the lists of bases, keys and knowledge models: files, or rows every replica shares (PostgreSQL)
+        lists = open_lists(settings)
+        # before the first request: a stored key closes the API
+        gateway.keys = await KeyStore.open(settings.data_dir, lists)
         gateway.augmenter = Augmenter(gateway)
         gateway.chat.stages.extend([ground_turn, gateway.augmenter])   # the turn's knowledge base, then its context
         app.state.gateway = gateway
@@ -126,10 +130,13 @@ def create_app(settings: Settings | None = None, *,
                 limiter = PriorityLimiter(settings.llm_concurrency)
                 embed_limiter = PriorityLimiter(settings.embed_concurrency)
                 bases = KnowledgeBases(settings, upstream, gateway.metrics, limiter=limiter,
-                                       embed_limiter=embed_limiter)
+                                       embed_limiter=embed_limiter, lists=lists)
                 await stack.enter_async_context(bases.run())   # opens none: each on its first use
                 gateway.bases = bases
-                gateway.models = await KnowledgeModels(settings.data_dir).load()
+                gateway.models = await KnowledgeModels(settings.data_dir, lists).load()
+                if lists.shared:   # another replica's change to a list reaches this one's memory
+                    await stack.enter_async_context(following(lists, {KBS: bases, KEYS: gateway.keys,
+                                                                      MODELS: gateway.models}))
                 try:
                     gateway.knowledge = bases.default = await stack.enter_async_context(
                         run_knowledge(settings, upstream, gateway.metrics, limiter=limiter,

@@ -17,7 +17,14 @@ from tests.corpus import PEOPLE
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
-from tests.store_backends import backend_db, pg_schema, pg_server, store_backend, store_setting  # noqa: F401  (fixtures)
+from tests.store_backends import (  # noqa: F401  (fixtures)
+    backend_db,
+    fresh_shared_lists,
+    pg_schema,
+    pg_server,
+    store_backend,
+    store_setting,
+)
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", "")
 # The default data directory is the user's (platformdirs honours XDG_DATA_HOME): a test, or a CLI

@@ -45,6 +45,16 @@ def pg_server() -> Iterator[str]:
 SERVERS: dict[str, Any] = {}
 
 
+@pytest.fixture(autouse=True)
+def fresh_shared_lists() -> Iterator[None]:
+    """Every test starts with no shared lists (bases, keys, knowledge models) on the session's server:
+    a gateway on PostgreSQL keeps them in ``public.graphgate_lists``, which outlives the test's schemas."""
+    yield
+    for uri in list(SERVERS):
+        with psycopg.connect(uri, autocommit=True) as con:
+            con.execute("DROP TABLE IF EXISTS public.graphgate_lists")
+
+
 def restart_pg(uri: str) -> None:
     """Restart the test session's server (``pg_ctl restart -m fast``: every connection is cut,
     0.2 s here), as a database fail-over or upgrade would."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,9 +25,9 @@ from typing import Any
 
 import anyio
 
-from proxy.core.durable import write_json
 from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
 from proxy.core.modes import MODES
+from proxy.store.lists import MODELS, Document, FileLists, Lists
 
 log = logging.getLogger("graphgate")
 
@@ -116,41 +116,56 @@ def _now() -> str:
 class KnowledgeModels:
     """The knowledge models of a gateway (see the module's docstring)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, lists: Lists | None = None) -> None:
         self.path = data_dir / MODELS_FILE
+        self.lists = lists or FileLists(data_dir)
+        self.where = self.lists.where(MODELS)   # the file, or the list replicas share
         self.models: dict[str, KnowledgeModel] = {}
         self.upstream_models: tuple[str, ...] | None = None   # the upstream's names when last read
         self.upstream_keys: frozenset[str] = frozenset()        # their model_key()s
         self.error: str | None = None   # why the list could not be read (then it is not written either)
+        self.version = 0   # of the list the models in memory are (-1: it could not be read)
         self._write = anyio.Lock()
 
     async def load(self) -> KnowledgeModels:
         """Read the list; an unreadable one is left as it is on disk (and changes to it refused), so
         that a gateway whose data directory is broken still proxies plain models."""
         try:
-            entries = await anyio.to_thread.run_sync(self._read_sync)
-            self.models = {alias: KnowledgeModel(alias=alias, **entry) for alias, entry in entries.items()}
+            document = await anyio.to_thread.run_sync(self.lists.read_sync, MODELS)
+            self.models = _models(document.body, document.version)
+            self.version = document.version
         except (OSError, ValueError, TypeError) as exc:
-            self.error = f"cannot read {self.path}: {exc}"
+            self.error = f"cannot read {self.where}: {exc}"
+            self.version = -1
             log.error("knowledge models unavailable: %s", self.error)
         return self
+
+    async def refresh(self, document: Document) -> None:
+        """A newer version of the shared list (another replica's change): aliases appear and go."""
+        async with self._write:
+            if document.version <= self.version:
+                return
+            try:
+                self.models = _models(document.body, document.version)
+                self.error = None
+            except (ValueError, TypeError) as exc:
+                self.error = f"cannot read {self.where}: {exc}"
+                log.error("knowledge models unavailable: %s", self.error)
+            self.version = document.version
 
     def _writable(self) -> None:
         if self.error:
             raise ServiceUnavailable(f"the knowledge models are unavailable: {self.error}")
 
-    def _read_sync(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text("utf-8"))
-        except FileNotFoundError:
-            return {}
-        entries = data.get("models") if isinstance(data, dict) else None
-        if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
-            raise ValueError('not a list of knowledge models ({"models": {"<name>": {...}}})')
-        return entries
+    async def _change(self, change: Callable[[dict[str, KnowledgeModel]], dict[str, KnowledgeModel]]) -> None:
+        """Apply ``change`` to the stored list and write it; the chats use the new one once written."""
+        def rewrite(body: Any) -> dict[str, Any]:
+            models = change(_models(body))
+            return {"models": {alias: m.entry() for alias, m in sorted(models.items())}}
 
-    def _save_sync(self, models: dict[str, KnowledgeModel]) -> None:
-        write_json(self.path, {"models": {alias: m.entry() for alias, m in sorted(models.items())}})
+        document = await anyio.to_thread.run_sync(self.lists.update_sync, MODELS, rewrite)
+        self.models = _models(document.body)
+        self.version = document.version
 
     def note_upstream(self, names: tuple[str, ...]) -> None:
         """The upstream's model names, as last read: an upstream model wins over a knowledge model of
@@ -170,10 +185,7 @@ class KnowledgeModels:
 
     def resolve(self, name: str) -> KnowledgeModel | None:
         """The knowledge model a request's model name names, if any (``hr`` or ``hr:latest``)."""
-        found = self.models.get(name)
-        if found is None and ":" not in name.rsplit("/", 1)[-1]:
-            found = self.models.get(f"{name}:latest")
-        return found
+        return _resolve(self.models, name)
 
     def list(self, kbs: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Every knowledge model (or those grounded in ``kbs``), by name."""
@@ -187,30 +199,58 @@ class KnowledgeModels:
             raise NotFound(f"no knowledge model named {alias!r}")
         return found.describe(self.upstream_models)
 
-    # --- writes (one at a time; the file first, then the dict the chats read) ---
+    # --- writes (one at a time; the list first, then the dict the chats read) ---
 
     async def put(self, alias: str, spec: dict[str, Any], known_bases: Iterable[str]) -> tuple[dict[str, Any], bool]:
         """Create or replace ``alias``; (its description, whether it is new)."""
         alias = canonical(check_model_name(alias, "knowledge model name"))
         model = check_spec(alias, spec, known_bases)
         self._writable()
-        async with self._write:
-            old = self.models.get(alias)
+        stored: list[tuple[KnowledgeModel, bool]] = []
+
+        def store(models: dict[str, KnowledgeModel]) -> dict[str, KnowledgeModel]:
+            old = models.get(alias)
             now = _now()
-            model = KnowledgeModel(**{**model.__dict__, "created_at": old.created_at if old else now,
-                                      "updated_at": now})
-            models = {**self.models, alias: model}
-            await anyio.to_thread.run_sync(self._save_sync, models)
-            self.models = models
-        return model.describe(self.upstream_models), old is None
+            made = KnowledgeModel(**{**model.__dict__, "created_at": old.created_at if old else now,
+                                     "updated_at": now})
+            stored[:] = [(made, old is None)]
+            return {**models, alias: made}
+
+        async with self._write:
+            await self._change(store)
+        made, created = stored[0]
+        return made.describe(self.upstream_models), created
 
     async def delete(self, alias: str) -> dict[str, Any]:
         self._writable()
-        async with self._write:
-            found = self.resolve(alias)
+        gone: list[str] = []
+
+        def remove(models: dict[str, KnowledgeModel]) -> dict[str, KnowledgeModel]:
+            found = _resolve(models, alias)
             if found is None:
                 raise NotFound(f"no knowledge model named {alias!r}")
-            models = {name: m for name, m in self.models.items() if name != found.alias}
-            await anyio.to_thread.run_sync(self._save_sync, models)
-            self.models = models
-        return {"deleted": found.alias}
+            gone[:] = [found.alias]
+            return {name: m for name, m in models.items() if name != found.alias}
+
+        async with self._write:
+            await self._change(remove)
+        return {"deleted": gone[0]}
+
+
+def _models(body: Any, version: int | None = None) -> dict[str, KnowledgeModel]:
+    """The knowledge models of the list's document (none when it was never written: version 0, or
+    a body of None when no version is given); ValueError or TypeError when it is not of its shape."""
+    if version == 0 or (version is None and body is None):
+        return {}
+    entries = body.get("models") if isinstance(body, dict) else None
+    if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
+        raise ValueError('not a list of knowledge models ({"models": {"<name>": {...}}})')
+    return {alias: KnowledgeModel(alias=alias, **entry) for alias, entry in entries.items()}
+
+
+def _resolve(models: dict[str, KnowledgeModel], name: str) -> KnowledgeModel | None:
+    """The knowledge model a request's model name names, if any (``hr`` or ``hr:latest``)."""
+    found = models.get(name)
+    if found is None and ":" not in name.rsplit("/", 1)[-1]:
+        found = models.get(f"{name}:latest")
+    return found

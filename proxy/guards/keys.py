@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,9 +29,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from proxy.core.durable import write_json
 from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
 from proxy.guards.access import ROLES, Principal, Role
+from proxy.store.lists import KEYS, Document, FileLists, Lists, Unchanged
 
 log = logging.getLogger("graphgate")
 
@@ -109,53 +108,77 @@ def check_key_input(name: Any, role: Any, kbs: Any, known: Collection[str]) -> t
 
 
 class KeyStore:
-    """The stored keys: loaded once (``open``), changed by ``create`` and ``revoke``."""
+    """The stored keys: loaded once (``open``), changed by ``create`` and ``revoke``; on a shared
+    store (``proxy/store/lists.py``) each replica is handed the others' changes (``refresh``)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, lists: Lists | None = None) -> None:
         self.path = data_dir / KEYS_FILE
+        self.lists = lists or FileLists(data_dir)
+        self.where = self.lists.where(KEYS)   # the file, or the shared list
         self.keys: dict[str, ApiKey] = {}          # by id
         self.by_digest: dict[str, ApiKey] = {}     # by the token's hash: the per-request lookup
         self.broken: str | None = None             # why the file could not be read (then no key works)
+        self.version = 0                           # of the list the keys in memory are (-1: unread)
         self.lock = anyio.Lock()                   # one change at a time
 
     @classmethod
-    async def open(cls, data_dir: Path) -> KeyStore:
-        store = cls(data_dir)
+    async def open(cls, data_dir: Path, lists: Lists | None = None) -> KeyStore:
+        store = cls(data_dir, lists)
         await anyio.to_thread.run_sync(store.load_sync)
         return store
 
-    # --- the file ---
+    # --- the list ---
 
     def load_sync(self) -> None:
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-            keys = [ApiKey.from_entry(entry) for entry in raw.get("keys", [])]
-        except (FileNotFoundError, NotADirectoryError):   # no key was ever stored (or could be)
-            keys = []
+            document = self.lists.read_sync(KEYS)
+            keys = _parse(document.body, document.version)
         except (OSError, ValueError, AttributeError, TypeError) as exc:   # not JSON, or not of its shape
-            self.broken = f"{self.path} cannot be read ({type(exc).__name__}: {exc})"
+            self.broken = f"{self.where} cannot be read ({type(exc).__name__}: {exc})"
             log.error("API keys: %s; the stored keys are refused until it is fixed (GRAPHGATE_API_KEY still works)",
                       self.broken)
+            self.version = -1
             keys = []
+        else:
+            self.version = document.version
         self._set(keys)
+
+    async def refresh(self, document: Document) -> None:
+        """A newer version of the shared list (another replica's change): used from the next request."""
+        async with self.lock:
+            if document.version <= self.version:
+                return
+            try:
+                keys = _parse(document.body, document.version)
+            except (ValueError, AttributeError, TypeError) as exc:
+                self.broken = f"{self.where} cannot be read ({type(exc).__name__}: {exc})"
+                log.error("API keys: %s; the stored keys are refused until it is fixed", self.broken)
+                keys = []
+            else:
+                self.broken = None
+            self.version = document.version
+            self._set(keys)
 
     def _set(self, keys: Iterable[ApiKey]) -> None:
         keys = list(keys)
         self.keys = {key.id: key for key in keys}
         self.by_digest = {key.sha256: key for key in keys}
 
-    def _write_sync(self, keys: list[ApiKey]) -> None:
-        write_json(self.path, {"version": 1, "keys": [key.entry() for key in keys]}, mode=0o600)
-
-    async def _save(self, keys: list[ApiKey]) -> None:
-        """Write the file, then (only then) use the new keys."""
+    async def _change(self, change: Callable[[list[ApiKey]], list[ApiKey]]) -> None:
+        """Apply ``change`` to the stored keys and write them, then (only then) use the new keys."""
         if self.broken:
             raise ServiceUnavailable(f"the API keys cannot be changed: {self.broken}")
+
+        def rewrite(body: Any) -> dict[str, Any]:
+            return {"version": 1, "keys": [key.entry() for key in change(_parse(body))]}
+
         try:
-            await anyio.to_thread.run_sync(self._write_sync, keys)
+            document = await anyio.to_thread.run_sync(self.lists.update_sync, KEYS, rewrite)
         except OSError as exc:
-            raise ServiceUnavailable(f"the API keys could not be saved in {self.path}: {exc.strerror or exc}") from exc
-        self._set(keys)
+            raise ServiceUnavailable(f"the API keys could not be saved in {self.where}: {exc.strerror or exc}") from exc
+        if document.version != self.version:
+            self.version = document.version
+            self._set(_parse(document.body))
 
     # --- reads ---
 
@@ -187,32 +210,57 @@ class KeyStore:
     async def create(self, name: Any, role: Any, kbs: Any, known: Collection[str]) -> tuple[ApiKey, str]:
         """A new key (checked against the bases ``known``) and its token, which is not kept anywhere."""
         name, role, bases = check_key_input(name, role, kbs, known)
-        async with self.lock:
+        made: list[tuple[ApiKey, str]] = []
+
+        def add(keys: list[ApiKey]) -> list[ApiKey]:
+            taken = {key.id for key in keys}
             key_id = secrets.token_hex(6)
-            while key_id in self.keys:
+            while key_id in taken:
                 key_id = secrets.token_hex(6)
             secret = secrets.token_urlsafe(32)
             token = f"{TOKEN_PREFIX}{key_id}_{secret}"
             key = ApiKey(id=key_id, name=name, role=role, kbs=bases, created_at=_now(), sha256=digest(token),
                          prefix=f"{TOKEN_PREFIX}{key_id}_{secret[:SHOWN_SECRET]}")
-            await self._save([*self.keys.values(), key])
-        return key, token
+            made[:] = [(key, token)]
+            return [*keys, key]
+
+        async with self.lock:
+            await self._change(add)
+        return made[0]
 
     async def forget_base(self, name: str) -> None:
         """Take knowledge base ``name`` out of every key that names it (before the base is deleted):
         a base made later under the same name is not one these keys were given."""
+        def forget(keys: list[ApiKey]) -> list[ApiKey]:
+            if not any(key.kbs and name in key.kbs for key in keys):
+                raise Unchanged
+            return [replace(key, kbs=tuple(kb for kb in key.kbs if kb != name))
+                    if key.kbs and name in key.kbs else key for key in keys]
+
         async with self.lock:
-            if not any(key.kbs and name in key.kbs for key in self.keys.values()):
+            if not any(key.kbs and name in key.kbs for key in self.keys.values()) and not self.lists.shared:
                 return
-            await self._save([replace(key, kbs=tuple(kb for kb in key.kbs if kb != name))
-                              if key.kbs and name in key.kbs else key for key in self.keys.values()])
+            await self._change(forget)
 
     async def revoke(self, key_id: str) -> ApiKey:
-        async with self.lock:
-            key = self.keys.get(key_id)
-            if key is None:
+        gone: list[ApiKey] = []
+
+        def remove(keys: list[ApiKey]) -> list[ApiKey]:
+            gone[:] = [key for key in keys if key.id == key_id]
+            if not gone:
                 raise NotFound(f"no API key with id {key_id!r}")
-            await self._save([k for k in self.keys.values() if k.id != key_id])
-        return key
+            return [key for key in keys if key.id != key_id]
+
+        async with self.lock:
+            if key_id not in self.keys and not self.lists.shared:
+                raise NotFound(f"no API key with id {key_id!r}")
+            await self._change(remove)
+        return gone[0]
 
 
+def _parse(body: Any, version: int | None = None) -> list[ApiKey]:
+    """The keys of the list's document (none when it was never written: version 0, or a body of
+    None when no version is given); ValueError and friends when it is not of its shape."""
+    if version == 0 or (version is None and body is None):
+        return []
+    return [ApiKey.from_entry(entry) for entry in body.get("keys", [])]

@@ -35,7 +35,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,7 +45,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from proxy.core.durable import fsync_directory, write_json
+from proxy.core.durable import fsync_directory
 from proxy.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable, StorageError
 from proxy.core.limiter import PriorityLimiter
 from proxy.core.settings import Settings
@@ -53,6 +53,7 @@ from proxy.knowledge.base_settings import apply_overrides, effective_values, mer
 from proxy.knowledge.service import Knowledge, run_knowledge
 from proxy.monitoring.metrics import Metrics
 from proxy.store.backends import drop_base_sync
+from proxy.store.lists import KBS, Document, FileLists, Lists, Unchanged
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("graphgate")
@@ -120,8 +121,10 @@ class KnowledgeBases:
     """The registry of knowledge bases (see the module's docstring). ``run()`` is its lifetime."""
 
     def __init__(self, settings: Settings, upstream: Upstream, metrics: Metrics | None = None, *,
-                 limiter: PriorityLimiter | None = None, embed_limiter: PriorityLimiter | None = None) -> None:
+                 limiter: PriorityLimiter | None = None, embed_limiter: PriorityLimiter | None = None,
+                 lists: Lists | None = None) -> None:
         self.settings = settings
+        self.lists = lists or FileLists(settings.data_dir)   # where the list is kept (proxy/store/lists.py)
         self.upstream = upstream
         self.metrics = metrics
         self.limiter = limiter or PriorityLimiter(settings.llm_concurrency)
@@ -133,27 +136,31 @@ class KnowledgeBases:
         self.default_created_at = _now()
         self.group: TaskGroup | None = None
         self.registry_error: str | None = None   # why the list could not be read (bases other than default: 503)
-        self.save_lock = anyio.Lock()   # one writer of the list at a time
+        self.save_lock = anyio.Lock()   # one writer of the list at a time, and one reload
+        self.version = 0   # of the list the bases in memory are (-1: it could not be read)
         self.opened = 0   # how many times a base was opened (the tests count lazy opens)
 
-    # --- the list on disk ---
+    # --- the list (a file, or a list replicas share) ---
 
     @property
     def registry_path(self) -> Path:
         return self.root / REGISTRY_FILE
 
-    def _load_sync(self) -> tuple[dict[str, Any], list[Path]]:
-        entries, created_at, tombstones = read_registry_sync(self.root)
+    def _load_sync(self) -> tuple[dict[str, Any], list[Path], int]:
+        document = self.lists.read_sync(KBS)
+        entries, created_at = _parse_registry(document.body) if document.version else ({}, None)
+        entries, tombstones = _without_tombstones(self.root, entries)
         self.default_created_at = created_at or self.default_created_at
-        return entries, tombstones
+        return entries, tombstones, document.version
 
     async def _load(self) -> list[Path]:
         """Fill ``bases`` from the list and return the tombstones to finish; a list that cannot be
         read leaves only ``default`` and the reason in ``registry_error`` (the file is left alone)."""
         try:
-            entries, tombstones = await anyio.to_thread.run_sync(self._load_sync)
+            entries, tombstones, self.version = await anyio.to_thread.run_sync(self._load_sync)
         except (OSError, ValueError) as exc:
-            self.registry_error = (f"the list of knowledge bases cannot be read ({self.registry_path}: {exc}); "
+            self.version = -1
+            self.registry_error = (f"the list of knowledge bases cannot be read ({self.lists.where(KBS)}: {exc}); "
                                    f"repair or move it away and restart the gateway")
             log.error("%s", self.registry_error)
             return []
@@ -165,11 +172,17 @@ class KnowledgeBases:
         """Remove what killed deletions left (the list first, then the files)."""
         if not tombstones:
             return
+        killed = {(name, uid) for name, uid in map(_tombstone_of, tombstones)}
+
+        def forget(entries: dict[str, dict[str, Any]]) -> None:
+            for name in [n for n, e in entries.items() if (n, e["uid"]) in killed]:
+                del entries[name]
+
         try:
-            await self._save()
+            await self._change(forget)
             for tomb in tombstones:
                 log.info("finishing the deletion of knowledge base %s", tomb.name)
-                name = tomb.name.removeprefix(TOMBSTONE).rsplit(".", 1)[0]
+                name = _tombstone_of(tomb)[0]
                 if name not in self.bases:   # else a base made since under that name owns the schema now
                     await self._drop_outside(name)
                 await anyio.to_thread.run_sync(shutil.rmtree, tomb)
@@ -190,19 +203,97 @@ class KnowledgeBases:
         if self.registry_error is not None:
             raise ServiceUnavailable(self.registry_error)
 
-    async def _save(self) -> None:
-        """Write the list as it is now. One writer at a time, and the snapshot is taken on the event
-        loop once the lock is held: a write never lands over a newer one."""
+    async def _change(self, change: Callable[[dict[str, dict[str, Any]]], None]) -> None:
+        """Apply ``change`` to the stored list's entries (it edits them in place, or raises) and write
+        it whole, then bring the bases in memory to it. One writer at a time; on a shared list the
+        change is applied to its newest version, so two replicas' changes both land."""
         self.check_list()   # never over a list that could not be read
-        async with self.save_lock:
-            body = {"version": 1, "default_created_at": self.default_created_at,
-                    "bases": {b.name: b.entry() for b in sorted(self.bases.values(), key=lambda b: b.name)}}
-            with anyio.CancelScope(shield=True):   # a caller that goes away does not leave the lock mid-write
-                await anyio.to_thread.run_sync(self._write_sync, body)
 
-    def _write_sync(self, body: dict[str, Any]) -> None:
-        """Write the list whole (proxy/core/durable.py)."""
-        write_json(self.registry_path, body)
+        def rewrite(body: Any) -> dict[str, Any]:
+            if self.lists.shared:   # the newest version, whoever wrote it
+                entries, created_at = _parse_registry(body) if body is not None else ({}, None)
+            else:   # one writer: the list is what memory holds
+                entries, created_at = {b.name: b.entry() for b in self.bases.values()}, None
+            change(entries)
+            return {"version": 1, "default_created_at": created_at or self.default_created_at,
+                    "bases": {name: entries[name] for name in sorted(entries)}}
+
+        async with self.save_lock:
+            with anyio.CancelScope(shield=True):   # a caller that goes away does not leave the lock mid-write
+                document = await anyio.to_thread.run_sync(self.lists.update_sync, KBS, rewrite)
+                await self._take(document)
+
+    async def refresh(self, document: Document) -> None:
+        """A newer version of the shared list (another replica's change): new bases become known,
+        deleted ones are closed and forgotten, changed settings apply from the base's next opening."""
+        async with self.save_lock:
+            if document.version > self.version:
+                with anyio.CancelScope(shield=True):
+                    await self._take(document)
+
+    async def _take(self, document: Document) -> None:
+        """Bring ``bases`` to the list ``document`` (under ``save_lock``)."""
+        if self.lists.shared and document.version <= self.version:
+            return
+        try:
+            entries, created_at = _parse_registry(document.body) if document.version else ({}, None)
+        except ValueError as exc:
+            self.registry_error = f"the list of knowledge bases cannot be read ({self.lists.where(KBS)}: {exc})"
+            log.error("%s", self.registry_error)
+            return
+        self.registry_error = None
+        self.version = document.version
+        self.default_created_at = created_at or self.default_created_at
+        stale: list[Base] = []
+        for name, entry in entries.items():
+            if name == DEFAULT or not NAME.fullmatch(name):
+                continue
+            base = self.bases.get(name)
+            if base is not None and base.uid != entry["uid"] and not base.deleting:
+                self._forget(base, remove_files=False)   # deleted and made again elsewhere: another base
+                base = None
+            if base is None:
+                self.bases[name] = Base(name=name, uid=entry["uid"], created_at=entry["created_at"],
+                                        overrides=dict(entry["settings"]))
+            elif base.overrides != entry["settings"]:
+                base.overrides = dict(entry["settings"])
+                if base.knowledge is not None:
+                    base.stale = True
+                    stale.append(base)
+        for name, base in list(self.bases.items()):
+            if name not in entries:
+                del self.bases[name]
+                if not base.deleting:   # deleted through another replica (its deletion drops the schema)
+                    self._forget(base, remove_files=True)
+        for base in stale:
+            if base.leases == 0 and self.group is not None:
+                self.group.start_soon(self._close_stale, base)
+
+    def _forget(self, base: Base, *, remove_files: bool) -> None:
+        """A base another replica deleted: no new leases; closed once the requests holding it end
+        (or the shutdown grace has passed), and this replica's files of it removed."""
+        base.deleting = True
+        if self.group is not None:
+            self.group.start_soon(self._close_forgotten, base, remove_files)
+
+    async def _close_forgotten(self, base: Base, remove_files: bool) -> None:
+        if base.leases:
+            base.idle = anyio.Event()
+            with anyio.move_on_after(self.settings.shutdown_grace):
+                await base.idle.wait()
+        async with base.lock:
+            await self._close(base)
+        log.info("knowledge base %s was deleted through another replica", base.name)
+        directory = self.directory(base.name)
+        if remove_files and base.name not in self.bases and directory.exists():
+            tomb = self.root / f"{TOMBSTONE}{base.name}.{base.uid}"
+            try:
+                await anyio.to_thread.run_sync(os.replace, directory, tomb)
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
+            except OSError as exc:
+                log.warning("could not remove %s: %s", directory, exc)
+        if self.metrics is not None and base.name not in self.bases:
+            self.metrics.forget(base.name)
 
     def directory(self, name: str) -> Path:
         return self.settings.data_dir if name == DEFAULT else self.root / name
@@ -398,15 +489,17 @@ class KnowledgeBases:
         if self.directory(name).exists():
             raise Conflict(f"{self.directory(name)} exists but is no knowledge base of the list: move it away first")
         checked = merge_overrides({}, overrides or {}, self.settings)   # 400 naming the setting: nothing made
-        base = Base(name=name, uid=uuid.uuid4().hex[:12], created_at=_now(), overrides=checked)
-        self.bases[name] = base
-        try:   # listed first, then made: a kill in between leaves a listed base whose directory opens empty
-            await self._save()
-            await anyio.to_thread.run_sync(lambda: self.directory(name).mkdir(parents=True, exist_ok=True))
-        except OSError:
-            self.bases.pop(name, None)
-            raise
-        return base.describe()
+        entry = {"uid": uuid.uuid4().hex[:12], "created_at": _now(), "settings": checked}
+
+        def add(entries: dict[str, dict[str, Any]]) -> None:
+            if name in entries:   # made through another replica meanwhile
+                raise Conflict(f"a knowledge base named {name!r} already exists")
+            entries[name] = entry
+
+        # listed first, then made: a kill in between leaves a listed base whose directory opens empty
+        await self._change(add)
+        await anyio.to_thread.run_sync(lambda: self.directory(name).mkdir(parents=True, exist_ok=True))
+        return self.bases[name].describe()
 
     async def update(self, name: str, changes: Any) -> dict[str, Any]:
         """Change the base's overrides (a null removes one): all checked first (400 naming the setting,
@@ -420,19 +513,22 @@ class KnowledgeBases:
         base = self.bases.get(name)
         if base is None or base.deleting:
             raise NotFound(f"no knowledge base named {name!r}")
-        merged = merge_overrides(base.overrides, changes, self.settings)
-        if merged != base.overrides:
-            before = base.overrides
-            base.overrides = merged
-            try:
-                await self._save()
-            except OSError:
-                base.overrides = before
-                raise
-            if base.knowledge is not None:
-                base.stale = True
-                if base.leases == 0:
-                    await self._close_stale(base)
+        if merge_overrides(base.overrides, changes, self.settings) == base.overrides:   # 400 naming the setting
+            return self.detail(name)
+        uid = base.uid
+
+        def change(entries: dict[str, dict[str, Any]]) -> None:
+            entry = entries.get(name)
+            if entry is None or entry["uid"] != uid:   # deleted through another replica meanwhile
+                raise NotFound(f"no knowledge base named {name!r}")
+            merged = merge_overrides(entry["settings"], changes, self.settings)
+            if merged == entry["settings"]:
+                raise Unchanged
+            entry["settings"] = merged
+
+        await self._change(change)
+        if base.stale and base.knowledge is not None and base.leases == 0:
+            await self._close_stale(base)
         return self.detail(name)
 
     async def delete(self, name: str) -> dict[str, Any]:
@@ -461,8 +557,13 @@ class KnowledgeBases:
         except BaseException:
             base.deleting = False
             raise
-        del self.bases[name]
-        await self._save()
+        uid = base.uid
+
+        def drop(entries: dict[str, dict[str, Any]]) -> None:
+            if name in entries and entries[name]["uid"] == uid:
+                del entries[name]
+
+        await self._change(drop)
         await self._drop_outside(name)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
         if self.metrics is not None:
@@ -478,19 +579,31 @@ def read_registry_sync(root: Path) -> tuple[dict[str, Any], str | None, list[Pat
     created_at = None
     registry = root / REGISTRY_FILE
     if registry.is_file():
-        entries, created_at = _parse_registry(registry.read_text(encoding="utf-8"))
+        entries, created_at = _parse_registry(json.loads(registry.read_text(encoding="utf-8")))
+    entries, tombstones = _without_tombstones(root, entries)
+    return entries, created_at, tombstones
+
+
+def _tombstone_of(tomb: Path) -> tuple[str, str]:
+    """(name, uid) of a deleted base's tombstone ``.deleting-<name>.<uid>``."""
+    name, _, uid = tomb.name[len(TOMBSTONE):].rpartition(".")
+    return name, uid
+
+
+def _without_tombstones(root: Path, entries: dict[str, Any]) -> tuple[dict[str, Any], list[Path]]:
+    """The valid entries but those whose tombstone is under ``root`` (killed between the rename and
+    the list's write), and the tombstones."""
     tombstones = sorted(root.glob(TOMBSTONE + "*")) if root.is_dir() else []
     for tomb in tombstones:
-        name, _, uid = tomb.name[len(TOMBSTONE):].rpartition(".")
+        name, uid = _tombstone_of(tomb)
         if name in entries and entries[name].get("uid") == uid:
             del entries[name]   # killed between the rename and the list's write
-    return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, created_at, tombstones
+    return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, tombstones
 
 
-def _parse_registry(text: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+def _parse_registry(raw: Any) -> tuple[dict[str, dict[str, Any]], str | None]:
     """The list's entries (each with its uid, created_at and settings) and default's created_at;
-    ValueError saying what is wrong when the text is no such list (torn, edited by hand)."""
-    raw = json.loads(text)
+    ValueError saying what is wrong when the document is no such list (torn, edited by hand)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("bases", {}), dict):
         raise ValueError("not a list of knowledge bases (an object with a \"bases\" object)")
     created_at = raw.get("default_created_at")
