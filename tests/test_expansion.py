@@ -21,8 +21,15 @@ from tests.conftest import gateway_client
 from tests.fake_ollama import FakeOllama
 from tests.hub_corpus import ENTITY_TYPES, NOVA, PRODUCTS, ZETA, KindedFacts
 from tests.rag_helpers import CLASSIC, settle, upload
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 
 # --- the graph engine's reads ---
@@ -102,6 +109,7 @@ def other_ends(result: dict[str, Any], entity: str, first: int | None = None) ->
     return {r["source"] if r["target"] == entity else r["target"] for r in result["relations"][:first]}
 
 
+@on_both_backends
 async def test_expansion_brings_the_bridge_and_its_fact_to_a_two_hop_question(
         settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
     async with gateway_client(settings.replace(**CLASSIC), fake) as client:
@@ -120,6 +128,7 @@ async def test_expansion_brings_the_bridge_and_its_fact_to_a_two_hop_question(
         assert "Lisbon" in alone["context"]
 
 
+@on_both_backends
 async def test_a_hubs_relations_of_the_asked_kind_come_first(
         settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
     async with gateway_client(settings.replace(**CLASSIC), fake) as client:

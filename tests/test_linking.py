@@ -25,8 +25,15 @@ from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.rag_helpers import CLASSIC, query, settle, upload
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 
 def index(*names: str, aliases: dict[str, str] | None = None) -> NameIndex:
@@ -153,6 +160,7 @@ async def ingest(client: httpx.AsyncClient) -> None:
         assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
 
 
+@on_both_backends
 async def test_the_store_links_names_after_ingestion_merges_deletions_and_restarts(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with gateway_client(settings.replace(**CLASSIC), fake) as client:

@@ -12,8 +12,15 @@ from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.rag_helpers import query, settle, store_of, upload
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The tests marked ``on_both_backends`` run on both backends (tests/store_backends.py)."""
+    return with_store_setting(settings, request)
 
 ASK = {"query": "Where is Acme Corp?", "mode": "mix", "keywords": "off"}
 
@@ -28,6 +35,7 @@ def test_the_cache_is_bounded_and_keeps_the_recently_used() -> None:
     assert cache.get_many([1]) == ({}, [1]) and len(cache) == 1
 
 
+@on_both_backends
 async def test_an_edited_description_is_read_fresh(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:
         for name, text in (("team.txt", TEAM), ("city.md", CITY)):
@@ -41,6 +49,7 @@ async def test_an_edited_description_is_read_fresh(settings: Settings, fake: Fak
         assert acme["description"] == "Makes anvils in Berlin." and "Makes anvils in Berlin." in after["context"]
 
 
+@on_both_backends
 async def test_a_deleted_documents_chunks_are_not_served_from_the_cache(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:
