@@ -59,6 +59,14 @@ def create_base(url: str, kb: str) -> None:
     assert response.status_code == 201, response.text
 
 
+def wait_for_base(url: str, kb: str, timeout: float = 10) -> None:
+    """Until the replica at ``url`` lists base ``kb`` (made through another: the list is shared)."""
+    deadline = time.monotonic() + timeout
+    while kb not in [b["name"] for b in httpx.get(f"{url}/rag/kbs", timeout=10).json()["kbs"]]:
+        assert time.monotonic() < deadline, f"{url} does not know knowledge base {kb}"
+        time.sleep(0.05)
+
+
 def upload(url: str, kb: str, docs: dict[str, str]) -> dict[str, str]:
     ids = {}
     for name, text in docs.items():
@@ -105,7 +113,7 @@ def test_documents_uploaded_through_one_replica_are_answered_by_the_other(
     second = replica(tmp_path / "b", fake.url, pg_server)
     try:
         create_base(first.url, kb)
-        create_base(second.url, kb)   # each replica's own list of bases: the same schema
+        wait_for_base(second.url, kb)   # made through the first: the list of bases is shared
         ids = upload(first.url, kb, docs)
         documents = wait_processed(second.url, kb, len(docs))
         assert {d["name"]: d["id"] for d in documents} == ids
@@ -162,7 +170,7 @@ def test_sigkill_of_a_replica_mid_ingestion_leaves_its_documents_to_the_other(
     second = replica(tmp_path / "b", fake.url, pg_server)
     try:
         create_base(first.url, kb)
-        create_base(second.url, kb)
+        wait_for_base(second.url, kb)
         ids = upload(first.url, kb, docs)
         deadline = time.monotonic() + 30
         while facts.calls.count("extract") < 6 and time.monotonic() < deadline:
@@ -197,7 +205,7 @@ def test_a_postgresql_restart_mid_ingestion_is_survived(
     second = replica(tmp_path / "b", fake.url, pg_server)
     try:
         create_base(first.url, kb)
-        create_base(second.url, kb)
+        wait_for_base(second.url, kb)
         ids = upload(first.url, kb, docs)
         deadline = time.monotonic() + 30
         while facts.calls.count("extract") < 4 and time.monotonic() < deadline:

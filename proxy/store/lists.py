@@ -125,12 +125,15 @@ class FileLists:
             return self._write_sync(name, body)
 
     def versions_sync(self) -> dict[str, int]:
+        """The versions of the lists written so far (those that can be read)."""
         versions = {}
         for name in FILES:
             try:
-                versions[name] = self.read_sync(name).version
+                version = self.read_sync(name).version
             except (OSError, ValueError):
                 continue
+            if version:
+                versions[name] = version
         return versions
 
     async def listen(self, on_change: Callable[[dict[str, int]], Awaitable[None]]) -> None:

@@ -130,25 +130,23 @@ class PgLists:
     # --- writes ---
 
     def write_sync(self, name: str, body: Any, expected: int) -> Document:
-        """``body`` as the list's next version, if its version is still ``expected``."""
-        def check(current: Document) -> Any:
-            if current.version != expected:
-                raise ListConflict(f"{self.where(name)} is at version {current.version}, not {expected}")
-            return body
-
-        return self.update_sync(name, check)
+        """``body`` as the list's next version, if its version is still ``expected`` (ListConflict)."""
+        return self._run(lambda con: self._update(con, name, lambda _: body, expected))
 
     def update_sync(self, name: str, change: Callable[[Any], Any]) -> Document:
         """``change(body)`` written as the next version, in one transaction with the row locked."""
         return self._run(lambda con: self._update(con, name, change))
 
-    def _update(self, con: psycopg.Connection[Any], name: str, change: Callable[[Any], Any]) -> Document:
+    def _update(self, con: psycopg.Connection[Any], name: str, change: Callable[[Any], Any],
+                expected: int | None = None) -> Document:
         with con.transaction():
             con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"graphgate-list:{name}"])
             row = con.execute(f"SELECT body, version FROM {TABLE} WHERE name = %s FOR UPDATE", [name]).fetchone()
             if row is None and name in self.unimported:
                 raise ValueError(self.unimported[name])
             current = Document(None, 0) if row is None else Document(row[0], int(row[1]))
+            if expected is not None and current.version != expected:
+                raise ListConflict(f"{self.where(name)} is at version {current.version}, not {expected}")
             try:
                 body = change(current.body)
             except Unchanged:
