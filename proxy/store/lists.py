@@ -178,9 +178,16 @@ async def following(lists: Lists, holders: Mapping[str, Holder]) -> AsyncIterato
                     log.warning("the list %r could not be reloaded: %s", name, exc)
                 failures[name] = str(exc)
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(lists.listen, on_change)
-        try:
-            yield
-        finally:
-            group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(lists.listen, on_change)
+            try:
+                yield
+            finally:
+                group.cancel_scope.cancel()
+    except BaseExceptionGroup as errors:
+        # the task group wraps whatever ends the block (a store that cannot open, say): let it out as
+        # it was raised (the listener raises nothing)
+        if len(errors.exceptions) == 1:
+            raise errors.exceptions[0] from None
+        raise
