@@ -20,9 +20,12 @@ import httpx
 import psycopg
 import pytest
 
+from proxy.cli.main import main
 from proxy.core.errors import NotFound
+from proxy.core.settings import Settings
 from proxy.gateway.knowledge_models import KnowledgeModels
 from proxy.guards.keys import KeyStore
+from proxy.knowledge.bases import base_settings_sync
 from proxy.store.lists import (
     KBS,
     KEYS,
@@ -37,6 +40,7 @@ from proxy.store.lists import (
 from proxy.store.postgres.lists import PgLists
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
+from tests.servers import free_port
 from tests.test_crash_recovery import NAMES, corpus
 from tests.test_replicas_e2e import kb, replica, upstream  # noqa: F401  (fixtures)
 
@@ -311,3 +315,28 @@ def test_bases_made_at_once_through_two_replicas_all_land(two_replicas: tuple[st
     assert sorted(results) == [201] * len(names) + [409] * len(names)   # each name made once
     for url in (a, b):
         eventually(lambda url=url: names_of_bases(url) == ["default", *names], f"{url} misses a base")
+
+
+# --- the command line with no gateway running, on PostgreSQL ---
+
+def test_cli_keys_and_a_bases_settings_read_the_shared_lists(tmp_path: Path, pg_server: str,
+                                                             capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAPHGATE_STORE", pg_server)
+    data = tmp_path / "a"
+    PgLists(pg_server, data).write_sync(KBS, {"version": 1, "bases": {"hr": {
+        "uid": "0123456789ab", "created_at": "2026-01-01T00:00:00+00:00", "settings": {"language": "French"}}}}, 0)
+    flags = ["--data-dir", str(data), "--port", str(free_port())]
+    capsys.readouterr()
+    assert main(["keys", "create", "--name", "offline", "--role", "read", "--kb", "hr", *flags]) == 0
+    token = capsys.readouterr().out.strip()
+    other = anyio.run(KeyStore.open, tmp_path / "b", PgLists(pg_server, tmp_path / "b"))
+    assert other.verify(token) is not None and not (data / "keys.json").exists()
+    assert main(["keys", "create", "--name", "x", "--role", "read", "--kb", "eng", *flags]) == 1
+    assert main(["keys", "revoke", token.split("_")[1], *flags]) == 0
+    assert anyio.run(KeyStore.open, tmp_path / "b", PgLists(pg_server, tmp_path / "b")).describe() == []
+    settings = Settings.load(environ={"GRAPHGATE_DATA_DIR": str(data), "GRAPHGATE_STORE": pg_server})
+    hr = base_settings_sync(settings, "hr")   # graphgate reindex --kb hr
+    assert hr.data_dir == data / "kbs" / "hr" and hr.language == "French"
+    with pytest.raises(NotFound):
+        base_settings_sync(settings, "eng")

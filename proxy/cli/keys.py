@@ -2,14 +2,13 @@
 
 Through the running gateway's /rag/keys when one answers (sending GRAPHGATE_API_KEY, which must
 be set: keys are an unrestricted admin's business), so that it uses a new key, or stops taking a
-revoked one, at once. With no gateway, on the data directory's keys.json directly: the gateway
-reads it when it starts.
+revoked one, at once. With no gateway, on the stored keys directly: the data directory's keys.json
+(the gateway reads it when it starts), or on PostgreSQL the list every replica shares.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,7 +22,8 @@ from proxy.core.data_dir import has_store
 from proxy.core.errors import GraphGateError
 from proxy.core.settings import Settings
 from proxy.guards.keys import KeyStore
-from proxy.knowledge.bases import BASES_DIR, DEFAULT, REGISTRY_FILE
+from proxy.knowledge.bases import DEFAULT
+from proxy.store.lists import KBS, open_lists
 
 
 @contextlib.asynccontextmanager
@@ -60,26 +60,27 @@ def _answer(response: httpx.Response, status: int) -> Any:
 
 
 async def _store(settings: Settings) -> KeyStore:
-    """The key file of the data directory (no gateway answers)."""
-    if not has_store(settings.data_dir):
+    """The stored keys (no gateway answers): the data directory's file, or on PostgreSQL the list
+    every replica shares (each running replica takes a change at once)."""
+    lists = open_lists(settings)
+    if not lists.shared and not has_store(settings.data_dir):
         raise CommandError(no_store_message(settings, gateway_url(settings), can_create=False))
-    store = await KeyStore.open(settings.data_dir)
+    store = await KeyStore.open(settings.data_dir, lists)
     if store.broken:
         raise CommandError(store.broken)
-    console.print(f"[dim]no gateway at {gateway_url(settings)}; working on {store.path} directly "
+    console.print(f"[dim]no gateway at {gateway_url(settings)}; working on {store.where} directly "
                   "(a gateway started later reads it)[/dim]")
     return store
 
 
 def _known_bases(settings: Settings) -> list[str]:
-    """The knowledge bases' names, from their list on disk (what the gateway's registry loads)."""
-    path = settings.data_dir / BASES_DIR / REGISTRY_FILE
+    """The knowledge bases' names, from their list (what the gateway's registry loads)."""
+    lists = open_lists(settings)
     try:
-        listed = json.loads(path.read_text(encoding="utf-8")).get("bases", {})
-    except FileNotFoundError:
-        listed = {}
-    except (OSError, ValueError) as exc:
-        raise CommandError(f"cannot read the knowledge bases' list {path}: {exc}") from None
+        document = lists.read_sync(KBS)
+        listed = (document.body or {}).get("bases", {}) if document.version else {}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CommandError(f"cannot read the knowledge bases' list {lists.where(KBS)}: {exc}") from None
     return [DEFAULT, *sorted(listed)]
 
 

@@ -53,7 +53,7 @@ from proxy.knowledge.base_settings import apply_overrides, effective_values, mer
 from proxy.knowledge.service import Knowledge, run_knowledge
 from proxy.monitoring.metrics import Metrics
 from proxy.store.backends import drop_base_sync
-from proxy.store.lists import KBS, Document, FileLists, Lists, Unchanged
+from proxy.store.lists import KBS, Document, FileLists, Lists, Unchanged, open_lists
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("graphgate")
@@ -621,13 +621,17 @@ def _parse_registry(raw: Any) -> tuple[dict[str, dict[str, Any]], str | None]:
 
 
 def base_settings_sync(settings: Settings, name: str) -> Settings:
-    """The settings a base's store is opened with, read from the list on disk with no gateway running
+    """The settings a base's store is opened with, read from its list with no gateway running
     (``graphgate reindex --kb``, ``graphgate mcp`` on its own store): NotFound for a base not listed,
     BadRequest for a bad name, ValueError for overrides edited into something invalid."""
     check_name(name)
     if name == DEFAULT:
         return settings
-    entries, _, _ = read_registry_sync(settings.data_dir / BASES_DIR)
+    if settings.store == "embedded":
+        entries, _, _ = read_registry_sync(settings.data_dir / BASES_DIR)
+    else:   # the list every replica shares
+        document = open_lists(settings).read_sync(KBS)
+        entries = _parse_registry(document.body)[0] if document.version else {}
     if name not in entries:
         raise NotFound(f"no knowledge base named {name!r} in {settings.data_dir}")
     base_settings = settings.replace(data_dir=settings.data_dir / BASES_DIR / name, inbox_dir=None)
