@@ -46,9 +46,16 @@ from proxy.cli.commands import UPLOADS_IN_FLIGHT  # noqa: E402
 
 
 def start_postgres() -> tuple[Any, str]:
+    """A server as one would run it for GraphGate: shared_buffers large enough for the hot part of the
+    indexes and vectors (1 GB; PostgreSQL's default is 128 MB), as docker-compose.scale.yml sets it."""
     import pgserver
+    import psycopg
+    from pgserver import _commands
 
     server = pgserver.get_server(tempfile.mkdtemp(prefix="gg-pg-bench-", dir="/tmp"), cleanup_mode="delete")
+    with psycopg.connect(server.get_uri(), autocommit=True) as con:
+        con.execute("ALTER SYSTEM SET shared_buffers = '1GB'")
+    getattr(_commands, "pg_ctl")(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
     return server, server.get_uri()
 
 

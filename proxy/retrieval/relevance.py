@@ -13,7 +13,7 @@ import numpy as np
 
 from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.search import fill_descriptions
-from proxy.retrieval.select import cosine_to, relation_match, word_stems
+from proxy.retrieval.select import relation_match, word_stems
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
@@ -27,10 +27,10 @@ def cosines(store: KnowledgeStore, question: Question, relations: list[FoundRela
     step with the rows: then the words alone decide)."""
     if not relations:
         return {}
-    vectors = store.vectors_sync("relations", [r.vector_key for r in relations])
-    if vectors.shape[0] != len(relations):
+    cosines = store.similarities_sync("relations", [r.vector_key for r in relations], question.vectors["query"])
+    if len(cosines) != len(relations):
         return {}
-    similarity = np.clip(cosine_to(question.vectors["query"], vectors), 0.0, None).tolist()
+    similarity = np.clip(cosines, 0.0, None).tolist()
     return {r.pair: sim for r, sim in zip(relations, similarity, strict=True)}
 
 
@@ -56,9 +56,9 @@ def edge_relevance(store: KnowledgeStore, question: Question,
     if not facts:
         return {}
     pairs = list(facts)
-    vectors = store.vectors_sync("relations", [facts[p][3] for p in pairs])
-    if vectors.shape[0] == len(pairs):
-        similarity = np.clip(cosine_to(question.vectors["query"], vectors), 0.0, None).tolist()
+    cosines = store.similarities_sync("relations", [facts[p][3] for p in pairs], question.vectors["query"])
+    if len(cosines) == len(pairs):
+        similarity = np.clip(cosines, 0.0, None).tolist()
     else:
         similarity = [0.0] * len(pairs)
     stems = word_stems(question.asked)

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,7 @@ from proxy.upstream.model_calls import CacheEntry, ModelClient
 log = logging.getLogger("graphgate")
 LINE_TOKENS = 8        # the shortest a fact or entity line of the evidence layout gets
 SHORTLIST_FLOOR = 40   # relations and entities kept for the evidence ranking at the smallest budgets
+SEARCH_THREADS = 4     # a shared store's channel searches at once (a turn has up to four)
 
 
 @dataclass
@@ -116,6 +118,7 @@ class Retriever:
         self.scopes = ScopeCache()
         # the processed documents' (name, metadata), read once per commit and metadata edit
         self._metadata: tuple[tuple[int, int], list[tuple[str, dict[str, Any]]]] | None = None
+        self._searches: ThreadPoolExecutor | None = None   # a shared store's channel searches (``_pool``)
 
     def has_chunks(self) -> bool:
         """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
@@ -299,17 +302,28 @@ class Retriever:
         """The channels whose vector the question has (no low-level keywords: no entity search).
         With ``timer``, entity linking's time is its own step ("linking"), taken out of "graph"."""
         store, scope = self._view(question), question.scope
+        wanted = [channel for channel in channels if channel.vector in question.vectors]
+        # on a shared store each search is a round trip to PostgreSQL: the channels go together
+        # (the embedded store's searches are in memory, microseconds: no threads for them)
+        parallel = self.store.backend.shared and len(wanted) > 1
+        pending = {channel.name: self._pool().submit(channel.search, store, question)
+                   for channel in wanted if parallel and channel.name != "linked"}
         finds = {}
-        for channel in channels:
-            if channel.vector not in question.vectors:
-                continue
-            if timer is not None and channel.name == "linked":
+        for channel in wanted:
+            if channel.name in pending:
+                found = pending[channel.name].result()
+            elif timer is not None and channel.name == "linked":
                 with timer.step("linking"):
                     found = channel.search(store, question)
             else:
                 found = channel.search(store, question)
             finds[channel.name] = found if scope is None else scope.restrict(found)
         return finds
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._searches is None:
+            self._searches = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="channel-search")
+        return self._searches
 
     def _fuse_graph(self, question: Question, named: dict[str, Found], order: list[str], budget: Budget,
                     vectors: bool = True) -> GraphFinds:

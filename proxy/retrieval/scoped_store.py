@@ -22,7 +22,6 @@ from proxy.extraction.results import ExtractionResult
 from proxy.merging.rules import ChunkIndex, index_result
 from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.scope import Scope
-from proxy.retrieval.select import cosine_to
 from proxy.store.changes import pair_key
 
 if TYPE_CHECKING:
@@ -76,9 +75,8 @@ class ScopedStore:
             return []
         if len(allowed) <= EXACT_MAX:
             keys = list(allowed)
-            vectors = self._store.vectors_sync(table, keys)
-            if vectors.shape[0] == len(keys):
-                similarity = cosine_to(np.asarray(vector, dtype=np.float32).reshape(-1), vectors)
+            similarity = self._store.similarities_sync(table, keys, vector)
+            if len(similarity) == len(keys):
                 best = np.argsort(-similarity, kind="stable")[:count]
                 return [(keys[i], float(similarity[i])) for i in best]
         return self._overfetch(lambda n: self._store.search_sync(table, vector, n), allowed, count,

@@ -166,10 +166,6 @@ def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:
     return store.read_memory_sync(lambda rows, graph: list(edges_touching(graph, keys)))
 
 
-def chunk_vectors(store: KnowledgeStore, keys: list[int]) -> np.ndarray:
-    return store.vectors_sync("chunks", keys)
-
-
 def set_relation_degrees(store: KnowledgeStore, relations: list[FoundRelation]) -> None:
     """Each relation's centrality: the degrees of its two endpoints, summed."""
     degree = degrees(store, list({k for r in relations for k in (r.source, r.target)}))

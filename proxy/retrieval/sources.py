@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
 from proxy.retrieval.found import ChunkHit, FoundEntity, FoundRelation
-from proxy.retrieval.select import by_similarity, cosine_to, weighted_quota
+from proxy.retrieval.select import by_similarity, weighted_quota
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ def pick(store: KnowledgeStore, question: Question, sources: list[list[str]], ta
     candidates = list(dict.fromkeys(c for ids in sources for c in ids))
     keys = search.chunk_keys(store, candidates)
     present = [c for c in candidates if c in keys]
-    vectors = search.chunk_vectors(store, [keys[c] for c in present])
-    if vectors.shape[0] != len(present):  # index out of step: fall back to weighted polling
+    cosines = store.similarities_sync("chunks", [keys[c] for c in present], question.vectors["query"])
+    if len(cosines) != len(present):  # index out of step: fall back to weighted polling
         return weighted_quota(sources, params.related_chunks)
-    similarity = dict(zip(present, cosine_to(question.vectors["query"], vectors).tolist(), strict=True))
+    similarity = dict(zip(present, cosines.tolist(), strict=True))
     return by_similarity(sources, params.related_chunks, similarity)

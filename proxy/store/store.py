@@ -435,22 +435,35 @@ class KnowledgeStore:
             threading.Thread(target=self.build_names_sync, name="name-index", daemon=True).start()
         return []
 
+    def _vectors_held(self) -> contextlib.AbstractContextManager[Any]:
+        """The vector indexes' lock, for an in-memory index; none for the tables' own (a shared store:
+        PostgreSQL keeps its indexes consistent, and a turn's channel searches run together)."""
+        return contextlib.nullcontext() if self.backend.shared else self._vectors_lock
+
     def search_sync(self, table: str, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """(vector key, similarity) of the ``count`` nearest rows of ``table``. Blocking."""
-        with self._vectors_lock:
+        with self._vectors_held():
             return self._indexes[table].search(vector, count)
 
     def search_many_sync(self, table: str, vectors: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-        with self._vectors_lock:
+        with self._vectors_held():
             return self._indexes[table].search_many(vectors, count)
 
     def vectors_sync(self, table: str, keys: list[int]) -> np.ndarray:
         """The stored vectors of ``keys`` (empty when the index has none). Blocking."""
-        with self._vectors_lock:
+        with self._vectors_held():
             index = self._indexes[table]
             if index.ndim is None or not keys:
                 return np.empty((0, 0), dtype=np.float32)
             return index.vectors(np.asarray(keys, dtype=np.uint64))
+
+    def similarities_sync(self, table: str, keys: list[int], vector: np.ndarray) -> np.ndarray:
+        """The cosine of ``vector`` to each stored vector of ``keys`` (empty when any is missing). Blocking."""
+        with self._vectors_held():
+            index = self._indexes[table]
+            if index.ndim is None or not keys:
+                return np.empty(0, dtype=np.float32)
+            return index.similarities(np.asarray(keys, dtype=np.uint64), vector)
 
     def vector_keys_sync(self, table: str) -> np.ndarray:
         """Every key ``table``'s index holds (consistency checks). Blocking."""

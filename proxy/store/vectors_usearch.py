@@ -128,6 +128,13 @@ class VectorIndex:
         norms = np.linalg.norm(found, axis=1, keepdims=True)
         return found / np.where(norms == 0, 1.0, norms)
 
+    def similarities(self, keys: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        found = self.vectors(keys)
+        if len(found) != len(keys) or len(found) == 0:
+            return np.empty(0, dtype=np.float32)
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        return np.asarray(found @ (query / (np.linalg.norm(query) or 1.0)), dtype=np.float32)
+
     def save(self, generation: int) -> None:
         """Write the index, then its generation; both by rename, so a crash leaves the old pair."""
         if self.index is None:

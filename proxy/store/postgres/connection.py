@@ -40,6 +40,9 @@ CONNECT_SECONDS = 10.0   # how long opening waits for the server before the stor
 # recall: pgvector's default ef_search (40) found 0.78-0.85 of the true top 10 on bench/pg_feasibility.py's
 # corpus, 128 (USearch's setting in vectors_usearch.py) 0.97-0.99, at 0.8-2 ms a query (docs/postgresql-plan.md)
 EF_SEARCH = 128
+# what each connection allows: the binary index's searches take four candidates per result, 160 for a
+# turn's 40 entities, in one statement up to here (beyond, a transaction sets it for the search)
+EF_SEARCH_SESSION = 200
 # what opening the tables raises when they cannot be used (the store reports it as StoreUnavailable)
 OPEN_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
 
@@ -88,7 +91,7 @@ class PgDatabase:
 
     def _configure(self, con: Con) -> None:
         con.execute(sql.SQL("SET search_path TO {}, public").format(quoted(self.schema)))
-        con.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(EF_SEARCH)))
+        con.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(EF_SEARCH_SESSION)))
         register_vector(con)
 
     def close(self) -> None:

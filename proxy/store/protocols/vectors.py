@@ -38,3 +38,7 @@ class Vectors(Protocol):
 
     def vectors(self, keys: np.ndarray) -> np.ndarray:
         """Stored vectors of ``keys`` as float32 unit rows; no rows when any key is missing."""
+
+    def similarities(self, keys: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """The cosine of each stored vector of ``keys`` to ``vector``; empty when any key is missing
+        (where the vectors live elsewhere, only the numbers travel)."""
