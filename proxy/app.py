@@ -44,7 +44,7 @@ from proxy.rag_api import (
     routes_query,
 )
 from proxy.state import Gateway, ReleaseLeases
-from proxy.store.lists import KBS, KEYS, MODELS, following, open_lists
+from proxy.store.lists import KBS, KEYS, MODELS, SESSIONS, Holder, following, open_lists
 from proxy.upstream.pool import Upstreams, connect
 from proxy.upstream.pool_watch import UpstreamsWatcher
 from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher, safe_url
@@ -135,8 +135,11 @@ def create_app(settings: Settings | None = None, *,
                 gateway.bases = bases
                 gateway.models = await KnowledgeModels(settings.data_dir, lists).load()
                 if lists.shared:   # another replica's change to a list reaches this one's memory
-                    await stack.enter_async_context(following(lists, {KBS: bases, KEYS: gateway.keys,
-                                                                      MODELS: gateway.models}))
+                    holders: dict[str, Holder] = {KBS: bases, KEYS: gateway.keys, MODELS: gateway.models}
+                    if gateway.console is not None:   # console logouts, honoured by every replica
+                        await gateway.console.auth.revoked.share(lists)
+                        holders[SESSIONS] = gateway.console.auth.revoked
+                    await stack.enter_async_context(following(lists, holders))
                 try:
                     gateway.knowledge = bases.default = await stack.enter_async_context(
                         run_knowledge(settings, upstream, gateway.metrics, limiter=limiter,

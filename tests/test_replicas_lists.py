@@ -24,6 +24,7 @@ from proxy.cli.main import main
 from proxy.core.errors import NotFound
 from proxy.core.settings import Settings
 from proxy.gateway.knowledge_models import KnowledgeModels
+from proxy.guards.auth import COOKIE
 from proxy.guards.keys import KeyStore
 from proxy.knowledge.bases import base_settings_sync
 from proxy.store.lists import (
@@ -38,9 +39,13 @@ from proxy.store.lists import (
     following,
 )
 from proxy.store.postgres.lists import PgLists
+from proxy.store.postgres.schema import drop
+from tests.console_auth_helpers import PASSWORD, console_client, log_in
+from tests.console_helpers import csrf_of
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.servers import free_port
+from tests.store_backends import base_schemas
 from tests.test_crash_recovery import NAMES, corpus
 from tests.test_replicas_e2e import kb, replica, upstream  # noqa: F401  (fixtures)
 
@@ -340,3 +345,33 @@ def test_cli_keys_and_a_bases_settings_read_the_shared_lists(tmp_path: Path, pg_
     assert hr.data_dir == data / "kbs" / "hr" and hr.language == "French"
     with pytest.raises(NotFound):
         base_settings_sync(settings, "eng")
+
+
+# --- console logouts ---
+
+@pytest.mark.anyio
+async def test_a_console_logout_through_one_replica_is_honoured_by_the_other(
+        settings: Settings, fake: FakeOllama, pg_server: str, tmp_path: Path) -> None:
+    before = base_schemas(pg_server)
+    shared = settings.replace(store=pg_server, admin_password=PASSWORD, session_secret="a shared secret, 32 chars")
+    try:
+        async with console_client(shared.replace(data_dir=tmp_path / "a"), fake) as a, \
+                console_client(shared.replace(data_dir=tmp_path / "b"), fake) as b:
+            await log_in(a)
+            token = csrf_of((await a.get("/admin/")).text)
+            cookie = a.cookies[COOKIE]
+            b.cookies.set(COOKIE, cookie)
+            assert (await b.get("/admin/", follow_redirects=False)).status_code == 200   # one login, both replicas
+            out = await a.post("/admin/logout", headers={"X-CSRF-Token": token}, follow_redirects=False)
+            assert out.status_code == 303
+            with anyio.fail_after(FOLLOW_SECONDS):
+                while (await b.get("/admin/", follow_redirects=False)).status_code == 200:
+                    await anyio.sleep(0.02)
+            assert (await b.get("/rag/traces", headers={"X-CSRF-Token": token})).status_code == 401
+        async with console_client(shared.replace(data_dir=tmp_path / "c"), fake) as c:   # a replica started later
+            c.cookies.set(COOKIE, cookie)
+            assert (await c.get("/admin/", follow_redirects=False)).status_code == 303
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as con:
+            for schema in base_schemas(pg_server) - before:
+                drop(con, schema)

@@ -34,6 +34,9 @@ from proxy.core.settings import Settings
 log = logging.getLogger("graphgate")
 
 KBS, KEYS, MODELS = "kbs", "keys", "models"
+# the console sessions ended by a logout: a shared list on PostgreSQL only (the embedded store keeps its
+# line-per-logout file, proxy/guards/auth.py's ``Revocations``)
+SESSIONS = "sessions"
 # each list's file in a data directory, and its mode (the keys' file holds hashes of secrets)
 FILES: dict[str, tuple[str, int]] = {KBS: ("kbs/registry.json", 0o644), KEYS: ("keys.json", 0o600),
                                      MODELS: ("models.json", 0o644)}
