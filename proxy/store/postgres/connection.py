@@ -158,6 +158,12 @@ def holds_nul(*texts: str | None) -> bool:
     return any(text and "\x00" in text for text in texts)
 
 
+def storable(text: str | None) -> str | None:
+    """``text`` as PostgreSQL's text can hold it: a NUL character (which it cannot) as U+FFFD, the
+    replacement character, for free text a client sent (a chat's question), never for keys."""
+    return text.replace("\x00", "\ufffd") if text else text
+
+
 def get_meta(con: Con, key: str, default: str | None = None) -> str | None:
     row = con.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
     return row[0] if row else default

@@ -8,7 +8,7 @@ from typing import Any
 
 from proxy.store.batching import BatchWriter
 from proxy.store.clock import now
-from proxy.store.postgres.connection import Con, PgDatabase
+from proxy.store.postgres.connection import Con, PgDatabase, storable
 from proxy.store.protocols.traces import Trace
 
 KEEP = 500  # the most recent traces kept; older ones are dropped as new ones arrive
@@ -20,7 +20,7 @@ def record_traces(con: Con, traces: list[Trace]) -> None:
     with con.cursor() as cur:   # executemany keeps the batch's order in the ids it draws
         cur.executemany("INSERT INTO traces (created_at, api, model, mode, query, augmented, reason, detail) "
                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                        [[stamp, t.api, t.model, t.mode, t.query, t.augmented, t.reason,
+                        [[stamp, t.api, storable(t.model), t.mode, storable(t.query), t.augmented, storable(t.reason),
                           json.dumps(t.detail, ensure_ascii=False, default=str)] for t in traces])
     # writes of a base are serialised by its advisory lock, so ids follow commit order across replicas
     con.execute("DELETE FROM traces WHERE id <= (SELECT max(id) FROM traces) - %s", [KEEP])
