@@ -13,7 +13,8 @@ import pytest
 
 from proxy.core.settings import Settings
 from proxy.knowledge.traces import Trace
-from proxy.store.duckdb.traces import record_traces
+from proxy.store.duckdb import traces as duckdb_traces
+from proxy.store.postgres import traces as postgres_traces
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.corpus import CITY, TEAM
@@ -23,6 +24,13 @@ from tests.matching import must_find
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def settings(settings: Settings, store_setting: str) -> Settings:
+    """Every test here that runs the gateway runs it on both backends (tests/store_backends.py)."""
+    return settings.replace(store=store_setting)
+
+
 EVIL = "<script>alert(1)</script>"
 BASE = datetime(2024, 5, 1, 12, 0, 0)
 
@@ -31,15 +39,19 @@ def db(client: httpx.AsyncClient) -> Any:
     return client._transport.app.state.gateway.knowledge.store.tables.db  # type: ignore[attr-defined]
 
 
-def _insert(con: Any, rows: list[tuple[str, str, str, str, str, int, int]]) -> None:
+def on_postgresql(client: httpx.AsyncClient) -> bool:
+    return client._transport.app.state.gateway.knowledge.store.backend.name == "postgresql"  # type: ignore[attr-defined]
+
+
+def _insert(con: Any, rows: list[tuple[str, str, str, str, str, int, int]], placeholder: str) -> None:
     for kind, key, model, request, response, hits, minutes in rows:
         con.execute("INSERT INTO llm_cache (kind, key, model, request, response, hits, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)", [kind, key, model, request, response, hits,
-                                                     BASE + timedelta(minutes=minutes)])
+                    f"VALUES ({', '.join([placeholder] * 7)})", [kind, key, model, request, response, hits,
+                                                                BASE + timedelta(minutes=minutes)])
 
 
 async def seed(client: httpx.AsyncClient, rows: list[tuple[str, str, str, str, str, int, int]]) -> None:
-    await db(client).write(_insert, rows)
+    await db(client).write(_insert, rows, "%s" if on_postgresql(client) else "?")   # psycopg's or DuckDB's
 
 
 async def cache_keys(client: httpx.AsyncClient, kind: str | None = None) -> set[tuple[str, str]]:
@@ -163,7 +175,8 @@ async def test_clear_confirms_and_removes_only_that_kind(client: httpx.AsyncClie
 
 
 async def record(client: httpx.AsyncClient, traces: list[Trace]) -> None:
-    await db(client).write(record_traces, traces)
+    backend = postgres_traces if on_postgresql(client) else duckdb_traces
+    await db(client).write(backend.record_traces, traces)
 
 
 AUGMENTED = Trace("ollama", "llama3", "mix", "Who leads Orion?", True, None, {
