@@ -1,6 +1,5 @@
 """Batches merged while the previous batch is still committing (the merger's overlay) build the
-same graph as documents merged one at a time, and every store agrees afterwards. On PostgreSQL
-(a store replicas share) batches arriving together never overlap, and build that graph too."""
+same graph as documents merged one at a time, and every store agrees afterwards; on both backends."""
 
 from __future__ import annotations
 
