@@ -40,13 +40,16 @@ from proxy.store.lists import (
 )
 from proxy.store.postgres.lists import PgLists
 from proxy.store.postgres.schema import drop
+from tests.conftest import gateway_client
 from tests.console_auth_helpers import PASSWORD, console_client, log_in
 from tests.console_helpers import csrf_of
+from tests.corpus import TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.servers import free_port
 from tests.store_backends import base_schemas
 from tests.test_crash_recovery import NAMES, corpus
+from tests.test_knowledge_bases import create, names_of_documents, upload
 from tests.test_replicas_e2e import kb, replica, upstream  # noqa: F401  (fixtures)
 
 FOLLOW_SECONDS = 6.0   # a notification is milliseconds; the poll's 2 s is the bound when one is lost
@@ -375,3 +378,62 @@ async def test_a_console_logout_through_one_replica_is_honoured_by_the_other(
         with psycopg.connect(pg_server, autocommit=True) as con:
             for schema in base_schemas(pg_server) - before:
                 drop(con, schema)
+
+
+# --- knowledge bases: settings, deletion and a name made again, through another replica ---
+
+@pytest.mark.anyio
+async def test_a_bases_settings_deletion_and_remaking_reach_the_other_replica(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts, pg_server: str, tmp_path: Path) -> None:
+    before = base_schemas(pg_server)
+    shared = settings.replace(store=pg_server)
+    try:
+        async with gateway_client(shared.replace(data_dir=tmp_path / "a"), fake) as a, \
+                gateway_client(shared.replace(data_dir=tmp_path / "b"), fake) as b:
+            async def detail_on_b() -> dict[str, Any] | None:
+                response = await b.get("/rag/kbs/team")
+                return response.json() if response.status_code == 200 else None
+
+            async def until(check: Any) -> Any:
+                with anyio.fail_after(FOLLOW_SECONDS):
+                    while not (answer := await check()):
+                        await anyio.sleep(0.02)
+                return answer
+
+            await create(a, "team")
+            await upload(a, "team", "team.txt", TEAM)
+            first = await until(detail_on_b)
+            assert await names_of_documents(b, params={"kb": "team"}) == ["team.txt"]   # open on b now
+            assert (await a.patch("/rag/kbs/team", json={"settings": {"language": "French"}})).status_code == 200
+            changed = await until(lambda: _settings_are(b, {"language": "French"}))
+            assert changed["effective"]["language"] == "French"
+            assert (await b.delete("/rag/kbs/team", params={"confirm": "team"})).status_code == 200
+            await until(lambda: _absent(a, "team"))
+            assert (await a.get("/rag/documents", params={"kb": "team"})).status_code == 404
+            # made again through b: another base, empty, on both (a's old directory went with the deletion)
+            async def a_directory_gone() -> bool:
+                return not (tmp_path / "a" / "kbs" / "team").exists()
+
+            await until(a_directory_gone)
+            await create(b, "team")
+
+            async def detail_on_a() -> dict[str, Any] | None:
+                response = await a.get("/rag/kbs/team")
+                return response.json() if response.status_code == 200 else None
+
+            again = await until(detail_on_a)
+            assert again["created_at"] >= first["created_at"] and again["settings"] == {}
+            assert await names_of_documents(a, params={"kb": "team"}) == []
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as con:
+            for schema in base_schemas(pg_server) - before:
+                drop(con, schema)
+
+
+async def _settings_are(client: httpx.AsyncClient, wanted: dict[str, Any]) -> dict[str, Any] | None:
+    response = await client.get("/rag/kbs/team")
+    return response.json() if response.status_code == 200 and response.json()["settings"] == wanted else None
+
+
+async def _absent(client: httpx.AsyncClient, name: str) -> bool:
+    return name not in [b["name"] for b in (await client.get("/rag/kbs")).json()["kbs"]]

@@ -7,7 +7,8 @@ grounded in one knowledge base, like an Ollama Modelfile's ``FROM`` (issue 20, p
 Any Ollama client then lists ``hr-assistant:latest`` and chats with it; the chat is grounded in
 ``hr`` and forwarded as ``llama3.2`` (proxy/gateway/grounding.py). The list is
 ``<data_dir>/models.json``, written whole (fsynced, renamed over the old one) by one writer at a
-time; lookups are one dict read, on the chat path.
+time (on PostgreSQL, a list every replica shares and follows: proxy/store/lists.py); lookups are one
+dict read, on the chat path.
 
 Names follow Ollama's: ``hr`` and ``hr:latest`` are one model, and a name is stored with its tag.
 """

@@ -10,7 +10,9 @@ A request's key is found by its hash in a dict (the lookup's timing depends on t
 says nothing of the token), then compared with ``hmac.compare_digest`` all the same. The file is
 written whole (a temporary file, fsynced, renamed over the old one, 0600), off the event loop; the
 keys in memory change only once it is written, so a revocation holds across a restart as soon as
-it has answered, and is effective on the next request. A file that cannot be read keeps every
+it has answered, and is effective on the next request. On PostgreSQL the keys are a list every
+replica shares (proxy/store/lists.py), and the other replicas take a change within moments
+(``refresh``). A file that cannot be read keeps every
 stored key out and the API closed (``in_use``), rather than open it as if no key had been made.
 """
 

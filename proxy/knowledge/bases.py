@@ -11,15 +11,17 @@ app's lifespan opens it at start-up and keeps it open. Every other base lives in
   lease opens it again. All are closed at shutdown.
 - The bases share the gateway's Upstream, its LLM and embedding limiters and its metrics.
 
-The list of bases is ``<data_dir>/kbs/registry.json``, written whole by rename: each base's
+The list of bases is ``<data_dir>/kbs/registry.json``, written whole by rename (on PostgreSQL, a list
+every replica shares, proxy/store/lists.py: a base made, changed or deleted through one replica is
+taken into the others' memory by ``refresh``; the replica that deletes a base drops its schema): each base's
 created_at, a unique id and its settings overrides (proxy/knowledge/base_settings.py: checked when
 set, applied when the base opens; a change to an open base closes it once no request holds it, so
 the next request opens it with the new settings). A deletion closes the
 base, renames its directory to a tombstone (``kbs/.deleting-<name>.<id>``), drops it from the list,
 then removes the tombstone; a deletion killed half-way is finished at the next start (a tombstone
 whose id the list still holds is dropped from it first), so a base is there whole or not at all.
-The list is written by one writer at a time, from a snapshot taken on the event loop once the
-previous write is done, so the file always ends with the newest state. A list that cannot be read
+The list is written by one writer at a time, each change applied to the newest version of the
+list (on one machine: what memory holds), so the list always ends with every change. A list that cannot be read
 (torn, edited into the wrong shape) does not stop the gateway: ``default`` serves, the other bases
 answer 503 naming the file, and the file is never overwritten (the operator repairs it and restarts).
 A base whose pipeline has documents queued or in extraction is not idle: it is closed once the
