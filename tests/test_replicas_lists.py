@@ -27,6 +27,7 @@ from proxy.gateway.knowledge_models import KnowledgeModels
 from proxy.guards.auth import COOKIE
 from proxy.guards.keys import KeyStore
 from proxy.knowledge.bases import base_settings_sync
+from proxy.knowledge.migrate_store import to_postgres
 from proxy.store.lists import (
     KBS,
     KEYS,
@@ -437,3 +438,33 @@ async def _settings_are(client: httpx.AsyncClient, wanted: dict[str, Any]) -> di
 
 async def _absent(client: httpx.AsyncClient, name: str) -> bool:
     return name not in [b["name"] for b in (await client.get("/rag/kbs")).json()["kbs"]]
+
+
+# --- a store moved to PostgreSQL keeps its bases, keys and knowledge models ---
+
+@pytest.mark.anyio
+async def test_a_store_moved_by_migrate_store_keeps_its_bases_keys_and_models(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts, pg_server: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    before = base_schemas(pg_server)
+    try:
+        async with gateway_client(settings, fake) as client:   # one machine, the embedded store
+            await create(client, "team")
+            await upload(client, "team", "team.txt", TEAM)
+            put = await client.put("/rag/models/team-bot", json={"model": "llama3.2", "kb": "team"})
+            assert put.status_code == 201, put.text
+            made = await client.post("/rag/keys", json={"name": "reader", "role": "read", "kbs": ["team"]})
+            token = made.json()["token"]
+        moved = settings.replace(store=pg_server)   # as in the compose: GRAPHGATE_STORE names the target
+        await anyio.to_thread.run_sync(lambda: to_postgres(moved, pg_server))
+        with caplog.at_level("INFO", logger="graphgate"):
+            async with gateway_client(moved, fake) as client:
+                reader = {"authorization": f"Bearer {token}"}
+                assert await names_of_documents(client, params={"kb": "team"}, headers=reader) == ["team.txt"]
+                assert (await client.get("/rag/stats", headers=reader)).status_code == 404   # default: not its base
+                assert (await client.get("/rag/models/team-bot", headers=reader)).json()["kb"] == "team"
+        assert sum("imported" in r.getMessage() for r in caplog.records) == 3   # bases, keys, knowledge models
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as con:
+            for schema in base_schemas(pg_server) - before:
+                drop(con, schema)

@@ -56,7 +56,9 @@ def _embedded_bases(settings: Settings, kb: str | None) -> list[tuple[str, Setti
     settings it opens with (its directory, its element type)."""
     try:
         names = [kb] if kb else [DEFAULT, *sorted(read_registry_sync(settings.data_dir / BASES_DIR)[0])]
-        bases = [(name, base_settings_sync(settings, name)) for name in names]
+        # the data directory's own list, whatever GRAPHGATE_STORE names (the compose runs --to "$GRAPHGATE_STORE")
+        embedded = settings.replace(store="embedded")
+        bases = [(name, base_settings_sync(embedded, name)) for name in names]
     except GraphGateError as exc:
         raise MigrationError(exc.message) from None
     except (OSError, ValueError) as exc:
