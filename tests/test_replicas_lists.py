@@ -48,7 +48,7 @@ from tests.corpus import TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.servers import free_port
-from tests.store_backends import base_schemas
+from tests.store_backends import base_schemas, restart_pg
 from tests.test_crash_recovery import NAMES, corpus
 from tests.test_knowledge_bases import create, names_of_documents, upload
 from tests.test_replicas_e2e import kb, replica, upstream  # noqa: F401  (fixtures)
@@ -468,3 +468,16 @@ async def test_a_store_moved_by_migrate_store_keeps_its_bases_keys_and_models(
         with psycopg.connect(pg_server, autocommit=True) as con:
             for schema in base_schemas(pg_server) - before:
                 drop(con, schema)
+
+
+@pytest.mark.anyio
+async def test_the_follower_reconnects_after_a_postgresql_restart(tmp_path: Path, pg_server: str) -> None:
+    lists_a, lists_b = PgLists(pg_server, tmp_path / "a"), PgLists(pg_server, tmp_path / "b")
+    keys_a, keys_b = await KeyStore.open(tmp_path / "a", lists_a), await KeyStore.open(tmp_path / "b", lists_b)
+    async with following(lists_b, {KEYS: keys_b}):
+        await anyio.sleep(0.2)   # listening
+        await anyio.to_thread.run_sync(restart_pg, pg_server)
+        key, token = await keys_a.create("after", "read", None, ["default"])
+        with anyio.fail_after(FOLLOW_SECONDS + 5):   # the reconnection's back-off, then the poll
+            while keys_b.verify(token) is None:
+                await anyio.sleep(0.02)

@@ -55,7 +55,7 @@ from proxy.knowledge.base_settings import apply_overrides, effective_values, mer
 from proxy.knowledge.service import Knowledge, run_knowledge
 from proxy.monitoring.metrics import Metrics
 from proxy.store.backends import drop_base_sync
-from proxy.store.lists import KBS, Document, FileLists, Lists, Unchanged, open_lists
+from proxy.store.lists import KBS, Document, FileLists, Lists, ListUnavailable, Unchanged, open_lists
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("graphgate")
@@ -162,8 +162,10 @@ class KnowledgeBases:
             entries, tombstones, self.version = await anyio.to_thread.run_sync(self._load_sync)
         except (OSError, ValueError) as exc:
             self.version = -1
+            remedy = ("read again every few seconds" if self.lists.shared and isinstance(exc, ListUnavailable)
+                      else "repair or move it away and restart the gateway")
             self.registry_error = (f"the list of knowledge bases cannot be read ({self.lists.where(KBS)}: {exc}); "
-                                   f"repair or move it away and restart the gateway")
+                                   f"{remedy}")
             log.error("%s", self.registry_error)
             return []
         self.bases = {name: Base(name=name, uid=e["uid"], created_at=e["created_at"], overrides=dict(e["settings"]))
