@@ -253,8 +253,9 @@ class KnowledgeBases:
             if name == DEFAULT or not NAME.fullmatch(name):
                 continue
             base = self.bases.get(name)
-            if base is not None and base.uid != entry["uid"] and not base.deleting:
-                self._forget(base, remove_files=False)   # deleted and made again elsewhere: another base
+            if base is not None and base.uid != entry["uid"]:   # deleted and made again elsewhere: another base
+                if not base.deleting:   # (a deletion under way here holds its own)
+                    self._forget(base, remove_files=False)
                 base = None
             if base is None:
                 self.bases[name] = Base(name=name, uid=entry["uid"], created_at=entry["created_at"],
@@ -568,7 +569,8 @@ class KnowledgeBases:
                 del entries[name]
 
         await self._change(drop)
-        await self._drop_outside(name)
+        if name not in self.bases:   # else another replica made a base of that name meanwhile: its schema now
+            await self._drop_outside(name)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
         if self.metrics is not None:
             self.metrics.forget(name)
