@@ -55,7 +55,8 @@ def start_postgres() -> tuple[Any, str]:
     server = pgserver.get_server(tempfile.mkdtemp(prefix="gg-pg-bench-", dir="/tmp"), cleanup_mode="delete")
     with psycopg.connect(server.get_uri(), autocommit=True) as con:
         con.execute("ALTER SYSTEM SET shared_buffers = '1GB'")
-    getattr(_commands, "pg_ctl")(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+    restart = getattr(_commands, "pg_ctl")  # noqa: B009  (pgserver's typed stub lacks it)
+    restart(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
     return server, server.get_uri()
 
 

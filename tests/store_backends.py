@@ -111,16 +111,18 @@ def base_schemas(dsn: str) -> set[str]:
 def store_setting(request: pytest.FixtureRequest) -> Iterator[str]:
     """``GRAPHGATE_STORE`` for an app-level test that runs on each backend (a module overrides
     ``settings`` with ``settings.replace(store=store_setting)``). PostgreSQL: every base is a schema
-    ``kb_<name>`` on the session's server (``default`` too, the same name for every test), so each
-    schema the test made is dropped after it."""
+    ``kb_<name>`` on the session's server (``default`` too, the same name for every test), so every
+    base's schema is dropped before the test and after it."""
     if request.param == "embedded":
         yield "embedded"
         return
     dsn = request.getfixturevalue("pg_server")
-    before = base_schemas(dsn)
+    with psycopg.connect(dsn, autocommit=True) as con:   # each test starts with no base at all
+        for schema in base_schemas(dsn):
+            drop(con, schema)
     yield dsn
     with psycopg.connect(dsn, autocommit=True) as con:
-        for schema in base_schemas(dsn) - before:
+        for schema in base_schemas(dsn):
             drop(con, schema)
 
 

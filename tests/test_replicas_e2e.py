@@ -43,11 +43,18 @@ def kb(pg_server: str) -> Iterator[str]:
     import psycopg
 
     from proxy.store.postgres.schema import drop
+    from tests.store_backends import base_schemas
 
     name = f"t{uuid.uuid4().hex[:10]}"
+    before = base_schemas(pg_server)
     yield name
-    with psycopg.connect(pg_server, autocommit=True) as con:
-        drop(con, schema_name(name))
+    with psycopg.connect(pg_server, autocommit=True) as con:   # default's too: the replicas made it
+        for schema in base_schemas(pg_server) - before | {schema_name(name)}:
+            drop(con, schema)
+
+
+def url_of(fake: FakeOllama) -> str:
+    return str(fake.url)  # type: ignore[attr-defined]  # set by the ``upstream`` fixture
 
 
 def replica(data: Path, upstream: str, store: str, **settings: str) -> Server:
@@ -109,8 +116,8 @@ def test_documents_uploaded_through_one_replica_are_answered_by_the_other(
         tmp_path: Path, upstream: tuple[FakeOllama, KnownFacts], pg_server: str, kb: str) -> None:
     fake, _ = upstream
     docs = corpus(4)
-    first = replica(tmp_path / "a", fake.url, pg_server)
-    second = replica(tmp_path / "b", fake.url, pg_server)
+    first = replica(tmp_path / "a", url_of(fake), pg_server)
+    second = replica(tmp_path / "b", url_of(fake), pg_server)
     try:
         create_base(first.url, kb)
         wait_for_base(second.url, kb)   # made through the first: the list of bases is shared
@@ -166,8 +173,8 @@ def test_sigkill_of_a_replica_mid_ingestion_leaves_its_documents_to_the_other(
         tmp_path: Path, upstream: tuple[FakeOllama, KnownFacts], pg_server: str, kb: str) -> None:
     fake, facts = upstream
     docs = corpus(8)
-    first = replica(tmp_path / "a", fake.url, pg_server)
-    second = replica(tmp_path / "b", fake.url, pg_server)
+    first = replica(tmp_path / "a", url_of(fake), pg_server)
+    second = replica(tmp_path / "b", url_of(fake), pg_server)
     try:
         create_base(first.url, kb)
         wait_for_base(second.url, kb)
@@ -201,8 +208,8 @@ def test_a_postgresql_restart_mid_ingestion_is_survived(
         tmp_path: Path, upstream: tuple[FakeOllama, KnownFacts], pg_server: str, kb: str) -> None:
     fake, facts = upstream
     docs = corpus(6)
-    first = replica(tmp_path / "a", fake.url, pg_server)
-    second = replica(tmp_path / "b", fake.url, pg_server)
+    first = replica(tmp_path / "a", url_of(fake), pg_server)
+    second = replica(tmp_path / "b", url_of(fake), pg_server)
     try:
         create_base(first.url, kb)
         wait_for_base(second.url, kb)

@@ -51,8 +51,8 @@ class Leases:
         if self.held:
             kept = set(await self.queue.renew(self.owner, sorted(self.held), self.seconds))
             for document_id in self.held - kept:
-                log.warning("document %s was taken over by another replica (this one's lease ran out); "
-                            "leaving it to that one", document_id)
+                log.warning("document %s is no longer this replica's (its lease ran out and another replica "
+                            "took it, or it ended meanwhile); leaving it", document_id)
                 lost(document_id)
             self.held = kept
         for document_id in await self.queue.claim_next(self.owner, self.seconds, free_workers()):

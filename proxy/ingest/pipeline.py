@@ -170,6 +170,12 @@ class Pipeline:
 
     async def fail_with(self, document_id: str, exc: Exception) -> None:
         error = first_error(exc)
+        if self.leases is not None and isinstance(error, StorageError) and error.status == 503:
+            # the shared store's server away for longer than its retries: not the document's fault.
+            # Its lease is left to run out, and a replica (this one too) takes it up again then.
+            log.warning("document %s is left for later: %s", document_id, error.message)
+            self.leases.held.discard(document_id)
+            return
         if not isinstance(error, GraphGateError):
             log.error("processing %s failed", document_id, exc_info=error)
         await self._fail(document_id, describe(error))

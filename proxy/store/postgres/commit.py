@@ -94,6 +94,20 @@ def type_embeddings(con: Con, dim: int, dtype: str) -> None:
 
 
 def write_changes(con: Con, changes: Changeset, dtype: str) -> tuple[dict[str, IndexDelta], int]:
+    """The changeset in the caller's transaction. It assigns the rows' vector keys; when it fails
+    they are put back, so that the transaction can be tried again from the start."""
+    rows: list[Any] = [*changes.chunks_added, *changes.entities_upserted, *changes.relations_upserted,
+                       *changes.communities_upserted]
+    keys = [row.key for row in rows]
+    try:
+        return _write_changes(con, changes, dtype)
+    except BaseException:
+        for row, key in zip(rows, keys, strict=True):
+            row.key = key
+        raise
+
+
+def _write_changes(con: Con, changes: Changeset, dtype: str) -> tuple[dict[str, IndexDelta], int]:
     deltas = {name: IndexDelta() for name in VECTOR_TABLES}
     stamp = now()
     _remove_documents(con, changes, deltas["chunks"])

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator
 
 import anyio
 import anyio.to_thread
 import psycopg
 
-from proxy.store.postgres.connection import CONNECT_SECONDS, storage_error
+from proxy.store.postgres.connection import AWAY_SECONDS, CONNECT_SECONDS, PAUSES, storage_error
 
 
 class MergeLock:
@@ -27,8 +28,11 @@ class MergeLock:
         self._thread_lock = threading.Lock()   # the connection: one statement at a time
 
     def _take_sync(self) -> None:
+        """Blocks until granted; tried again on a fresh connection while the server is away (a
+        restart), for up to AWAY_SECONDS."""
+        started, attempt = time.monotonic(), 0
         with self._thread_lock:
-            for attempt in range(2):   # once more on a fresh connection: the server may have restarted
+            while True:
                 try:
                     if self._con is None or self._con.closed:
                         self._con = psycopg.connect(self.dsn, autocommit=True, connect_timeout=int(CONNECT_SECONDS))
@@ -36,8 +40,10 @@ class MergeLock:
                     return
                 except psycopg.OperationalError as exc:
                     self._drop()
-                    if attempt:
+                    if time.monotonic() - started >= AWAY_SECONDS:
                         raise storage_error(exc) from exc
+                    time.sleep(PAUSES[min(attempt, len(PAUSES) - 1)])
+                    attempt += 1
 
     def _release_sync(self) -> None:
         with self._thread_lock:
