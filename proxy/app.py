@@ -44,7 +44,8 @@ from proxy.rag_api import (
     routes_query,
 )
 from proxy.state import Gateway, ReleaseLeases
-from proxy.store.lists import KBS, KEYS, MODELS, SESSIONS, Holder, following, open_lists
+from proxy.store.lists import KBS, KEYS, MODELS, SESSIONS, Holder, following
+from proxy.store.lists_open import open_lists
 from proxy.upstream.pool import Upstreams, connect
 from proxy.upstream.pool_watch import UpstreamsWatcher
 from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher, safe_url

@@ -23,7 +23,8 @@ from proxy.core.errors import GraphGateError
 from proxy.core.settings import Settings
 from proxy.guards.keys import KeyStore
 from proxy.knowledge.bases import DEFAULT
-from proxy.store.lists import KBS, open_lists
+from proxy.store.lists import KBS
+from proxy.store.lists_open import open_lists
 
 
 @contextlib.asynccontextmanager

@@ -55,7 +55,8 @@ from proxy.knowledge.base_settings import apply_overrides, effective_values, mer
 from proxy.knowledge.service import Knowledge, run_knowledge
 from proxy.monitoring.metrics import Metrics
 from proxy.store.backends import drop_base_sync
-from proxy.store.lists import KBS, Document, FileLists, Lists, ListUnavailable, Unchanged, open_lists
+from proxy.store.lists import KBS, Document, FileLists, Lists, ListUnavailable, Unchanged
+from proxy.store.lists_open import open_lists
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("graphgate")

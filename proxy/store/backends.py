@@ -69,3 +69,4 @@ def drop_base_sync(store: str, kb: str) -> None:
         from proxy.store.postgres.backend import drop_schema
 
         drop_schema(store, schema_name(kb))
+

@@ -29,7 +29,6 @@ import anyio
 import anyio.to_thread
 
 from proxy.core.durable import write_json
-from proxy.core.settings import Settings
 
 log = logging.getLogger("graphgate")
 
@@ -142,15 +141,6 @@ class FileLists:
     async def listen(self, on_change: Callable[[dict[str, int]], Awaitable[None]]) -> None:
         """One gateway per data directory: no other writer to follow."""
         await anyio.sleep_forever()
-
-
-def open_lists(settings: Settings) -> Lists:
-    """The lists of the store ``GRAPHGATE_STORE`` names (no connection is made yet)."""
-    if settings.store == "embedded":
-        return FileLists(settings.data_dir)
-    from proxy.store.postgres.lists import PgLists  # psycopg: the postgresql extra
-
-    return PgLists(settings.store, settings.data_dir)
 
 
 class Holder(Protocol):
