@@ -27,7 +27,7 @@ from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.store_backends import with_store_setting
+from tests.store_backends import on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
 
@@ -172,8 +172,7 @@ def counts(client: httpx.AsyncClient) -> dict[str, int]:
     return {t: db.read_sync(lambda c, t=t: c.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]) for t in tables}
 
 
-# embedded only for now: on PostgreSQL a NUL in the documents' search or id still reaches the server,
-# which refuses it (proxy/store/postgres/documents.py); mark it @on_both_backends once it does not
+@on_both_backends
 async def test_sqlish_strings_in_every_search_box_match_literally_and_change_nothing(
         settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
     from tests.corpus import CITY, TEAM

@@ -113,6 +113,7 @@ class Pipeline:
             if self.queued.pop(document_id, "gone") == "gone":
                 continue  # deleted or replaced while queued
             if not await self._claimed(document_id):
+                self._take_handed(document_id)   # its text is read back by the replica that has it
                 self.finished_run(document_id)
                 continue  # another replica works on it
             work = Work(document_id, "")

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from proxy.core.errors import GraphGateError
 from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.extraction.per_chunk import ExtractionFailed
@@ -36,6 +37,7 @@ from proxy.upstream.model_calls import ModelClient
 log = logging.getLogger("graphgate.ingest")
 
 MERGE_BATCH = 48  # documents merged in one transaction when they wait together
+TURN_RETRY_SECONDS = 1.0  # after the merge turn could not be taken (the shared store's server away)
 TURN_SECONDS = 2.0  # on a shared store, the longest this replica merges batch after batch before letting others in
 
 
@@ -122,8 +124,15 @@ class Merger:
                     ready.append(work)
                 except Exception as exc:  # noqa: BLE001 - only this document failed to record
                     await self.reports.fail_with(work.document_id, exc)
-            await self._end_turn(if_held_for=TURN_SECONDS)
-            await self._take_turn()
+            try:
+                await self._end_turn(if_held_for=TURN_SECONDS)
+                await self._take_turn()
+            except GraphGateError as exc:   # the shared store's server away past its retries
+                for work in ready:   # left for later (proxy/ingest/pipeline.py: their leases run out)
+                    await self.reports.fail_with(work.document_id, exc)
+                self._finished(batch)
+                await anyio.sleep(TURN_RETRY_SECONDS)
+                continue
             async with self.lock:
                 try:
                     await self._merge_batch(batch, ready)
@@ -140,7 +149,15 @@ class Merger:
     async def _take_turn(self) -> None:
         """Other replicas merge into the same graph: batches are prepared and committed within this
         replica's merge turn, held from batch to batch (so that one still overlaps the next) until
-        the merger falls idle or has held it TURN_SECONDS."""
+        the merger falls idle or has held it TURN_SECONDS. A turn lost meanwhile (its connection
+        ended: a server restart) is let go and taken again, over the others' commits since."""
+        if self._turn is not None and not await self.store.merge_turn_held():
+            log.warning("the merge turn was lost with its connection; taking it again")
+            turn, self._turn = self._turn, None
+            async with self.lock:
+                await self._settle()
+            with contextlib.suppress(GraphGateError):
+                await turn.aclose()
         if self.store.backend.shared and self._turn is None:
             stack = contextlib.AsyncExitStack()
             await stack.enter_async_context(self.store.merge_turn())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -119,6 +120,7 @@ class Retriever:
         # the processed documents' (name, metadata), read once per commit and metadata edit
         self._metadata: tuple[tuple[int, int], list[tuple[str, dict[str, Any]]]] | None = None
         self._searches: ThreadPoolExecutor | None = None   # a shared store's channel searches (``_pool``)
+        self._searches_lock = threading.Lock()
 
     def has_chunks(self) -> bool:
         """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
@@ -321,9 +323,10 @@ class Retriever:
         return finds
 
     def _pool(self) -> ThreadPoolExecutor:
-        if self._searches is None:
-            self._searches = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="channel-search")
-        return self._searches
+        with self._searches_lock:   # turns retrieve in several worker threads at once
+            if self._searches is None:
+                self._searches = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="channel-search")
+            return self._searches
 
     def _fuse_graph(self, question: Question, named: dict[str, Found], order: list[str], budget: Budget,
                     vectors: bool = True) -> GraphFinds:

@@ -6,6 +6,7 @@ chosen by ``GRAPHGATE_STORE``. A backend is a folder of files implementing the p
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,12 @@ def postgresql(dsn: str, schema: str) -> Backend:
 
 
 def schema_name(kb: str) -> str:
-    """A knowledge base's PostgreSQL schema (its name is lowercase letters, digits, '-' and '_')."""
-    return f"kb_{kb}"
+    """A knowledge base's PostgreSQL schema (its name is lowercase letters, digits, '-' and '_', up to
+    64 of them). PostgreSQL cuts identifiers at 63 bytes, which would give two long names sharing
+    their first 60 characters one schema: those past 60 end in a hash of the whole name instead."""
+    if len(kb) <= 60:
+        return f"kb_{kb}"
+    return f"kb_{kb[:43]}_{hashlib.sha256(kb.encode()).hexdigest()[:16]}"
 
 
 def backend_for(store: str, kb: str) -> Backend:

@@ -219,7 +219,10 @@ class KnowledgeStore:
                 deltas, generation = await self.tables.commit(changes)
                 if generation != self.generation + 1 and self.backend.shared:   # other replicas' commits first
                     await anyio.to_thread.run_sync(self._replay_sync, generation)
-                applied = await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
+                if self.generation >= generation:   # a reload (a gap in the log) already read this commit
+                    applied = self.generation
+                else:
+                    applied = await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
         if self._committed is not None:
             self._committed.set()
             self._committed = None
@@ -257,20 +260,25 @@ class KnowledgeStore:
             await self.follow()
             yield
 
+    async def merge_turn_held(self) -> bool:
+        """Whether a merge turn this replica holds is still its own (always, on a store of its own)."""
+        return not self.backend.shared or await cast(SharedTables, self.tables).merge_turn_held()
+
     def _replay_sync(self, until: int | None) -> int:
         """The logged commits after this replica's generation (and before ``until``) into the rows,
         graph and indexes; a gap in the log (an entry trimmed away) reloads them from the tables."""
         shared = cast(SharedTables, self.tables)
         applied = 0
-        for generation, data in shared.changes_since_sync(self.generation):
-            if until is not None and generation >= until:
-                break
-            if generation != self.generation + 1:
-                self._reload_sync()
-                return applied + 1
-            changes, deltas = decode(data)
-            self._apply_memory(changes, deltas, generation)
-            applied += 1
+        while entries := shared.changes_since_sync(self.generation):   # a page at a time
+            for generation, data in entries:
+                if until is not None and generation >= until:
+                    return applied
+                if generation != self.generation + 1 or data.get("reload"):   # a gap, or a re-embedding
+                    self._reload_sync()
+                    return applied + 1
+                changes, deltas = decode(data)
+                self._apply_memory(changes, deltas, generation)
+                applied += 1
         return applied
 
     def _reload_sync(self) -> None:
@@ -512,7 +520,9 @@ class KnowledgeStore:
                 index.reset(ndim)
                 self._heal_index(table, index, trust=False)
             self._load_memory()
-            self.generation = int(self.tables.meta_sync("generation", "0") or 0)
+            # a shared store's rows are of the snapshot they were read in (other replicas commit meanwhile)
+            self.generation = cast(SharedTables, self.tables).loaded_generation if self.backend.shared else int(
+                self.tables.meta_sync("generation", "0") or 0)
         if self._keywords_ready:
             self._build_keywords(heal=False)
         self.saved_generation = -1

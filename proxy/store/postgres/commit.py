@@ -21,6 +21,11 @@ from proxy.store.postgres.graph_rows import write_curation
 INDEXED_TABLES = ("chunks", "entities", "relations")
 VECTOR_TABLES = (*INDEXED_TABLES, "communities")
 CHANNEL = "graphgate_changes"   # NOTIFY payload: "<schema>:<generation>"
+# the change log keeps the last KEEP_GENERATIONS commits, and any younger than KEEP_SECONDS (a replica
+# restarting reads the tables, not the log); it is trimmed every TRIM_EVERY commits
+KEEP_GENERATIONS = 1000
+KEEP_SECONDS = 3600
+TRIM_EVERY = 100
 # HNSW build parameters: the embedded store's USearch ones (connectivity 16, expansion_add 40:
 # proxy/store/vectors_usearch.py), not pgvector's default ef_construction of 64, whose inserts (what a
 # commit spends most on) ran 40-60 % slower at 768 dimensions here for 0.05-0.1 more recall at
@@ -137,6 +142,9 @@ def log_change(con: Con, generation: int, changes: dict[str, Any], stamp: dateti
     """The commit's entry in the change log, and a wake-up for the replicas following it (delivered
     when the transaction commits, in commit order)."""
     con.execute("INSERT INTO change_log VALUES (%s, %s, %s)", [generation, Jsonb(changes), stamp])
+    if generation % TRIM_EVERY == 0:   # a replica further behind finds a gap and reloads from the tables
+        con.execute("DELETE FROM change_log WHERE generation <= %s AND created_at < %s - make_interval(secs => %s)",
+                    [generation - KEEP_GENERATIONS, stamp, KEEP_SECONDS])
     con.execute("SELECT pg_notify(%s, current_schema() || ':' || %s)", [CHANNEL, str(generation)])
 
 

@@ -52,16 +52,27 @@ EF_SEARCH_SESSION = 200
 OPEN_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
 
 
+def away(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server cannot be reached now (worth trying again: a restart, a
+    fail-over, the pool's connections all taken), rather than refusing the statement itself. psycopg
+    files many refusals under OperationalError too (a disk full, out of memory, a key too long)."""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    return isinstance(exc, psycopg.OperationalError) and (
+        state is None or state.startswith(("08", "40")) or state in ("57P01", "57P02", "57P03"))
+
+
 def storage_error(exc: BaseException) -> StorageError:
     """The one place PostgreSQL's failures become GraphGate errors, with a message for a person."""
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, psycopg.errors.DiskFull):
         return StorageError(f"the PostgreSQL server's disk is full ({detail}); free some space, then retry",
                             status=507)
-    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
+    if away(exc):
         return StorageError(f"the knowledge store's PostgreSQL server cannot be reached ({detail}); "
                             "retry in a moment", status=503)
-    return StorageError(f"the knowledge store could not write: {detail}")
+    return StorageError(f"the knowledge store's PostgreSQL server refused the statement: {detail}", status=500)
 
 
 def quoted(schema: str) -> sql.Composable:
@@ -143,8 +154,11 @@ class PgDatabase:
                 attempt += 1
 
     def _pause_or_fail(self, exc: BaseException, started: float, attempt: int) -> None:
-        """Wait before trying again, or raise StorageError once the server has been away too long."""
+        """Wait before trying again, or raise StorageError: at once for a statement the server
+        refused, once the server has been away too long otherwise."""
         error = storage_error(exc)
+        if not away(exc):
+            raise error from exc
         self.failure = error.message
         if time.monotonic() - started >= AWAY_SECONDS:
             raise error from exc

@@ -14,7 +14,7 @@ from proxy.core.errors import GraphGateError
 from proxy.store.batching import BatchWriter, CommitGroup
 from proxy.store.clock import now
 from proxy.store.postgres.cache import write_cache
-from proxy.store.postgres.connection import Con, PgDatabase, set_meta
+from proxy.store.postgres.connection import Con, PgDatabase, holds_nul, set_meta
 from proxy.store.protocols.cache import CacheEntry
 from proxy.store.protocols.documents import (
     SORTS,
@@ -51,16 +51,21 @@ def _one(con: Con, query: str, args: Any) -> Any:
 
 
 def get_document(con: Con, document_id: str) -> dict[str, Any] | None:
+    if holds_nul(document_id):   # no id holds one (PostgreSQL would refuse the statement)
+        return None
     row = con.execute(f"SELECT {_SELECT} FROM documents WHERE id = %s", [document_id]).fetchone()
     return _row(row) if row else None
 
 
 def get_documents(con: Con, document_ids: list[str]) -> dict[str, dict[str, Any]]:
+    document_ids = [i for i in document_ids if not holds_nul(i)]
     rows = con.execute(f"SELECT {_SELECT} FROM documents WHERE id = ANY(%s::text[])", [document_ids]).fetchall()
     return {row[0]: _row(row) for row in rows}
 
 
 def document_with_text(con: Con, document_id: str) -> tuple[dict[str, Any] | None, str]:
+    if holds_nul(document_id):
+        return None, ""
     row = con.execute(f"SELECT {_SELECT}, text FROM documents WHERE id = %s", [document_id]).fetchone()
     return (_row(row[:-1]), row[-1]) if row else (None, "")
 
@@ -83,6 +88,8 @@ def documents_named(con: Con, name: str) -> list[dict[str, Any]]:
 
 def list_documents(con: Con, *, status: str | None, search: str | None, sort: str, descending: bool,
                    limit: int, offset: int, ids: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+    if holds_nul(search):   # PostgreSQL's text cannot hold a NUL: no name has one (DuckDB finds none either)
+        return [], 0
     where: list[str] = []
     args: list[Any] = []
     if ids is not None:   # a metadata filter's matches
@@ -132,7 +139,9 @@ def insert_documents(con: Con, items: list[tuple[dict[str, Any], str]]) -> None:
     con.execute("INSERT INTO documents (id, name, mime, size, status, text, replaces, created_at, updated_at, "
                 "metadata) SELECT id, name, mime, size, 'pending', text, replaces, created_at, created_at, metadata "
                 "FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], "
-                "%s::timestamp[], %s::text[]) AS d(id, name, mime, size, text, replaces, created_at, metadata)",
+                "%s::timestamp[], %s::text[]) AS d(id, name, mime, size, text, replaces, created_at, metadata) "
+                # the same content uploaded through two replicas at once: one document (its id is its hash)
+                "ON CONFLICT (id) DO NOTHING",
                 [[d["id"] for d, _ in items], [d["name"] for d, _ in items], [d["mime"] for d, _ in items],
                  [d["size"] for d, _ in items], [text for _, text in items], [d.get("replaces") for d, _ in items],
                  [d.get("created_at") or stamp for d, _ in items],

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import psycopg
 
+from proxy.core.errors import GraphGateError
 from proxy.store.postgres.commit import CHANNEL
 
 log = logging.getLogger("graphgate.store")
@@ -39,7 +40,8 @@ async def listen(dsn: str, schema: str, on_change: Callable[[], Awaitable[object
                         if note.payload.partition(":")[0] == schema:
                             await on_change()
                     await on_change()
-        except (psycopg.OperationalError, OSError) as exc:
+        except (psycopg.OperationalError, OSError, GraphGateError) as exc:
+            # GraphGateError: the store's own read gave up (the server away past its retries)
             if not failures:
                 log.warning("lost the PostgreSQL connection that follows other replicas' commits (%s); "
                             "reconnecting", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)

@@ -17,6 +17,7 @@ import anyio
 import anyio.to_thread
 import psycopg
 
+from proxy.core.errors import StorageError
 from proxy.store.postgres.connection import AWAY_SECONDS, CONNECT_SECONDS, PAUSES, storage_error
 
 
@@ -26,17 +27,25 @@ class MergeLock:
         self.key = f"graphgate-merge:{schema}"
         self._con: psycopg.Connection | None = None
         self._thread_lock = threading.Lock()   # the connection: one statement at a time
+        self._holders = 0   # this replica's holds, all on the connection ``_con`` was when the first was taken
+        self._session = 0   # moves on with every new connection: holds of an older one are gone
 
     def _take_sync(self) -> None:
         """Blocks until granted; tried again on a fresh connection while the server is away (a
-        restart), for up to AWAY_SECONDS."""
+        restart), for up to AWAY_SECONDS. A hold taken again while an earlier one of this replica
+        was lost with its connection is refused: the merger lets its turn go first (``held_sync``)."""
         started, attempt = time.monotonic(), 0
         with self._thread_lock:
             while True:
                 try:
                     if self._con is None or self._con.closed:
+                        if self._holders:
+                            raise StorageError("the knowledge base's merge turn was lost with its connection to "
+                                               "PostgreSQL; retry in a moment")
                         self._con = psycopg.connect(self.dsn, autocommit=True, connect_timeout=int(CONNECT_SECONDS))
+                        self._session += 1
                     self._con.execute("SELECT pg_advisory_lock(hashtext(%s))", [self.key])
+                    self._holders += 1
                     return
                 except psycopg.OperationalError as exc:
                     self._drop()
@@ -47,11 +56,24 @@ class MergeLock:
 
     def _release_sync(self) -> None:
         with self._thread_lock:
+            self._holders = max(0, self._holders - 1)
             try:
                 if self._con is not None and not self._con.closed:
                     self._con.execute("SELECT pg_advisory_unlock(hashtext(%s))", [self.key])
             except psycopg.OperationalError:
                 self._drop()   # the lock went with the connection
+
+    def held_sync(self) -> bool:
+        """Whether this replica's holds are still the server's (their connection alive)."""
+        with self._thread_lock:
+            if not self._holders or self._con is None or self._con.closed:
+                return False
+            try:
+                self._con.execute("SELECT 1")
+                return True
+            except psycopg.OperationalError:
+                self._drop()
+                return False
 
     def _drop(self) -> None:
         if self._con is not None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 from psycopg import sql
 
-from proxy.store.postgres.commit import VECTOR_TABLES, type_embeddings
+from proxy.store.clock import now
+from proxy.store.postgres.commit import VECTOR_TABLES, log_change, type_embeddings
 from proxy.store.postgres.connection import Con, PgDatabase, bump_generation, get_meta, next_keys, set_meta
 
 _ID = {"chunks": "id", "entities": "name_key", "relations": "pair_key"}
@@ -95,7 +96,8 @@ def record_model(con: Con, model: str, dim: int | None, dtype: str) -> None:
             type_embeddings(con, dim, dtype)   # the columns store_vectors untyped, at the new model's dimension
         set_meta(con, "embed_dim", dim)
     set_meta(con, "embed_model", model)
-    bump_generation(con)
+    # every vector changed key: the other replicas reload rather than replay (proxy/store/store.py)
+    log_change(con, bump_generation(con), {"reload": True}, now())
 
 
 class PgReembed:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import anyio.to_thread
 import numpy as np
 
 from proxy.store.changes import Changeset, IndexDelta
@@ -32,6 +33,8 @@ from proxy.store.protocols.reembed import ReembedTables
 from proxy.store.protocols.retrieval_rows import RetrievalRows
 from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
+
+CHANGES_PAGE = 200   # change-log entries read at a time (each holds a commit's texts)
 
 
 class PgTables:
@@ -90,11 +93,11 @@ class PgTables:
         return await self.db.write(write_changes, changes, self.dtype)
 
     def changes_since_sync(self, generation: int) -> list[tuple[int, dict[str, Any]]]:
-        """The change log's entries after ``generation``, oldest first (another replica's commits)."""
+        """The change log's first entries after ``generation``, oldest first (other replicas' commits)."""
         def read(con: Con) -> list[tuple[int, dict[str, Any]]]:
             return [(int(g), changes) for g, changes in con.execute(
-                "SELECT generation, changes FROM change_log WHERE generation > %s ORDER BY generation",
-                [generation]).fetchall()]
+                "SELECT generation, changes FROM change_log WHERE generation > %s ORDER BY generation LIMIT %s",
+                [generation, CHANGES_PAGE]).fetchall()]
         return self.db.read_sync(read)
 
     async def checkpoint(self) -> None:
@@ -105,6 +108,9 @@ class PgTables:
 
     def merge_turn(self) -> AbstractAsyncContextManager[None]:
         return self._merge_lock.held()
+
+    async def merge_turn_held(self) -> bool:
+        return await anyio.to_thread.run_sync(self._merge_lock.held_sync)
 
     def close(self) -> None:
         self._merge_lock.close()

@@ -22,7 +22,7 @@ def record_traces(con: Con, traces: list[Trace]) -> None:
                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                         [[stamp, t.api, storable(t.model), t.mode, storable(t.query), t.augmented, storable(t.reason),
                           json.dumps(t.detail, ensure_ascii=False, default=str)] for t in traces])
-    # writes of a base are serialised by its advisory lock, so ids follow commit order across replicas
+    # replicas write traces concurrently: ids interleave, and the last KEEP ids are kept whoever wrote them
     con.execute("DELETE FROM traces WHERE id <= (SELECT max(id) FROM traces) - %s", [KEEP])
 
 

@@ -85,7 +85,7 @@ class SharedTables(Tables, Protocol):
     queue: DocumentQueue
 
     def changes_since_sync(self, generation: int) -> list[tuple[int, dict[str, Any]]]:
-        """The change log's entries after ``generation``, oldest first."""
+        """The change log's first entries after ``generation`` (a page), oldest first."""
 
     async def listen(self, on_change: Callable[[], Awaitable[object]]) -> None:
         """Call ``on_change`` whenever another replica may have committed (and now and then regardless,
@@ -94,3 +94,6 @@ class SharedTables(Tables, Protocol):
     def merge_turn(self) -> AbstractAsyncContextManager[None]:
         """Held by one replica at a time (across replicas) while it prepares and commits a merge or an
         edit of the graph: what it reads to prepare is then what it commits over."""
+
+    async def merge_turn_held(self) -> bool:
+        """Whether this replica's merge turn is still held (its connection to the server alive)."""
