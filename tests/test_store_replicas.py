@@ -7,7 +7,9 @@ from pathlib import Path
 
 import anyio
 import numpy as np
+import psycopg
 import pytest
+from psycopg import sql
 
 from proxy.store.backends import postgresql
 from proxy.store.changes import Changeset, ChunkRow
@@ -120,3 +122,63 @@ async def test_a_replica_started_later_loads_everything_and_continues_the_log(tm
             await late.close()
     finally:
         await first.close()
+
+
+async def test_a_replica_behind_a_trimmed_log_reloads_and_applies_its_own_commit_once(
+        tmp_path: Path, pg_server: str, pg_schema: str) -> None:
+    first, second = await two_replicas(tmp_path, pg_server, pg_schema)
+    try:
+        await first.apply(linked_sample())                                  # generation 1
+        await first.apply(Changeset(chunks_added=[ChunkRow("c9", "more", 1, vec(30))],
+                                    links_added=[("d2", "c9", 0)]))         # generation 2
+        with psycopg.connect(pg_server, autocommit=True) as con:            # trimmed past second's generation
+            con.execute(sql.SQL("DELETE FROM {}.change_log WHERE generation = 1").format(sql.Identifier(pg_schema)))
+        await second.apply(Changeset(chunks_added=[ChunkRow("c10", "own", 1, vec(31))],
+                                     links_added=[("d3", "c10", 0)]))       # generation 3: a gap before it
+        assert second.generation == 3
+        assert memory_of(second)[2] == {"c1", "c2", "c9", "c10"}
+        assert second.vector_count("chunks") == 4 and second.vector_count("entities") == 3
+        check_open_store(second)
+        assert await first.follow() == 1 and memory_of(first) == memory_of(second)
+    finally:
+        await first.close()
+        await second.close()
+
+
+def test_long_base_names_get_schemas_of_their_own(pg_server: str) -> None:
+    """PostgreSQL cuts identifiers at 63 bytes: two 64-character names sharing 60 must not share a schema."""
+    from proxy.store.backends import schema_name
+    from proxy.store.postgres.connection import PgDatabase, set_meta
+    from proxy.store.postgres.schema import drop
+
+    names = ["a" * 60 + "-one", "a" * 60 + "-two"]
+    schemas = [schema_name(name) for name in names]
+    assert schemas[0] != schemas[1] and all(len(s.encode()) <= 63 for s in schemas)
+    assert schema_name("hr") == "kb_hr"
+    databases = [PgDatabase(pg_server, schema) for schema in schemas]
+    try:
+        databases[0].write_sync(set_meta, "marker", "one")
+        assert databases[1].read_sync(lambda con: con.execute(
+            "SELECT value FROM meta WHERE key = 'marker'").fetchone()) is None
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as con:
+            for database, schema in zip(databases, schemas, strict=True):
+                database.close()
+                drop(con, schema)
+
+
+def test_a_statement_the_server_refuses_is_not_taken_for_the_server_away(pg_server: str, pg_schema: str) -> None:
+    """A refusal filed under psycopg's OperationalError (here a query cancelled by its timeout) is an
+    error of its own at once, not retried as a server restarting, and health is not told it is away."""
+    from proxy.core.errors import StorageError
+    from proxy.store.postgres.connection import PgDatabase
+
+    database = PgDatabase(pg_server, pg_schema)
+    try:
+        with pytest.raises(StorageError) as refused:
+            database.read_sync(lambda con: con.execute(
+                "SET statement_timeout = 1; SELECT pg_sleep(0.5)").fetchall())
+        assert refused.value.status == 500 and "refused" in refused.value.message
+        assert database.failure is None
+    finally:
+        database.close()
