@@ -225,7 +225,8 @@ class CommunitySummaries:
 
         async def commit(changes: Changeset) -> None:
             nonlocal expected, moved
-            generation = await self.store.apply(changes)
+            async with self.store.merge_turn():   # several replicas: their summaries commit one at a time
+                generation = await self.store.apply(changes)
             moved = moved or generation != expected + 1   # someone else committed meanwhile
             expected = generation
 
