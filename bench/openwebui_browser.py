@@ -56,7 +56,12 @@ def check_in_browser(report: Report, webui_url: str, token: str, fake: FakeOllam
             page.evaluate("token => localStorage.setItem('token', token)", token)   # signed in, as after a login
             page.goto("/")
             picker = page.locator("#model-selector-model-button")
-            picker.wait_for()
+            try:
+                picker.wait_for()
+            except PlaywrightTimeout:   # a fresh install's first page, on a busy machine: once more
+                page.screenshot(path=str(screenshots / "first-load.png"))
+                page.goto("/")
+                picker.wait_for()
             release_notes = page.get_by_text("Okay, Let's Go!")   # shown once to a new user
             if release_notes.is_visible():
                 release_notes.click()
