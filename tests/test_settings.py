@@ -104,3 +104,10 @@ def test_cli_rejects_bad_environment_with_a_clear_message() -> None:
                             env={"GRAPHGATE_PORT": "eleven", "PATH": "/usr/bin:/bin"}, cwd=ROOT, timeout=60)
     assert result.returncode == 2
     assert "GRAPHGATE_PORT" in result.stderr and "'eleven'" in result.stderr
+
+
+def test_an_invalid_secret_is_refused_without_being_echoed() -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.load({"GRAPHGATE_STORE": "postgress://graphgate:s3cret-pw@db:5432/graphgate"})
+    assert "GRAPHGATE_STORE" in str(refused.value) and "s3cret-pw" not in str(refused.value)
+    assert "expected embedded or a URI" in str(refused.value)

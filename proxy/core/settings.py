@@ -326,7 +326,8 @@ def _parse(setting: Setting, raw: str, source: str) -> Any:
         return setting.parse(raw)
     except ValueError as exc:
         where = setting.flag if source == "cli" else setting.env
-        raise SettingsError(f"{where}: invalid value {raw!r}: {exc}") from None
+        shown = "(hidden: it is a secret)" if setting.secret else repr(raw)   # a mistyped URI holds a password
+        raise SettingsError(f"{where}: invalid value {shown}: {exc}") from None
 
 
 @dataclass(frozen=True)
