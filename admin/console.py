@@ -32,6 +32,8 @@ from admin.kb_links import CarryKnowledgeBase
 from admin.rendering import build_environment, installed_dir, is_htmx, render, static_dir
 from proxy.core.settings import Settings
 from proxy.guards.auth import Auth
+from proxy.store.lists_open import open_pending
+from proxy.store.pending import PendingAnswers
 
 log = logging.getLogger("graphgate.admin")
 
@@ -40,10 +42,11 @@ log = logging.getLogger("graphgate.admin")
 class Console:
     auth: Auth
     env: jinja2.Environment
+    pending: PendingAnswers   # the playground's answers between its two requests
 
 
 def build_console(settings: Settings) -> Console:
-    return Console(Auth(settings), build_environment())
+    return Console(Auth(settings), build_environment(), open_pending(settings))
 
 
 def htmx_static() -> Path:

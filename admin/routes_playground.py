@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import html
 import secrets
-import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
@@ -37,9 +34,8 @@ from proxy.knowledge.query import ROLES, question_of
 from proxy.retrieval.context import inject
 from proxy.retrieval.params import CHOICE_KNOBS, NUMBER_KNOBS, QueryParams, knob_of
 from proxy.state import knowledge
+from proxy.store.pending import Pending
 
-ANSWER_TTL = 300.0          # seconds a pending answer waits for its stream
-ANSWER_SLOTS = 64           # pending answers kept at most (the oldest go first)
 RECONNECT_MS = 86_400_000   # an EventSource whose stream ended must not come back for the used token
 
 NUMBERS = tuple(setting.name for setting in NUMBER_KNOBS)
@@ -103,42 +99,22 @@ def parse_history(text: str) -> list[dict[str, str]]:
     return messages
 
 
-# --- pending answers: in memory, bounded, short-lived, single use, bound to the session ---
-
-@dataclass
-class Pending:
-    expires: float
-    session: str | None
-    model: str
-    messages: list[dict[str, Any]]
-
-
-def _pending(request: Request) -> OrderedDict[str, Pending]:
-    store = getattr(request.app.state, "playground_answers", None)
-    if store is None:
-        store = request.app.state.playground_answers = OrderedDict()
-    return store
-
+# --- pending answers: short-lived, single use, bound to the session (proxy/store/pending.py) ---
 
 def _session(request: Request) -> str | None:
     session = request.scope.get("state", {}).get("session")
     return getattr(session, "sid", None)
 
 
-def remember(request: Request, model: str, messages: list[dict[str, Any]]) -> str:
-    store, now = _pending(request), time.monotonic()
-    for token in [t for t, p in store.items() if p.expires <= now]:
-        del store[token]
-    while len(store) >= ANSWER_SLOTS:
-        store.popitem(last=False)
+async def remember(request: Request, model: str, messages: list[dict[str, Any]]) -> str:
     token = secrets.token_urlsafe(18)
-    store[token] = Pending(now + ANSWER_TTL, _session(request), model, messages)
+    await request.app.state.gateway.console.pending.put(token, Pending(_session(request), model, messages))
     return token
 
 
-def take(request: Request, token: str) -> Pending:
-    pending = _pending(request).pop(token, None)
-    if pending is None or pending.expires <= time.monotonic() or pending.session != _session(request):
+async def take(request: Request, token: str) -> Pending:
+    pending = await request.app.state.gateway.console.pending.take(token)
+    if pending is None or pending.session != _session(request):
         raise NotFound("this answer has expired or was already shown; run the query again")
     return pending
 
@@ -194,7 +170,7 @@ async def prepare_answer(request: Request, model: str, messages: list[dict[str, 
         return {"model": "", "text": "", "error": exc.message}
     final = inject(messages, context) if context else messages
     if stream:
-        return {"model": model, "token": remember(request, model, final)}
+        return {"model": model, "token": await remember(request, model, final)}
     text, error = [], None
     try:
         async for piece in kb.models.upstream.chat_text(model, final):
@@ -206,7 +182,7 @@ async def prepare_answer(request: Request, model: str, messages: list[dict[str, 
 
 async def answer_stream(request: Request) -> Response:
     upstream = (await knowledge(request)).models.upstream
-    pending = take(request, request.path_params["token"])
+    pending = await take(request, request.path_params["token"])
     env = request.app.state.gateway.console.env
 
     async def events() -> AsyncIterator[ServerSentEvent]:

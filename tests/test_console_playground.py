@@ -220,10 +220,10 @@ async def test_unknown_or_expired_tokens_are_404(client: httpx.AsyncClient) -> N
     assert (await client.get("/admin/playground/answer/nope")).status_code == 404
     fragment = (await run(client, htmx=True, query="Who?", mode="bypass", answer="1")).text
     token = must_find(r'data-answer-stream="/admin/playground/answer/([^"]+)"', fragment).group(1)
-    store = client._transport.app.state.playground_answers  # type: ignore[attr-defined]
-    store[token].expires = 0
+    store = client._transport.app.state.gateway.console.pending  # type: ignore[attr-defined]
+    store._answers[token] = (0.0, store._answers[token][1])   # expired (in memory: the embedded store)
     assert (await client.get(f"/admin/playground/answer/{token}")).status_code == 404
-    assert token not in store
+    assert token not in store._answers
 
 
 # --- the stages panel: what each retrieval stage contributed (issue 18, item 8) ---

@@ -381,6 +381,38 @@ async def test_a_console_logout_through_one_replica_is_honoured_by_the_other(
                 drop(con, schema)
 
 
+@pytest.mark.anyio
+async def test_a_playground_answer_prepared_through_one_replica_streams_from_the_other(
+        settings: Settings, fake: FakeOllama, pg_server: str, tmp_path: Path) -> None:
+    """The playground's two requests (retrieve, then stream the answer) may reach different replicas
+    behind a load balancer: the pending answer is the server's, taken once, by its session only."""
+    from tests.matching import must_find
+    from tests.playground_helpers import run
+
+    before = base_schemas(pg_server)
+    shared = settings.replace(store=pg_server, admin_password=PASSWORD, session_secret="a shared secret, 32 chars")
+    try:
+        async with console_client(shared.replace(data_dir=tmp_path / "a"), fake) as a, \
+                console_client(shared.replace(data_dir=tmp_path / "b"), fake) as b:
+            await log_in(a)
+            b.cookies.set(COOKIE, a.cookies[COOKIE])   # the same login, through the other replica
+            fragment = (await run(a, htmx=True, query="Who?", mode="bypass", answer="1")).text
+            url = must_find(r'data-answer-stream="(/admin/playground/answer/[^"]+)"', fragment).group(1)
+            stream = await b.get(url)
+            assert stream.status_code == 200 and "event: done" in stream.text
+            assert "Hello from" in stream.text   # the fake model's answer, streamed by the other replica
+            assert (await a.get(url)).status_code == 404   # taken once, wherever it was asked
+            again = must_find(r'data-answer-stream="(/admin/playground/answer/[^"]+)"',
+                              (await run(a, htmx=True, query="Who?", mode="bypass", answer="1")).text).group(1)
+            b.cookies.clear()
+            await log_in(b)   # another session: not its answer
+            assert (await b.get(again)).status_code == 404
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as con:
+            for schema in base_schemas(pg_server) - before:
+                drop(con, schema)
+
+
 # --- knowledge bases: settings, deletion and a name made again, through another replica ---
 
 @pytest.mark.anyio

@@ -1,10 +1,13 @@
-"""Which lists a gateway keeps (``proxy/store/lists.py``): its own module, so that the lists' protocol
-and PostgreSQL's implementation of it do not import each other."""
+"""Where a gateway keeps what several replicas must share besides the knowledge: the lists of bases,
+keys and knowledge models (``proxy/store/lists.py``) and the playground's pending answers
+(``proxy/store/pending.py``). A module of its own, so that those protocols and their PostgreSQL
+implementations do not import each other."""
 
 from __future__ import annotations
 
 from proxy.core.settings import Settings
 from proxy.store.lists import FileLists, Lists
+from proxy.store.pending import MemoryPendingAnswers, PendingAnswers
 
 
 def open_lists(settings: Settings) -> Lists:
@@ -15,3 +18,12 @@ def open_lists(settings: Settings) -> Lists:
     from proxy.store.postgres.lists import PgLists  # psycopg: the postgresql extra
 
     return PgLists(settings.store, settings.data_dir)
+
+
+def open_pending(settings: Settings) -> PendingAnswers:
+    """In memory, or on the PostgreSQL server ``GRAPHGATE_STORE`` names (no connection made yet)."""
+    if settings.store == "embedded":
+        return MemoryPendingAnswers()
+    from proxy.store.postgres.pending import PgPendingAnswers  # psycopg: the postgresql extra
+
+    return PgPendingAnswers(settings.store)
