@@ -451,8 +451,17 @@ def test_scale_replicas_are_interchangeable(scale):
         replica = services[name]
         assert replica["build"] in {".", "./"}
         assert not replica.get("ports"), f"{name} is reached through the proxy only"
-        assert "graphgate-data:/data" in replica["volumes"]   # the lists of bases, keys and models
+        assert any(str(v).endswith(":/data") for v in replica["volumes"]), name
         assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_scale_replicas_keep_their_own_data_volume(scale):
+    """What a replica keeps on disk (its keyword indexes) is its own; what they share is in PostgreSQL.
+    The first replica has the one-machine stack's volume, whose lists' files are imported once."""
+    volumes = {name: [str(v) for v in scale["services"][name]["volumes"] if str(v).endswith(":/data")]
+               for name in REPLICAS}
+    assert volumes["graphgate-a"] == ["graphgate-data:/data"]
+    assert len({tuple(v) for v in volumes.values()}) == len(REPLICAS), volumes
 
 
 def test_scale_only_proxy_and_webui_are_published(scale):
