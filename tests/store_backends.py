@@ -38,11 +38,22 @@ def pg_server() -> Iterator[str]:
         yield uri
     finally:
         SERVERS.pop(uri, None)
+        # stopped here first: once restarted (``restart_pg``) the server is no longer the process
+        # pgserver started, and its cleanup left it running after the session
+        with contextlib.suppress(Exception):
+            pg_ctl(server, "-w", "-m", "fast", "stop")
         with contextlib.suppress(Exception):
             server.cleanup()
 
 
 SERVERS: dict[str, Any] = {}
+
+
+def pg_ctl(server: Any, *args: str) -> None:
+    from pgserver import _commands
+
+    run = getattr(_commands, "pg_ctl")  # noqa: B009  (pgserver's typed stub lacks it)
+    run(list(args), pgdata=server.pgdata, user=server.system_user)
 
 
 @pytest.fixture(autouse=True)
@@ -58,11 +69,7 @@ def fresh_shared_lists() -> Iterator[None]:
 def restart_pg(uri: str) -> None:
     """Restart the test session's server (``pg_ctl restart -m fast``: every connection is cut,
     0.2 s here), as a database fail-over or upgrade would."""
-    from pgserver import _commands
-
-    server = SERVERS[uri]
-    restart = getattr(_commands, "pg_ctl")  # noqa: B009  (pgserver's typed stub lacks it)
-    restart(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+    pg_ctl(SERVERS[uri], "-w", "-m", "fast", "restart")
 
 
 @pytest.fixture
