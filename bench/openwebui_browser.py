@@ -12,6 +12,7 @@ so it carries no context of either base. Its screenshots go to the directory giv
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,10 +51,13 @@ def check_in_browser(report: Report, webui_url: str, token: str, fake: FakeOllam
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_context(base_url=webui_url, viewport={"width": 1280, "height": 800}).new_page()
+            context = browser.new_context(base_url=webui_url, viewport={"width": 1280, "height": 800})
+            # signed in, as after a login: the token is in place before any of the page's own scripts
+            # runs (set from the /auth page once loaded instead, it raced with that page's start-up,
+            # which could drop it on a busy machine: the model picker then never came)
+            context.add_init_script(f"window.localStorage.setItem('token', {json.dumps(token)});")
+            page = context.new_page()
             page.set_default_timeout(TIMEOUT_MS)
-            page.goto("/auth")
-            page.evaluate("token => localStorage.setItem('token', token)", token)   # signed in, as after a login
             page.goto("/")
             picker = page.locator("#model-selector-model-button")
             try:
