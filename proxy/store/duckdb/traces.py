@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.store.batching import BatchWriter
 from proxy.store.clock import now
 from proxy.store.duckdb.connection import Con, Database
 from proxy.store.protocols.traces import Trace
+from proxy.store.sql_subjects import SqlTraces, TraceQueries
 
 KEEP = 500  # the most recent traces kept; older ones are dropped as new ones arrive
 TRACE_COLUMNS = ("id", "created_at", "api", "model", "mode", "query", "augmented", "reason", "detail")
@@ -40,18 +40,9 @@ def get_trace(con: Con, trace_id: int) -> dict[str, Any] | None:
     return dict(zip(TRACE_COLUMNS, row, strict=True)) if row else None
 
 
-class DuckDBTraces:
+QUERIES = TraceQueries(record=record_traces, recent=recent_traces, count=trace_count, one=get_trace)
+
+
+class DuckDBTraces(SqlTraces):
     def __init__(self, db: Database) -> None:
-        self.db = db
-
-    def writer(self, max_delay: float) -> BatchWriter[Trace]:
-        return BatchWriter(self.db, record_traces, max_delay=max_delay)
-
-    async def recent(self, limit: int, offset: int) -> list[dict[str, Any]]:
-        return await self.db.read(recent_traces, limit, offset)
-
-    async def count(self) -> int:
-        return await self.db.read(trace_count)
-
-    async def one(self, trace_id: int) -> dict[str, Any] | None:
-        return await self.db.read(get_trace, trace_id)
+        super().__init__(db, QUERIES)

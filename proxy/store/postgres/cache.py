@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.store.batching import BatchedReader, BatchWriter
 from proxy.store.clock import now
 from proxy.store.postgres.connection import Con, PgDatabase, holds_nul
 from proxy.store.protocols.cache import CacheEntry, KindTotals
+from proxy.store.sql_subjects import CacheQueries, SqlCache
 
 ENTRY_COLUMNS = ("key", "model", "hits", "kb_version", "created_at", "last_hit_at", "size")
 
@@ -110,31 +110,10 @@ def _keep_entries(con: Con, entries: list[CacheEntry]) -> None:
     write_cache(con, entries, [])
 
 
-class PgCache:
+QUERIES = CacheQueries(totals=kind_totals, entries=list_entries, entry=get_entry, count=kind_count,
+                       delete=delete_entry, clear=clear_kind, keep=_keep_entries, responses=cached_responses)
+
+
+class PgCache(SqlCache):
     def __init__(self, db: PgDatabase) -> None:
-        self.db = db
-
-    async def totals(self) -> dict[str, KindTotals]:
-        return await self.db.read(kind_totals)
-
-    async def entries(self, kind: str, search: str | None, limit: int,
-                      offset: int) -> tuple[list[dict[str, Any]], int]:
-        return await self.db.read(list_entries, kind, search, limit, offset)
-
-    async def entry(self, kind: str, key: str) -> dict[str, Any] | None:
-        return await self.db.read(get_entry, kind, key)
-
-    async def count(self, kind: str) -> int:
-        return await self.db.read(kind_count, kind)
-
-    async def delete(self, kind: str, key: str) -> None:
-        await self.db.write(delete_entry, kind, key)
-
-    async def clear(self, kind: str) -> None:
-        await self.db.write(clear_kind, kind)
-
-    def writer(self, max_delay: float) -> BatchWriter[CacheEntry]:
-        return BatchWriter(self.db, _keep_entries, max_delay=max_delay)
-
-    def reader(self) -> BatchedReader[tuple[str, str], str]:
-        return BatchedReader(self.db, cached_responses)
+        super().__init__(db, QUERIES)
