@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -91,7 +92,7 @@ def check_spec(alias: str, spec: dict[str, Any], known_bases: Iterable[str]) -> 
     if unknown:
         raise BadRequest(f"unknown field {unknown[0]!r}: a knowledge model has {', '.join(sorted(SPEC_KEYS))}")
     model = check_model_name(spec.get("model"), "base model")
-    if canonical(model) == alias:
+    if model_key(model) == model_key(alias):
         raise BadRequest(f"a knowledge model cannot be its own base model ({alias!r})")
     kb = spec.get("kb", "default")
     if not isinstance(kb, str) or kb not in set(known_bases):
@@ -107,7 +108,46 @@ def check_spec(alias: str, spec: dict[str, Any], known_bases: Iterable[str]) -> 
         raise BadRequest("options must be an object, as in Ollama's requests (e.g. {\"temperature\": 0.2})")
     if len(json.dumps(options)) > MAX_OPTIONS_BYTES:
         raise BadRequest(f"options must be at most {MAX_OPTIONS_BYTES} bytes of JSON")
+    bad = not_finite(options)
+    if bad is not None:
+        raise BadRequest(f"option {bad[0]!r} is {bad[1]}: an option's number must be finite "
+                         "(JSON has no NaN or Infinity)")
     return KnowledgeModel(alias=alias, model=model, kb=kb, mode=mode, system=system or None, options=dict(options))
+
+
+def not_finite(options: dict[str, Any]) -> tuple[str, str] | None:
+    """The first option holding NaN or an infinity (Python's JSON reads ``NaN``, ``Infinity`` and
+    ``1e999``), as (where, what), or None. Stored, it would be written back as no valid JSON: in
+    the list of models and in every chat sent upstream."""
+    stack: list[tuple[str, Any]] = list(options.items())
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, "NaN" if math.isnan(value) else "an infinity"
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{key}", item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+    return None
+
+
+def check_chain(model: KnowledgeModel, models: dict[str, KnowledgeModel]) -> None:
+    """400 when ``model`` would chain with another knowledge model: its base is one, or it is the
+    base of one. A chat goes upstream as its knowledge model's base, once: an alias of an alias
+    would reach the upstream under a name it does not have, and two aliases of each other, never."""
+    others = {model_key(alias): m for alias, m in models.items() if model_key(alias) != model_key(model.alias)}
+    base = others.get(model_key(model.model))
+    if base is not None and model_key(base.model) == model_key(model.alias):
+        raise BadRequest(f"a cycle of knowledge models: {model.alias} -> {base.alias} -> {model.alias}; "
+                         "a knowledge model's base must be an upstream model")
+    if base is not None:
+        raise BadRequest(f"{model.model!r} is a knowledge model: {model.alias} -> {base.alias} -> {base.model} "
+                         f"would be a chain; use its base model ({base.model!r}) instead")
+    user = next((m for m in others.values() if model_key(m.model) == model_key(model.alias)), None)
+    if user is not None:
+        raise BadRequest(f"the knowledge model {user.alias!r} has {model.alias!r} as its base model: "
+                         f"{user.alias} -> {model.alias} -> {model.model} would be a chain; "
+                         "a knowledge model's base must be an upstream model")
 
 
 def _now() -> str:
@@ -164,7 +204,12 @@ class KnowledgeModels:
             models = change(_models(body))
             return {"models": {alias: m.entry() for alias, m in sorted(models.items())}}
 
-        document = await anyio.to_thread.run_sync(self.lists.update_sync, MODELS, rewrite)
+        try:
+            document = await anyio.to_thread.run_sync(self.lists.update_sync, MODELS, rewrite)
+        except OSError as exc:   # a full disk, a lost lists server: nothing was written, nothing changes
+            log.error("knowledge models: cannot write %s: %s", self.where, exc)
+            raise ServiceUnavailable(f"the knowledge models could not be saved: {exc.strerror or exc}; "
+                                     "nothing was changed") from exc
         self.models = _models(document.body)
         self.version = document.version
 
@@ -210,6 +255,7 @@ class KnowledgeModels:
         stored: list[tuple[KnowledgeModel, bool]] = []
 
         def store(models: dict[str, KnowledgeModel]) -> dict[str, KnowledgeModel]:
+            check_chain(model, models)   # against the list as it is now (another replica's too)
             old = models.get(alias)
             now = _now()
             made = KnowledgeModel(**{**model.__dict__, "created_at": old.created_at if old else now,
@@ -246,7 +292,18 @@ def _models(body: Any, version: int | None = None) -> dict[str, KnowledgeModel]:
     entries = body.get("models") if isinstance(body, dict) else None
     if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
         raise ValueError('not a list of knowledge models ({"models": {"<name>": {...}}})')
-    return {alias: KnowledgeModel(alias=alias, **entry) for alias, entry in entries.items()}
+    return {alias: KnowledgeModel(alias=alias, **_finite(alias, entry)) for alias, entry in entries.items()}
+
+
+def _finite(alias: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """A stored entry without the options that hold NaN or an infinity (written before they were
+    refused, or by hand): they would make the list and the chats invalid JSON."""
+    options = entry.get("options")
+    if not isinstance(options, dict) or not_finite(options) is None:
+        return entry
+    kept = {key: value for key, value in options.items() if not_finite({key: value}) is None}
+    log.warning("knowledge model %s: options %s ignored (NaN or infinite)", alias, sorted(set(options) - set(kept)))
+    return {**entry, "options": kept}
 
 
 def _resolve(models: dict[str, KnowledgeModel], name: str) -> KnowledgeModel | None:

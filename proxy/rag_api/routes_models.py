@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.errors import Conflict, GraphGateError, NotFound, ServiceUnavailable
+from proxy.core.errors import Conflict, Forbidden, GraphGateError, NotFound, ServiceUnavailable
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.gateway.knowledge_models import KnowledgeModel, KnowledgeModels, canonical, model_key
@@ -64,9 +64,7 @@ async def save_model(request: Request, alias: str, spec: dict[str, Any], *,
     the admin role on its base and on the base of the model it replaces; a name the upstream has is
     a 409, and so is a name taken when ``replace`` is off. (Its description, whether it is new.)"""
     models = registry(request)
-    kb = spec.get("kb", "default")
-    if isinstance(kb, str):   # the role first: a key that may not make models learns nothing of their names
-        require(request, kb, "admin")
+    require_model_admin(request, spec.get("kb", "default"))
     current = models.claims(alias) if alias else None
     if current is not None:
         if not principal(request).sees(current.kb):
@@ -81,6 +79,17 @@ async def save_model(request: Request, alias: str, spec: dict[str, Any], *,
     if alias and model_key(alias) in models.upstream_keys:
         raise Conflict(f"the upstream has a model named {alias!r}: choose another name for the knowledge model")
     return await models.put(alias, spec, bases(request).names())
+
+
+def require_model_admin(request: Request, kb: Any) -> None:
+    """The role first, whatever the body: a key that may not make models learns nothing of their
+    names (a taken name is a 409). ``kb`` not a base's name (a 400 later): the admin role of the key."""
+    if isinstance(kb, str):
+        require(request, kb, "admin")
+        return
+    who = principal(request)
+    if who.role != "admin":
+        raise Forbidden(f"forbidden: key {who.name!r} may {who.role} knowledge bases, not manage knowledge models")
 
 
 async def put_model(request: Request) -> Response:

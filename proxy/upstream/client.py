@@ -30,6 +30,7 @@ from proxy.core.errors import (
 )
 from proxy.core.settings import Settings
 from proxy.upstream.json_client import ConnectFailed, JsonClient, ProtocolViolation
+from proxy.upstream.paths import check_path, within
 
 Headers = Iterable[tuple[str, str]]
 
@@ -87,11 +88,14 @@ class Upstream:
         # header values go as the bytes the client sent (ASGI decodes them as latin-1); httpx would
         # refuse a non-ASCII str value
         raw = [(_latin1(k), _latin1(v)) for k, v in headers]
+        check_path(path)   # never above the upstream URL's own path (``..``, escaped or not)
         try:
             request = httpx.Request(method, self.url + path, params=params, headers=raw,
                                     content=content, extensions={"timeout": self._timeout})
         except httpx.InvalidURL as exc:
             raise BadRequest(f"cannot forward {path!r}: {exc}") from None
+        if not within(httpx.URL(self.url), request.url):
+            raise BadRequest(f"cannot forward {path[:200]!r}: it leads outside {self.name}'s URL")
         try:
             return await self._transport.handle_async_request(request)
         except (httpx.HTTPError, OSError) as exc:
@@ -127,6 +131,7 @@ class Upstream:
     async def call_json(self, method: str, path: str, body: Any = None, *,
                         deadline: float | None = None) -> Any:
         """GraphGate's own JSON call: the parsed reply, or an UpstreamError naming the cause."""
+        check_path(path)
         content = None if body is None else orjson.dumps(body)  # a chunk's prompt, a batch of texts: C-fast
         if self._json is not None:
             status, raw = await self._call_lean(method, path, content, deadline)
