@@ -1,8 +1,9 @@
 """The console's gate (pure ASGI, on the /admin mount) and the CSRF check of its actions.
 
 The gate gives every browser a session cookie, lets through the login page and static files,
-and answers everyone else who may not see the console with a redirect to the login (a page), an
-HX-Redirect (an htmx request) or a 403 (no password set and not on loopback).
+and answers everyone else who may not see the console (``Auth.allowed``, by ``Auth.mode``) with a
+redirect to the login (a page), an HX-Redirect (an htmx request) or a 403 (the open console, no
+password and no key in use, seen from beyond loopback).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class ConsoleGuard:
             session, value = auth.issue(authenticated=False)
             new_cookie = auth.cookie_header(value, secure=scope.get("scheme") == "https")
         state = scope.setdefault("state", {})
-        state.update(session=session, csrf=auth.csrf_token(session), api_key=auth.api_key_ok(scope))
+        # bearer: an admin key in the Authorization header (a script: no cookie, so no CSRF to fear)
+        state.update(session=session, csrf=auth.csrf_token(session), bearer=auth.admin_bearer(scope))
         path = scope["path"]
         if not path.startswith(PUBLIC) and not auth.allowed(scope, session):
             response = _refusal(scope, auth)
@@ -64,10 +66,11 @@ class ConsoleGuard:
 
 def _refusal(scope: Scope, auth: Auth) -> Response:
     headers = Headers(scope=scope)
-    if auth.password is None:
+    if auth.mode(scope) == "open":
         return HTMLResponse("<!doctype html><title>GraphGate console</title><h1>Not available</h1>"
                             "<p>Without <code>GRAPHGATE_ADMIN_PASSWORD</code> the console answers only on this "
                             "machine (loopback). Set a password to use it from elsewhere.</p>", status_code=403)
+    # a password or an admin key logs in
     target = scope["path"] + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
     login = "/admin/login?next=" + quote(target, safe="")
     if headers.get("hx-request") == "true":
@@ -83,12 +86,12 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 def action(endpoint: Endpoint) -> Endpoint:
     """A state-changing console endpoint: the CSRF token must come with it (header or form
-    field), unless the caller authenticated with the API key (no cookie involved)."""
+    field), unless the caller authenticated with an admin key in its header (no cookie involved)."""
 
     @functools.wraps(endpoint)
     async def checked(request: Request) -> Response:
         state = request.scope["state"]
-        if not state.get("api_key"):
+        if not state.get("bearer"):
             given = request.headers.get(CSRF_HEADER)
             if given is None and request.headers.get("content-type", "").startswith(
                     ("application/x-www-form-urlencoded", "multipart/form-data")):

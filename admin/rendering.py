@@ -110,7 +110,9 @@ def render(request: Request, template: str, context: dict[str, Any] | None = Non
     page = console.env.get_template(template).render({
         "request": request,
         "csrf": state.get("csrf", ""),
-        "open_console": console.auth.password is None,
+        # how the console is guarded (its banner, the logout button, the login form): proxy/guards/auth.py
+        "console_mode": console.auth.mode(request.scope),
+        "open_console": console.auth.mode(request.scope) == "open",
         "path": request.url.path,
         "kb": kb_name(request),
         "kbs": switchable_bases(request),

@@ -1,4 +1,5 @@
-"""Logging in and out of the console."""
+"""Logging in and out of the console: with the password, or, with none set while keys are in use,
+with an admin key (proxy/guards/auth.py says when which)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ def _next(request: Request, raw: object) -> str:
     return target if target.startswith("/admin") and not target.startswith("//") else "/admin/"
 
 
+WRONG_KEY = ("That is not an admin key of every knowledge base: give GRAPHGATE_API_KEY, or a stored key with "
+             "the role admin that is limited to no base.")
+
+
 async def login_page(request: Request) -> Response:
     auth: Auth = request.app.state.gateway.console.auth
-    if auth.password is None:
+    if auth.mode(request.scope) == "open":
         return RedirectResponse("/admin/", status_code=303)
     return render(request, "login.html", {"next": _next(request, request.query_params.get("next")), "error": None})
 
@@ -33,8 +38,8 @@ async def login(request: Request) -> Response:
     auth: Auth = request.app.state.gateway.console.auth
     form = await request.form()
     target = _next(request, form.get("next"))
-    password = form.get("password")
-    if auth.password is None:
+    mode = auth.mode(request.scope)
+    if mode == "open":
         return RedirectResponse("/admin/", status_code=303)
     client = client_key(request.client.host if request.client else None)
     refused = auth.logins.admit(client)  # a slot taken before the check: parallel guesses count too
@@ -44,11 +49,19 @@ async def login(request: Request) -> Response:
         error = f"Too many login attempts {who}. Try again in {wait} seconds."
         return render(request, "login.html", {"next": target, "error": error}, status=429,
                       headers={"retry-after": str(wait)})
-    if not isinstance(password, str) or not auth.password_ok(password):
+    given = form.get("password" if mode == "password" else "key")
+    key = None
+    if mode == "password":
+        ok = isinstance(given, str) and auth.password_ok(given)
+    else:
+        key = auth.key_login(request.scope, given.strip()) if isinstance(given, str) else None
+        ok = key is not None
+    if not ok:
         await anyio.sleep(FAILED_LOGIN_DELAY)
-        return render(request, "login.html", {"next": target, "error": "Wrong password."}, status=401)
+        error = "Wrong password." if mode == "password" else WRONG_KEY
+        return render(request, "login.html", {"next": target, "error": error}, status=401)
     auth.logins.succeeded(client)
-    _, value = auth.issue(authenticated=True)  # a fresh session id: no fixation
+    _, value = auth.issue(authenticated=True, key=key)  # a fresh session id: no fixation
     response = RedirectResponse(target, status_code=303)
     response.headers.append("set-cookie", auth.cookie_header(value, secure=request.url.scheme == "https"))
     return response
@@ -58,7 +71,7 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     auth: Auth = request.app.state.gateway.console.auth
     await auth.revoke(request.scope["state"].get("session"))  # the old cookie must not work anywhere
-    response = RedirectResponse("/admin/login" if auth.password else "/admin/", status_code=303)
+    response = RedirectResponse("/admin/" if auth.mode(request.scope) == "open" else "/admin/login", status_code=303)
     response.headers.append("set-cookie", auth.clear_cookie_header())
     return response
 

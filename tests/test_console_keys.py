@@ -30,6 +30,13 @@ async def with_bases(client: httpx.AsyncClient, *names: str) -> None:
         assert (await client.post("/rag/kbs", json={"name": name})).status_code == 201
 
 
+async def log_in_with_key(client: httpx.AsyncClient, key: str) -> None:
+    """The password-less console once a key is in use: a login with an admin key of every base."""
+    page = await client.get("/admin/login")
+    csrf = must_find(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    assert (await client.post("/admin/login", data={"csrf": csrf, "key": key})).status_code == 303
+
+
 async def test_a_key_made_in_the_console_is_shown_once_and_works_within_its_scope(
         settings: Settings, fake: FakeOllama) -> None:
     async with console_client(settings, fake) as client:   # loopback, no password: the console is open
@@ -40,6 +47,14 @@ async def test_a_key_made_in_the_console_is_shown_once_and_works_within_its_scop
         assert "No keys yet" in page.text
         for kb in ("default", "hr", "eng"):
             assert f'name="kb" value="{kb}"' in page.text
+        # the first key closes the password-less console to loopback clients (issue 29, item 4), as the
+        # page says: an admin key of every base first, to log in with
+        assert 'id="closes-console"' in page.text
+        owner = await post(client, "/admin/keys", {"name": "owner", "role": "admin"})
+        assert owner.status_code == 201, owner.text[:500]
+        closed = await client.get("/admin/keys")
+        assert closed.status_code == 303 and closed.headers["location"].startswith("/admin/login")
+        await log_in_with_key(client, must_find(r'id="new-token" readonly value="(gg_[^"]+)"', owner.text).group(1))
 
         made = await post(client, "/admin/keys", {"name": "hr bot", "role": "read", "kb": "hr"})
         assert made.status_code == 201, made.text[:500]
@@ -47,7 +62,7 @@ async def test_a_key_made_in_the_console_is_shown_once_and_works_within_its_scop
         assert "it is not shown again" in made.text
         assert made.headers["cache-control"] == "no-store"
         assert secret not in json.dumps(stored_keys(settings))
-        [stored] = stored_keys(settings)
+        [stored] = [key for key in stored_keys(settings) if key["name"] == "hr bot"]
         assert stored["name"] == "hr bot" and stored["role"] == "read" and stored["kbs"] == ["hr"]
 
         listing = (await client.get("/admin/keys")).text
@@ -59,8 +74,10 @@ async def test_a_key_made_in_the_console_is_shown_once_and_works_within_its_scop
         assert (await client.get("/rag/documents", params={"kb": "hr"}, headers=auth)).status_code == 200
         assert (await client.get("/rag/documents", params={"kb": "eng"}, headers=auth)).status_code == 404
         assert (await client.get("/rag/documents", params={"kb": "hr"})).status_code == 401   # the API is closed now
-        # the console (a loopback login here) stays the admin of every base
+        # the console (logged in with the owner key) stays the admin of every base; loopback alone is not
         assert (await client.get("/admin/keys")).status_code == 200
+        client.cookies.clear()
+        assert (await client.get("/admin/keys")).status_code == 303
 
 
 async def test_bad_input_is_shown_on_the_form_and_stores_nothing(settings: Settings, fake: FakeOllama) -> None:
@@ -83,10 +100,13 @@ async def test_bad_input_is_shown_on_the_form_and_stores_nothing(settings: Setti
 
 async def test_revoking_a_key_after_confirmation(settings: Settings, fake: FakeOllama) -> None:
     async with console_client(settings, fake) as client:
+        # a stored key closes the password-less console to loopback clients: it takes an admin key then
+        owner = await client.post("/rag/keys", json={"name": "owner", "role": "admin"})
+        await log_in_with_key(client, owner.json()["token"])
         made = await post(client, "/admin/keys", {"name": "laptop", "role": "admin"}, htmx=True)
         assert made.status_code == 201 and 'id="keys-page"' in made.text
         secret = must_find(r'id="new-token" readonly value="(gg_[^"]+)"', made.text).group(1)
-        key_id = stored_keys(settings)[0]["id"]
+        key_id = stored_keys(settings)[1]["id"]
         assert (await post(client, "/admin/keys", {"name": "ci", "role": "read"})).status_code == 201
         auth = {"authorization": f"Bearer {secret}"}
         assert (await client.get("/rag/kbs", headers=auth)).status_code == 200
@@ -101,7 +121,7 @@ async def test_revoking_a_key_after_confirmation(settings: Settings, fake: FakeO
         gone = await post(client, f"/admin/keys/{key_id}/revoke")
         assert gone.status_code == 303 and gone.headers["location"] == "/admin/keys"
         assert (await client.get("/rag/kbs", headers=auth)).status_code == 401   # at once
-        assert [k["name"] for k in stored_keys(settings)] == ["ci"]
+        assert [k["name"] for k in stored_keys(settings)] == ["owner", "ci"]
         assert "<td>laptop</td>" not in (await client.get("/admin/keys")).text
         assert (await client.get(f"/admin/keys/{key_id}/revoke")).status_code == 404
         assert (await post(client, f"/admin/keys/{key_id}/revoke")).status_code == 404

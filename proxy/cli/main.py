@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from proxy.core.hosts import bind_is_loopback
 from proxy.core.settings import DEFAULTS_IN_WORDS, SETTINGS, Settings, SettingsError, settings_markdown
@@ -119,6 +120,8 @@ def serve(settings: Settings) -> int:
     if not bind_is_loopback(settings.host) and not settings.admin_password:
         log.warning("listening on %s without GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ answers only "
                     "clients on this machine", settings.host)
+    if not settings.admin_password:
+        log.warning("%s", console_guard_notice(settings))
     try:
         app = create_app(settings)
     except GraphGateError as exc:  # e.g. an installation that lacks the console's files
@@ -127,8 +130,27 @@ def serve(settings: Settings) -> int:
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                 # uvicorn annotates an int, but hands the value to asyncio.wait_for, which takes seconds as a float
                 timeout_graceful_shutdown=settings.shutdown_grace,  # type: ignore[arg-type]
-                server_header=False)
+                server_header=False, **forwarded_headers(settings))
     return 0
+
+
+def forwarded_headers(settings: Settings) -> dict[str, Any]:
+    """uvicorn's handling of X-Forwarded-For and X-Forwarded-Proto: believed only from the proxies the
+    operator names (GRAPHGATE_TRUSTED_PROXIES), never by default (uvicorn's own default believes
+    127.0.0.1, and FORWARDED_ALLOW_IPS from the environment: neither is a declared setting)."""
+    if not settings.trusted_proxies:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": list(settings.trusted_proxies)}
+
+
+def console_guard_notice(settings: Settings) -> str:
+    """How the console without GRAPHGATE_ADMIN_PASSWORD is guarded (proxy/guards/auth.py, Auth.mode)."""
+    if settings.api_key:
+        return ("no GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ asks for an admin key (GRAPHGATE_API_KEY, or "
+                "a stored admin key limited to no knowledge base), from this machine as from any other")
+    return ("no GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ answers clients on this machine without a login "
+            "while no API key is stored; once one is, it asks for an admin key (a stored admin key limited to no "
+            "knowledge base)")
 
 
 def print_settings(settings: Settings, *, markdown: bool) -> int:

@@ -40,6 +40,7 @@ from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers ar
     parse_url,
     parse_url_list,
 )
+from proxy.core.trusted_proxies import parse_trusted_proxies
 
 
 class SettingsError(ValueError):
@@ -118,6 +119,11 @@ SETTINGS: tuple[Setting, ...] = (
             "More host names (comma-separated, any port; `*.example.com` for a domain, `*` for any) a request's "
             "Host header may name, besides IP literals and localhost. Checked on a loopback bind (against DNS "
             "rebinding) and, when set, on any bind."),
+    Setting("trusted_proxies", "GRAPHGATE_TRUSTED_PROXIES", "", parse_trusted_proxies,
+            "Addresses or networks (comma-separated, `*` for any) of reverse proxies in front of GraphGate whose "
+            "`X-Forwarded-For` and `X-Forwarded-Proto` headers are believed. Unset: none, the client is the "
+            "connection's peer (otherwise a local process could claim any address, past the console's "
+            "per-address login limit)."),
     Setting("api_key", "GRAPHGATE_API_KEY", "", parse_optional_str,
             "When set, every /api/* and /v1/* request needs `Authorization: Bearer <key>`.", secret=True),
     Setting("metrics_require_key", "GRAPHGATE_METRICS_REQUIRE_KEY", "false", parse_bool,
@@ -303,7 +309,8 @@ SETTINGS: tuple[Setting, ...] = (
             "model's trained context length)."),
     Setting("admin_password", "GRAPHGATE_ADMIN_PASSWORD", "", parse_optional_str,
             "Password of the console at /admin/ (and of mutating /rag/* calls without the API key). Unset: the "
-            "console answers loopback clients only.", secret=True),
+            "console answers loopback clients only, and only while no API key is in use; once one is "
+            "(GRAPHGATE_API_KEY or a stored key) it asks for an admin key instead.", secret=True),
     Setting("session_hours", "GRAPHGATE_SESSION_HOURS", "12", parse_positive_float,
             "How long a console login lasts."),
     Setting("session_secret", "GRAPHGATE_SESSION_SECRET", "", parse_optional_str,
@@ -337,6 +344,7 @@ class Settings:
     port: int = 11435
     data_dir: Path = field(default_factory=user_data_dir)
     allowed_hosts: tuple[str, ...] = ()
+    trusted_proxies: tuple[str, ...] = ()
     api_key: str | None = None
     metrics_require_key: bool = False
     max_body_bytes: int = 64 * 1024**2

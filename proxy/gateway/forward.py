@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from proxy.gateway.headers import to_upstream
 from proxy.gateway.relay import StreamRelay, relay, whole_response
+from proxy.guards.middleware import KeyCheck
 
 
 def upstream_path(request: Request) -> str:
@@ -21,8 +22,11 @@ def upstream_path(request: Request) -> str:
 
 
 def upstream_headers(request: Request) -> list[tuple[str, str]]:
+    """The request's headers for the upstream: none of GraphGate's own, no GraphGate credential
+    (the key guards checked it already: looked up once per request)."""
     gateway = request.app.state.gateway
-    return to_upstream(request.headers.items(), drop_authorization=gateway.settings.api_key is not None)
+    own = KeyCheck(gateway.settings.api_key).own_credential(request.scope)
+    return to_upstream(request.headers.items(), drop_authorization=own)
 
 
 async def forward(request: Request, *, content: Any = None) -> Response | StreamRelay:

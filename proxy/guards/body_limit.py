@@ -12,7 +12,10 @@ Bounds:
 
 - ``POST /admin/login``: :data:`LOGIN_BYTES` for everyone (a password, a CSRF token, a ``next``).
 - a request without the credentials its route needs: :data:`UNTRUSTED_BYTES` (it is refused anyway;
-  Starlette would otherwise spool its multipart files to the temporary directory first).
+  Starlette would otherwise spool its multipart files to the temporary directory first). Credentials
+  are the route's: on the API (``/api``, ``/v1``, ``/rag``, ``/mcp``) the admin key, any valid stored
+  key (whatever its role: the route checks the role) or a console login; on the console what lets a
+  request see it (``Auth.allowed``).
 - document uploads (``POST /rag/documents``, ``POST /admin/documents``): :func:`upload_total_bytes`,
   four documents of ``GRAPHGATE_MAX_UPLOAD_BYTES`` plus 1 MiB of multipart framing.
 - other console actions: :data:`CONSOLE_FORM_BYTES`.
@@ -29,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.errors import PayloadTooLarge
 from proxy.core.responses import error_response
-from proxy.guards.auth import is_loopback
+from proxy.guards.middleware import KeyCheck
 
 LOGIN_BYTES = 8 * 1024
 UNTRUSTED_BYTES = LOGIN_BYTES
@@ -51,16 +54,18 @@ def upload_total_bytes(max_upload_bytes: int) -> int:
 def _trusted(scope: Scope, path: str) -> bool:
     """Does the request carry what its route needs (or does the route need nothing)?"""
     auth = scope["app"].state.gateway.console.auth
-    if auth.api_key_ok(scope):
-        return True
     session = auth.read(scope)
+    if path == "/admin" or path.startswith("/admin/"):
+        return auth.allowed(scope, session)
     if session is not None and session.authenticated:
         return True
-    if path == "/admin" or path.startswith("/admin/"):
-        return auth.password is None and is_loopback(scope)
-    if path.startswith(("/api/", "/v1/")):
-        return not auth.api_key
-    return not auth.api_key and auth.password is None
+    check: KeyCheck = auth.keys
+    if check.principal(scope) is not None:   # the admin key or a stored key (found once per request)
+        return True
+    if check.in_use(scope):
+        return False
+    # no key in use: the Ollama and OpenAI surfaces are open; the rest is open without a password
+    return path.startswith(("/api/", "/v1/")) or auth.password is None
 
 
 def bound_for(scope: Scope) -> tuple[int | None, str]:
@@ -74,7 +79,7 @@ def bound_for(scope: Scope) -> tuple[int | None, str]:
         return LOGIN_BYTES, "the bound of a login form"
     if not _trusted(scope, path):
         return UNTRUSTED_BYTES, ("the bound of a request without valid credentials: log in to the console "
-                                 "or send the API key")
+                                 "or send an API key")
     if path.startswith("/api/blobs/"):
         return None, ""
     if method == "POST" and path in UPLOAD_PATHS:

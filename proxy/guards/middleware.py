@@ -11,7 +11,6 @@ import hmac
 import html
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
@@ -22,9 +21,7 @@ from proxy.core.hosts import bind_is_loopback, request_host_allowed
 from proxy.core.responses import error_response
 from proxy.core.settings import Settings
 from proxy.guards.access import ADMIN, PRINCIPAL, Principal
-
-if TYPE_CHECKING:
-    from proxy.guards.keys import KeyStore
+from proxy.guards.keys import TOKEN_PREFIX, KeyStore
 
 PROTECTED_PREFIXES = ("/api/", "/v1/", "/rag/")
 # readable by anyone who can reach the gateway, like Ollama's GET /: a container health check or a
@@ -121,11 +118,15 @@ def manages_models(path: str) -> bool:
     return path in MODEL_MANAGEMENT or path.startswith("/api/blobs/")
 
 
+FOUND = "graphgate.bearer"   # the request scope's key for what its Authorization header was found to be
+
+
 class KeyCheck:
     """Who a request's ``Authorization: Bearer`` header says it is: ``GRAPHGATE_API_KEY`` is the
     unrestricted admin, a stored key (proxy/guards/keys.py) its own principal. The stored keys are
     the gateway's, made and revoked at run time, so they are looked up per request (one hash and a
-    dict lookup)."""
+    dict lookup), once: the answer is kept in the request's scope for the guards behind (the body
+    bounds, the console, the header hygiene towards the upstream)."""
 
     def __init__(self, api_key: str | None) -> None:
         self.expected = f"Bearer {api_key}".encode() if api_key else None
@@ -143,15 +144,39 @@ class KeyCheck:
         return store is not None and store.in_use
 
     def principal(self, scope: Scope) -> Principal | None:
+        """The principal of the request's key (the admin key or a stored key), or None."""
         given = Headers(scope=scope).get("authorization", "")
+        found = scope.get(FOUND)
+        if found is not None and found[0] == (self.expected, given):
+            return found[1]   # this request's header, checked already
+        who = self._verify(scope, given)
+        scope[FOUND] = ((self.expected, given), who)
+        return who
+
+    def _verify(self, scope: Scope, given: str) -> Principal | None:
         if self.expected is not None and hmac.compare_digest(given.encode(), self.expected):
             return ADMIN
         store = self.store(scope)
-        scheme, _, token = given.partition(" ")
-        if store is None or scheme.lower() != "bearer" or not token:
+        token = bearer_token(given)
+        if store is None or token is None:
             return None
-        key = store.verify(token.strip())
+        key = store.verify(token)
         return None if key is None else key.principal
+
+    def own_credential(self, scope: Scope) -> bool:
+        """Whether the request's Authorization is GraphGate's: the admin key, a stored key, or any token
+        of a stored key's shape (a revoked or mistyped one is still GraphGate's, not the upstream's)."""
+        if self.principal(scope) is not None:
+            return True
+        token = bearer_token(Headers(scope=scope).get("authorization", ""))
+        return token is not None and token.startswith(TOKEN_PREFIX)
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def mark(scope: Scope, who: Principal) -> None:
