@@ -13,6 +13,7 @@ from starlette.routing import Route
 from admin.guard import action
 from admin.paging import page_of
 from admin.rendering import is_htmx, render, unref
+from proxy.core import json_text
 from proxy.core.errors import NotFound
 from proxy.state import knowledge
 
@@ -23,9 +24,9 @@ ROWS_TARGET = "cache-rows"
 
 
 def pretty(text: str) -> str:
-    """JSON indented for reading; anything else as it is."""
+    """JSON indented for reading; anything else (a model's reply too deep to read, too) as it is."""
     try:
-        value = json.loads(text)
+        value = json_text.loads(text, max_depth=json_text.BODY_DEPTH)
     except ValueError:
         return text
     if not isinstance(value, (dict, list)):

@@ -3,7 +3,6 @@ was injected) and one turn in full."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
@@ -12,6 +11,7 @@ from starlette.routing import Route
 
 from admin.paging import page_of
 from admin.rendering import render
+from proxy.core import json_text
 from proxy.core.errors import BadRequest, NotFound
 from proxy.state import knowledge
 
@@ -23,7 +23,7 @@ def parse_detail(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
         return raw
     try:
-        value = json.loads(raw) if isinstance(raw, str) else None
+        value = json_text.loads(raw, max_depth=json_text.BODY_DEPTH) if isinstance(raw, str) else None
     except ValueError:
         value = None
     return value if isinstance(value, dict) else {"raw": raw}

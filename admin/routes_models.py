@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from admin.guard import action
 from admin.rendering import render
+from proxy.core import json_text
 from proxy.core.errors import BadRequest, GraphGateError
 from proxy.core.modes import MODES
 from proxy.guards.access import principal, require
@@ -80,7 +81,7 @@ def spec_of(values: dict[str, str]) -> dict[str, Any]:
     text = values["options"].strip()
     if text:
         try:
-            spec["options"] = json.loads(text)
+            spec["options"] = json_text.loads(text, storable=True)   # bounded: not too deep, no lone surrogate
         except ValueError as exc:
             raise BadRequest(f"options must be a JSON object, as in Ollama's requests (e.g. {{\"temperature\": "
                              f"0.2}}): {exc}") from None

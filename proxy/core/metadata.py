@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core import json_text
 from proxy.core.errors import BadRequest
 
 MAX_KEYS = 32
@@ -48,8 +49,7 @@ def check_metadata(value: Any, *, where: str = "metadata") -> dict[str, Value]:
     """``value`` as stored metadata, or a 400 naming what is wrong. None is the empty object."""
     if value is None:
         return {}
-    if isinstance(value, str):   # a form field or a CLI flag: the JSON text
-        value = parse_json_object(value, where)
+    value = readable(value, where)
     if not isinstance(value, Mapping):
         raise BadRequest(f"{where} must be a JSON object of string keys")
     if len(value) > MAX_KEYS:
@@ -74,10 +74,30 @@ def check_metadata(value: Any, *, where: str = "metadata") -> dict[str, Value]:
 
 
 def parse_json_object(text: str, where: str) -> Any:
+    """A field's JSON text (a form field, a header, a query string, a CLI flag); blank is {}."""
     try:
-        return json.loads(text) if text.strip() else {}
+        return json_text.loads(text, storable=True) if text.strip() else {}
+    except json_text.JSONTooDeep as exc:   # far deeper than any metadata or filter can be
+        raise BadRequest(f"{where} is {exc}") from None
+    except json_text.LoneSurrogate as exc:
+        raise BadRequest(f"{where}: {exc}") from None
     except ValueError as exc:
         raise BadRequest(f"{where} is not valid JSON: {exc}") from None
+
+
+def readable(value: Any, where: str) -> Any:
+    """Metadata or a filter as its text or as a value already parsed (a body's field, an MCP
+    argument), made safe for every step after: no nesting deeper than a field may have (the checks
+    and json.dumps below walk it) and no lone surrogate (it is stored, and kept in traces)."""
+    if isinstance(value, str):
+        return parse_json_object(value, where)
+    if json_text.deeper_than(value, json_text.FIELD_DEPTH):
+        raise BadRequest(f"{where} is nested deeper than {json_text.FIELD_DEPTH} levels")
+    try:
+        json_text.refuse_lone_surrogates(value)
+    except json_text.LoneSurrogate as exc:
+        raise BadRequest(f"{where}: {exc}") from None
+    return value
 
 
 @dataclass(frozen=True)
@@ -103,8 +123,7 @@ def parse_filter(value: Any, *, where: str = "filters") -> Filter | None:
     key when it cannot be read."""
     if value is None:
         return None
-    if isinstance(value, str):
-        value = parse_json_object(value, where)
+    value = readable(value, where)
     if not isinstance(value, Mapping):
         raise BadRequest(f'{where} must be a JSON object such as {{"category": "hr"}}')
     try:

@@ -9,9 +9,9 @@ models unless GRAPHGATE_SCOPED_KEYS_SEE_PLAIN_MODELS hides them.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
+from proxy.core import json_text
 from proxy.core.responses import json_bytes
 from proxy.gateway.grounding import plain_models_visible
 from proxy.gateway.knowledge_models import KnowledgeModel, canonical
@@ -44,7 +44,7 @@ def with_models(body: bytes, request: Request, *, listing: str, key: str,
     if not models and plain:
         return body
     try:
-        data = json.loads(body)
+        data = _read(request.app.state.gateway, body, request.url.path)
     except ValueError:
         return body
     entries = data.get(listing) if isinstance(data, dict) else None
@@ -60,6 +60,16 @@ def with_models(body: bytes, request: Request, *, listing: str, key: str,
     return json_bytes(data)
 
 
+def _read(gateway: Any, body: bytes, path: str) -> Any:
+    """An upstream model list's JSON; a ValueError when it is not JSON (the bytes are then relayed
+    as sent), a 502 naming the reason when it nests deeper than any model list (GraphGate cannot
+    read it, and what it would relay no client could either)."""
+    try:
+        return json_text.loads(body)   # a model list nests 5 levels: FIELD_DEPTH is ample
+    except json_text.JSONTooDeep as exc:
+        raise gateway.upstream.wrong_shape(path, f"it is {exc}") from None
+
+
 def _listed_name(model: KnowledgeModel, base: dict[str, Any], key: str) -> str:
     """The alias as the list names models: with its tag, unless the list drops ``:latest`` (/v1)."""
     shown = str(base.get(key, ""))
@@ -73,7 +83,7 @@ def remember_upstream_names(gateway: Any, body: bytes) -> None:
     if gateway.models is None:
         return
     try:
-        entries = json.loads(body).get("models")
+        entries = _read(gateway, body, "/api/tags").get("models")
     except (ValueError, AttributeError):
         return
     if isinstance(entries, list):

@@ -14,10 +14,10 @@ a filter too (the prefix's wins).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
+from proxy.core import json_text
 from proxy.core.errors import BadRequest
 from proxy.core.metadata import Filter, parse_filter
 from proxy.core.modes import MODES
@@ -44,7 +44,9 @@ def parse_prefix(text: str) -> TurnControl:
     end, filters = head.end(), None
     if text.startswith("{", end):
         try:
-            value, end = json.JSONDecoder().raw_decode(text, end)
+            value, end = json_text.raw_decode(text, end)
+        except json_text.JSONTooDeep as exc:   # braces far deeper than any filter: meant as one, and refused
+            raise BadRequest(f"the prefix's filter is {exc}") from None
         except ValueError:
             return TurnControl(None, False, None, text)   # not JSON: an ordinary message
         filters = parse_filter(value, where="the prefix's filter")

@@ -15,7 +15,6 @@ Anything else is read whole and answered with its own status, type and body.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -24,6 +23,7 @@ import httpx
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from proxy.core import json_text
 from proxy.core.errors import UpstreamError
 from proxy.core.responses import stream_error_line
 from proxy.gateway.headers import to_client
@@ -136,7 +136,7 @@ def _final_line(line: bytes, sse: bool) -> bool:
     if sse:
         return line.strip() == b"data: [DONE]"
     try:
-        last = json.loads(line)
+        last = json_text.loads(line, max_depth=json_text.BODY_DEPTH)   # the upstream's line
     except ValueError:
         return False
     return isinstance(last, dict) and (last.get("done") is True or last.get("status") == "success")

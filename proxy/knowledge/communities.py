@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from proxy.core import json_text
 from proxy.core.errors import GraphGateError
 from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
@@ -134,7 +135,7 @@ def read_reply(content: str, planned: Planned) -> tuple[str, str]:
     """(title, summary) from the model's JSON; every member the summary leaves unnamed is appended,
     so a list question ("which products does Y develop?") finds its answer's names. ValueError
     when the reply is not the JSON asked for or its summary is empty."""
-    reply = json.loads(content)
+    reply = json_text.loads(content, max_depth=json_text.BODY_DEPTH)   # a model's reply
     if not isinstance(reply, dict) or not isinstance(reply.get("summary"), str) or not reply["summary"].strip():
         raise ValueError("the reply has no summary")
     summary = reply["summary"].strip()

@@ -4,7 +4,6 @@ from their sources (``merging``), summarise long descriptions, embed what change
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from proxy.core import json_text
 from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
@@ -264,7 +264,7 @@ class Integrator:
         reply = await self.models.structured("summary", summary_messages(subject, fragments, self.settings.language),
                                              SUMMARY_SCHEMA, priority=Priority.SUMMARY)
         try:
-            summary = str(json.loads(reply.content)["summary"]).strip()
+            summary = str(json_text.loads(reply.content, max_depth=json_text.BODY_DEPTH)["summary"]).strip()
         except (ValueError, KeyError, TypeError):
             log.warning("summary for %r was not valid JSON; keeping the joined descriptions", subject)
             return joined

@@ -3,7 +3,6 @@ with the previous turns, so that "and who leads it?" resolves to the entity talk
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 
 import anyio
 
+from proxy.core import json_text
 from proxy.core.errors import GraphGateError
 from proxy.core.limiter import Busy, Priority
 from proxy.upstream.model_calls import CacheEntry, ModelClient
@@ -76,7 +76,7 @@ async def extract_keywords(models: ModelClient, query: str, history: list[tuple[
     except Busy:  # the upstream is saturated: search with the question itself rather than delay the chat
         return Keywords((), (), "busy")
     try:
-        data = json.loads(reply.content)
+        data = json_text.loads(reply.content, max_depth=json_text.BODY_DEPTH)   # a model's reply
     except ValueError:
         data = {}
     data = data if isinstance(data, dict) else {}

@@ -19,6 +19,7 @@ import anyio
 import httpx
 import orjson
 
+from proxy.core import json_text
 from proxy.core.errors import (
     BadRequest,
     UpstreamError,
@@ -143,9 +144,14 @@ class Upstream:
             else:
                 response, raw = await self.fetch(method, path, deadline=deadline, headers=headers, content=content)
             status = response.status_code
+        return self.reply_json(path, status, raw)
+
+    def reply_json(self, path: str, status: int, raw: bytes) -> dict[str, Any]:
+        """A reply to GraphGate's own call read: its object, or the UpstreamError that says why not."""
         if status >= 400:
             raise UpstreamStatusError(_error_message(raw, status), status=status)
         try:
+            json_text.refuse_too_deep(raw, json_text.BODY_DEPTH)   # what reads the reply may recurse
             data = orjson.loads(raw)  # embeddings: thousands of floats a reply, ~10x faster than json
         except ValueError as exc:
             raise UpstreamProtocolError(f"{self.name} at {self.url} sent invalid JSON for {path}: {exc}") from exc
@@ -200,7 +206,10 @@ class Upstream:
                     if not line.strip():
                         continue
                     try:
-                        data = json.loads(line)
+                        data = json_text.loads(line, max_depth=json_text.BODY_DEPTH)
+                    except json_text.JSONTooDeep as exc:
+                        raise UpstreamProtocolError(f"{self.name} at {self.url} sent a line {exc}: "
+                                                    f"{line[:80]!r}") from None
                     except ValueError:
                         raise UpstreamProtocolError(f"{self.name} at {self.url} sent a line that is not "
                                                     f"JSON: {line[:80]!r}") from None
@@ -221,7 +230,7 @@ class Upstream:
 
 def _error_message(raw: bytes, status: int) -> str:
     try:
-        data = json.loads(raw)
+        data = json_text.loads(raw, max_depth=json_text.BODY_DEPTH)
         if isinstance(data, dict) and data.get("error"):
             error = data["error"]
             return str(error.get("message", error)) if isinstance(error, dict) else str(error)

@@ -38,6 +38,7 @@ import anyio
 import httpx
 import orjson
 
+from proxy.core import json_text
 from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from proxy.core.setting_parsers import url_list
 from proxy.core.settings import Settings
@@ -230,8 +231,9 @@ class Upstreams(Upstream):
 
     async def call_json(self, method: str, path: str, body: Any = None, *,
                         deadline: float | None = None) -> Any:
-        if method == "GET" and path in MERGED_LISTS:
-            return orjson.loads(await (await self._merged(path)).aread())
+        if method == "GET" and path in MERGED_LISTS:   # read as one member's reply would be
+            merged = await self._merged(path)
+            return self.reply_json(path, merged.status_code, await merged.aread())
         model = body.get("model") if isinstance(body, dict) else None
         failed: UpstreamError | None = None
         for member in self.candidates(model if isinstance(model, str) else None):
@@ -312,7 +314,8 @@ class Upstreams(Upstream):
         for member, response, body in replies:
             if isinstance(response, UpstreamError) or response.status_code != 200:
                 continue
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError):   # an unreadable list is skipped
+                json_text.refuse_too_deep(body, json_text.FIELD_DEPTH)   # orjson writes at most 254 levels
                 data = orjson.loads(body)
                 if not isinstance(data, dict) or not isinstance(data.get(key), list):
                     continue
