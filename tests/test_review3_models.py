@@ -300,3 +300,24 @@ async def test_a_full_disk_refuses_a_knowledge_model_with_the_reason_and_changes
         finally:
             os.unlink(filler)  # noqa: ASYNC240
         assert (await client.put("/rag/models/m", json={"model": MODEL})).status_code == 201
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+async def test_a_clients_own_non_finite_number_is_refused_and_never_sent_upstream(
+        settings: Settings, fake: FakeOllama, number: bytes) -> None:
+    """Not only a model's stored options: a chat's own options with NaN are not JSON (Ollama's
+    decoder refuses them too); relayed or rewritten, they would reach the upstream as sent."""
+    async with gateway_client(settings, fake) as client:
+        assert (await client.put("/rag/models/ok-bot", json={"model": MODEL})).status_code == 201
+        before = len(fake.requests)
+        for path, fields in (("/api/chat", b'"messages": [{"role": "user", "content": "hi"}]'),
+                             ("/api/generate", b'"prompt": "hi"'),
+                             ("/api/embed", b'"input": "hi"'),
+                             ("/v1/chat/completions", b'"messages": [{"role": "user", "content": "hi"}]')):
+            for model in (b"ok-bot", b"llama3.2"):   # rewritten by a knowledge model, and relayed as sent
+                body = b'{"model": "' + model + b'", "stream": false, ' + fields + \
+                    b', "options": {"temperature": ' + number + b"}}"
+                reply = await client.post(path, content=body, headers={"content-type": "application/json"})
+                assert reply.status_code == 400, (path, model, reply.status_code, reply.text)
+                assert number.decode().lstrip("-") in reply.text, reply.text   # the error names it
+        assert len(fake.requests) == before, [r.path for r in fake.requests[before:]]

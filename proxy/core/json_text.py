@@ -16,6 +16,7 @@ escape, but the str it parses into cannot be encoded again, so storing or forwar
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -37,6 +38,22 @@ class JSONTooDeep(ValueError):
         self.limit = limit
 
 
+class NotFinite(ValueError):
+    """``NaN``, ``Infinity`` or a number past a double's range: Python's parser takes them, JSON
+    (and Ollama's Go decoder) does not, and once parsed they are written back as invalid JSON."""
+
+
+def _no_constant(name: str) -> float:
+    raise NotFinite(f"{name} is not a number JSON allows")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotFinite(f"the number {text[:40]} is out of range")
+    return value
+
+
 class LoneSurrogate(ValueError):
     """A string or key holding a UTF-16 surrogate with no partner; ``where`` is its path."""
 
@@ -47,10 +64,11 @@ class LoneSurrogate(ValueError):
 
 def loads(text: str | bytes, *, max_depth: int = FIELD_DEPTH, storable: bool = False) -> Any:
     """``json.loads`` (same values, same messages), refusing nesting deeper than ``max_depth``
-    (``JSONTooDeep``) and, when ``storable``, lone surrogates (``LoneSurrogate``)."""
+    (``JSONTooDeep``), numbers that are not finite (``NotFinite``) and, when ``storable``, lone
+    surrogates (``LoneSurrogate``)."""
     refuse_too_deep(text, max_depth)
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:   # never reached after the scan; kept so that no caller can see one
         raise JSONTooDeep(max_depth) from None
     if storable and maybe_surrogate(text):
@@ -63,10 +81,12 @@ def raw_decode(text: str, start: int = 0, *, max_depth: int = FIELD_DEPTH) -> tu
     after it is not JSON), bounded like ``loads``."""
     refuse_too_deep(text[start:], max_depth, first_value_only=True)
     try:
-        return json.JSONDecoder().raw_decode(text, start)
+        return _DECODER.raw_decode(text, start)
     except RecursionError:
         raise JSONTooDeep(max_depth) from None
 
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 # A JSON string: possessive, so that a quote with no partner costs one pass, not one per quote
 # after it; its closing quote may be missing (invalid JSON, which the parser then refuses).
