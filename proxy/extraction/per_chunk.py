@@ -1,5 +1,6 @@
 """Asking the model for one chunk's entities and relations: the extraction call (retried while
-its reply is not valid JSON), then the gleaning passes that ask only for what was missed."""
+its reply is not valid JSON), then the gleaning passes that ask only for what was missed. Each
+pass, and their sum, is kept within what a chunk of its size may contribute (``capped``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from proxy.core.errors import GraphGateError
 from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.extraction.prompts import extraction_messages, extraction_schema, gleaning_messages
-from proxy.extraction.results import ExtractionFormatError, ExtractionResult, merge_passes, parse_extraction
+from proxy.extraction.results import (
+    ExtractionFormatError,
+    ExtractionResult,
+    capped,
+    merge_passes,
+    parse_extraction,
+)
 from proxy.parsing.chunking import Chunk
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
@@ -51,7 +58,7 @@ async def extract_chunk(models: ModelClient, settings: Settings, chunk: Chunk, *
                                         lookup=resumed and settings.gleaning > 0)
         raw.append(reply.content)
         try:
-            result = parse_extraction(reply.content, entity_types=types)
+            result = capped(parse_extraction(reply.content, entity_types=types), chunk.tokens)
         except ExtractionFormatError as exc:
             log.warning("extraction reply for chunk %s was not valid JSON (try %d): %s", chunk.id, attempt, exc)
             error = exc
@@ -69,7 +76,7 @@ async def extract_chunk(models: ModelClient, settings: Settings, chunk: Chunk, *
             lookup=resumed)
         raw.append(reply.content)
         try:
-            extra = parse_extraction(reply.content, entity_types=types)
+            extra = capped(parse_extraction(reply.content, entity_types=types), chunk.tokens)
         except ExtractionFormatError as exc:
             log.warning("gleaning reply for chunk %s was not valid JSON; keeping the first pass: %s", chunk.id, exc)
             break
@@ -78,5 +85,5 @@ async def extract_chunk(models: ModelClient, settings: Settings, chunk: Chunk, *
             save(reply.entry)
         if extra.is_empty():
             break
-        result = merge_passes(result, extra)
+        result = capped(merge_passes(result, extra), chunk.tokens)
     return ChunkExtraction(result, raw, entries, hits)

@@ -53,15 +53,18 @@ class ExtractedRelation:
 class ExtractionResult:
     entities: tuple[ExtractedEntity, ...] = ()
     relations: tuple[ExtractedRelation, ...] = ()
+    dropped: tuple[int, int] = (0, 0)   # entities and relations over the chunk's cap (``capped``)
 
     def to_json(self) -> str:
-        data = {
+        data: dict[str, Any] = {
             "entities": [{"name": e.name, "type": e.type, "description": e.description}
                          for e in self.entities],
             "relations": [{"source": r.source, "target": r.target, "keywords": list(r.keywords),
                            "description": r.description, "weight": r.weight}
                           for r in self.relations],
         }
+        if any(self.dropped):   # kept with the chunk's record: the document's merge says so
+            data["dropped"] = {"entities": self.dropped[0], "relations": self.dropped[1]}
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -74,9 +77,11 @@ class ExtractionResult:
                                                 tuple(str(k) for k in r["keywords"]),
                                                 str(r["description"]), float(r["weight"]))
                               for r in data["relations"])
-        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            dropped = data.get("dropped") or {}
+            over = (int(dropped.get("entities", 0)), int(dropped.get("relations", 0)))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise ExtractionFormatError(f"not a stored extraction result: {exc!r}") from None
-        return cls(entities, relations)
+        return cls(entities, relations, over)
 
     def is_empty(self) -> bool:
         return not self.entities and not self.relations
@@ -271,7 +276,67 @@ def merge_passes(first: ExtractionResult, second: ExtractionResult) -> Extractio
             collector.add_entity(entity)
         for relation in result.relations:
             collector.add_relation(relation)
-    return collector.result()
+    merged = collector.result()
+    return ExtractionResult(merged.entities, merged.relations,
+                            (first.dropped[0] + second.dropped[0], first.dropped[1] + second.dropped[1]))
+
+
+# --- what one chunk may contribute --------------------------------------------------------------
+
+# Every entity is named in its chunk, and a name takes at least one of its tokens: a chunk of N
+# tokens names at most N entities, and a real model finds a few dozen in a chunk of a thousand. A
+# relation joins two of them; a model relates each entity to a few others, not to all. So a chunk
+# keeps at most one entity per token and two relations per token (never fewer than CAP_FLOOR: a
+# document's last chunk may be a line); a reply of 20,000 entities for one chunk, which took a
+# minute to merge, is cut there, and the document says so (``capped_note``).
+ENTITIES_PER_TOKEN, RELATIONS_PER_TOKEN = 1, 2
+CAP_FLOOR = 64
+
+
+def chunk_caps(tokens: int) -> tuple[int, int]:
+    """The most entities and relations a chunk of ``tokens`` tokens may contribute."""
+    return max(CAP_FLOOR, ENTITIES_PER_TOKEN * tokens), max(CAP_FLOOR, RELATIONS_PER_TOKEN * tokens)
+
+
+def capped(result: ExtractionResult, tokens: int) -> ExtractionResult:
+    """``result`` within the caps of a chunk of ``tokens`` tokens: the first entities in the reply's
+    order, then the relations between kept entities before the others, as long as the entities
+    they name but the reply does not list (made by the merge) stay within the cap too; what is cut
+    is counted."""
+    most_entities, most_relations = chunk_caps(tokens)
+    if len(result.entities) <= most_entities and len(result.relations) <= most_relations and \
+            len(_named(result.entities, result.relations)) <= most_entities:
+        return result
+    entities = result.entities[:most_entities]
+    named = {name_key(e.name) for e in entities}
+    inside = sorted(result.relations, key=lambda r: not {name_key(r.source), name_key(r.target)} <= named)
+    relations: list[ExtractedRelation] = []
+    for relation in inside:
+        if len(relations) == most_relations:
+            break
+        new = {name_key(relation.source), name_key(relation.target)} - named
+        if len(named) + len(new) <= most_entities:
+            named |= new
+            relations.append(relation)
+    return ExtractionResult(entities, tuple(relations),
+                            (result.dropped[0] + len(result.entities) - len(entities),
+                             result.dropped[1] + len(result.relations) - len(relations)))
+
+
+def _named(entities: Iterable[ExtractedEntity], relations: Iterable[ExtractedRelation]) -> set[str]:
+    """The keys of every entity listed or named by a relation."""
+    return {name_key(e.name) for e in entities} | {name_key(n) for r in relations for n in (r.source, r.target)}
+
+
+def capped_note(results: Iterable[ExtractionResult]) -> str | None:
+    """What a document's status says when some of its chunks' extractions were cut (None: none were)."""
+    cut = [r.dropped for r in results if any(r.dropped)]
+    if not cut:
+        return None
+    entities, relations = sum(d[0] for d in cut), sum(d[1] for d in cut)
+    return (f"the model's extraction was cut in {len(cut)} chunk{'s' if len(cut) > 1 else ''}: {entities} entities "
+            f"and {relations} relations left out (a chunk keeps at most {ENTITIES_PER_TOKEN} entity and "
+            f"{RELATIONS_PER_TOKEN} relations per token of its text, at least {CAP_FLOOR})")
 
 
 # --- parsing the reply ------------------------------------------------------------------------

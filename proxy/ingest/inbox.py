@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("graphgate.inbox")
 
 INTERVAL = 2.0
+INBOX_BASE = "default"   # the one base given an inbox folder (GRAPHGATE_INBOX_DIR)
 
 
 def scan(folder: Path) -> dict[Path, tuple[int, float]]:
@@ -38,7 +39,7 @@ def scan(folder: Path) -> dict[Path, tuple[int, float]]:
 async def ingest_file(path: Path, pipeline: Pipeline, settings: Settings) -> None:
     try:
         data = await anyio.to_thread.run_sync(path.read_bytes)
-        parsed = await parse_isolated(path.name, data, settings)
+        parsed = await parse_isolated(path.name, data, settings, owner=INBOX_BASE)
         document, outcome = await pipeline.submit(parsed)
         log.info("inbox: %s %s (%s)", outcome, path.name, document["id"][:16])
     except GraphGateError as exc:

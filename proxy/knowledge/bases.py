@@ -57,6 +57,7 @@ from proxy.monitoring.metrics import Metrics
 from proxy.store.backends import drop_base_sync
 from proxy.store.lists import KBS, Document, FileLists, Lists, ListUnavailable, Unchanged
 from proxy.store.lists_open import open_lists
+from proxy.store.messages import without_paths
 from proxy.upstream.client import Upstream
 
 log = logging.getLogger("graphgate")
@@ -191,7 +192,7 @@ class KnowledgeBases:
                 if name not in self.bases:   # else a base made since under that name owns the schema now
                     await self._drop_outside(name)
                 await anyio.to_thread.run_sync(shutil.rmtree, tomb)
-        except (OSError, StorageError) as exc:   # a read-only disk, a server away: the next start tries again
+        except (OSError, ServiceUnavailable) as exc:   # a read-only disk, a server away: the next start tries again
             log.warning("could not finish deleting knowledge bases in %s: %s", self.root, exc)
 
     async def _drop_outside(self, name: str) -> None:
@@ -225,7 +226,12 @@ class KnowledgeBases:
 
         async with self.save_lock:
             with anyio.CancelScope(shield=True):   # a caller that goes away does not leave the lock mid-write
-                document = await anyio.to_thread.run_sync(self.lists.update_sync, KBS, rewrite)
+                try:
+                    document = await anyio.to_thread.run_sync(self.lists.update_sync, KBS, rewrite)
+                except OSError as exc:   # a full disk, a lost lists server: nothing was written
+                    log.error("knowledge bases: cannot write %s: %s", self.lists.where(KBS), exc)
+                    raise ServiceUnavailable(f"the list of knowledge bases could not be saved: "
+                                             f"{exc.strerror or without_paths(str(exc))}; nothing was changed") from exc
                 await self._take(document)
 
     async def refresh(self, document: Document) -> None:
@@ -493,7 +499,9 @@ class KnowledgeBases:
         if name == DEFAULT or name in self.bases:
             raise Conflict(f"a knowledge base named {name!r} already exists")
         if self.directory(name).exists():
-            raise Conflict(f"{self.directory(name)} exists but is no knowledge base of the list: move it away first")
+            log.warning("knowledge base %s not made: %s exists", name, self.directory(name))
+            raise Conflict(f"{BASES_DIR}/{name} exists in the data directory but is no knowledge base of the list: "
+                           "move it away first")
         checked = merge_overrides({}, overrides or {}, self.settings)   # 400 naming the setting: nothing made
         entry = {"uid": uuid.uuid4().hex[:12], "created_at": _now(), "settings": checked}
 
@@ -504,7 +512,10 @@ class KnowledgeBases:
 
         # listed first, then made: a kill in between leaves a listed base whose directory opens empty
         await self._change(add)
-        await anyio.to_thread.run_sync(lambda: self.directory(name).mkdir(parents=True, exist_ok=True))
+        try:
+            await anyio.to_thread.run_sync(lambda: self.directory(name).mkdir(parents=True, exist_ok=True))
+        except OSError as exc:   # made: its first use makes the directory (and says why, if it still cannot)
+            log.warning("knowledge base %s: its directory could not be made yet: %s", name, exc)
         return self.bases[name].describe()
 
     async def update(self, name: str, changes: Any) -> dict[str, Any]:
@@ -569,13 +580,30 @@ class KnowledgeBases:
             if name in entries and entries[name]["uid"] == uid:
                 del entries[name]
 
-        await self._change(drop)
+        try:
+            await self._change(drop)
+        except ServiceUnavailable:   # the list could not be saved (a full disk): the base is put back as it was
+            await self._undelete(base, directory, tomb)
+            raise
         if name not in self.bases:   # else another replica made a base of that name meanwhile: its schema now
             await self._drop_outside(name)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(tomb, ignore_errors=True))
         if self.metrics is not None:
             self.metrics.forget(name)
         return {"deleted": name}
+
+    async def _undelete(self, base: Base, directory: Path, tomb: Path) -> None:
+        """A deletion whose list could not be written: the files back in place, the base served again
+        (if even the rename back fails, the next start finishes the deletion from the tombstone)."""
+        try:
+            await anyio.to_thread.run_sync(os.replace, tomb, directory)
+        except FileNotFoundError:   # it had no directory yet
+            pass
+        except OSError as exc:
+            log.error("knowledge base %s: could not put %s back (%s); its deletion is finished at the next start",
+                      base.name, tomb.name, exc)
+            return
+        base.deleting = False
 
 
 def read_registry_sync(root: Path) -> tuple[dict[str, Any], str | None, list[Path]]:

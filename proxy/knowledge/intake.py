@@ -22,7 +22,7 @@ async def add_document(knowledge: Knowledge, settings: Settings, name: str, data
     that name) or "duplicate". A file that cannot be taken raises its GraphGateError (400, 413, 415)."""
     if len(data) > settings.max_upload_bytes:
         raise PayloadTooLarge(f"file '{name}' exceeds the limit of {settings.max_upload_bytes} bytes")
-    parsed = await parse_isolated(name, data, settings)
+    parsed = await parse_isolated(name, data, settings, owner=knowledge.kb)   # shared fairly between bases
     document, outcome = await knowledge.documents.submit(parsed, metadata=metadata)
     result = {"name": parsed.name, "outcome": outcome, "id": document["id"], "status": document["status"]}
     if outcome == "duplicate":

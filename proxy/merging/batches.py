@@ -27,7 +27,7 @@ from proxy.core.errors import GraphGateError
 from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.extraction.per_chunk import ExtractionFailed
-from proxy.extraction.results import ExtractionResult
+from proxy.extraction.results import ExtractionResult, capped_note
 from proxy.merging.recompute import Integrator, Overlay
 from proxy.merging.work import MergeReports, Work
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate
@@ -259,7 +259,10 @@ class Merger:
             documents_removed=replaced,
             entities_upserted=graph.entities, entities_removed=graph.entities_removed,
             relations_upserted=graph.relations, relations_removed=graph.relations_removed,
-            documents=[DocumentUpdate(w.document_id, "processed", None, w.total, w.total) for w in works],
+            # a document whose chunks' extractions were cut to their caps says so in its error field
+            documents=[DocumentUpdate(w.document_id, "processed", capped_note(added[c.id] for c in w.chunks
+                                                                              if c.id in added), w.total, w.total)
+                       for w in works],
             cache_entries=graph.cache_entries, embed_model=self.settings.embed_model,
         )
 

@@ -11,13 +11,16 @@ So :func:`parse_document` runs in a worker process (``python -m proxy.parsing.wo
 - returns at most GRAPHGATE_MAX_UPLOAD_BYTES characters of text.
 
 The workers are started on first use and reused (a spawn costs a Python start and the parsers'
-imports, far more than a document); at most :data:`WORKERS` run. The gateway talks to one over its
-stdin/stdout in a worker thread, so the event loop never blocks, and its own memory is untouched.
+imports, far more than a document); at most :data:`WORKERS` run, and one knowledge base never
+holds all of them (``ParsePool``): its slow documents wait for each other, not the other bases'.
+The gateway talks to one over its stdin/stdout in a worker thread, so the event loop never
+blocks, and its own memory is untouched.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import math
 import os
 import pickle
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import anyio.to_thread
@@ -99,42 +103,66 @@ class _Worker:
 
 
 class ParsePool:
+    """At most ``size`` workers, shared fairly by their owners (the knowledge bases): one owner holds
+    at most all the workers but one (when there are several), so a document of another base never
+    waits behind one base's queue, however slow its documents are; a free worker goes to the waiting
+    document whose owner holds the fewest, the earliest first."""
+
     def __init__(self, size: int = WORKERS) -> None:
         self.size = size
+        self.share = max(1, size - 1)   # the most workers one owner may hold at once
         self.idle: list[_Worker] = []
         self.running = 0
+        self.held: Counter[str] = Counter()   # workers parsing, by owner
+        self.waiting: list[tuple[int, str]] = []   # (ticket, owner) of the documents waiting for a worker
+        self._tickets = itertools.count()
         self.ready = threading.Condition()
 
-    def _take(self) -> _Worker:
+    def _next(self) -> tuple[int, str] | None:
+        """The waiting document served next: its owner below its share, holding the fewest, the earliest."""
+        allowed = [entry for entry in self.waiting if self.held[entry[1]] < self.share]
+        return min(allowed, key=lambda entry: (self.held[entry[1]], entry[0]), default=None)
+
+    def _take(self, owner: str) -> _Worker:
         with self.ready:
-            while True:
-                while self.idle and self.idle[-1].process.poll() is not None:  # died while idle
-                    self.idle.pop().kill()
-                    self.running -= 1
-                if self.idle or self.running < self.size:
-                    break
-                self.ready.wait()
+            turn = (next(self._tickets), owner)
+            self.waiting.append(turn)
+            try:
+                while True:
+                    while self.idle and self.idle[-1].process.poll() is not None:  # died while idle
+                        self.idle.pop().kill()
+                        self.running -= 1
+                    if (self.idle or self.running < self.size) and self._next() == turn:
+                        break
+                    self.ready.wait()
+            finally:
+                self.waiting.remove(turn)
+                self.ready.notify_all()   # another may be next now (or was waiting behind this one)
+            self.held[owner] += 1
             if self.idle:
                 return self.idle.pop()
             self.running += 1
         try:
             return _Worker()
         except BaseException:
-            self._give_back(None)
+            self._give_back(None, owner)
             raise
 
-    def _give_back(self, worker: _Worker | None) -> None:
+    def _give_back(self, worker: _Worker | None, owner: str) -> None:
         with self.ready:
+            self.held[owner] -= 1
+            if not self.held[owner]:
+                del self.held[owner]
             if worker is None:
                 self.running -= 1
             else:
                 self.idle.append(worker)
-            self.ready.notify()
+            self.ready.notify_all()
 
     def parse(self, name: str, data: bytes, *, max_bytes: int, seconds: float, memory: int,
-              max_chars: int) -> ParsedDocument:
+              max_chars: int, owner: str = "") -> ParsedDocument:
         shown = safe_name(name)
-        worker = self._take()
+        worker = self._take(owner)
         keep = False
         try:
             try:
@@ -166,10 +194,10 @@ class ParsePool:
             raise error
         finally:
             if keep:
-                self._give_back(worker)
+                self._give_back(worker, owner)
             else:
                 worker.kill()
-                self._give_back(None)
+                self._give_back(None, owner)
 
     def close(self) -> None:
         with self.ready:
@@ -183,11 +211,12 @@ POOL = ParsePool()
 atexit.register(POOL.close)
 
 
-async def parse_isolated(name: str, data: bytes, settings: Settings) -> ParsedDocument:
-    """:func:`parse_document` in a worker process, within the settings' bounds."""
+async def parse_isolated(name: str, data: bytes, settings: Settings, *, owner: str) -> ParsedDocument:
+    """:func:`parse_document` in a worker process, within the settings' bounds; ``owner``: the
+    knowledge base it is for (the workers are shared fairly between bases)."""
     return await anyio.to_thread.run_sync(
         lambda: POOL.parse(name, data, max_bytes=settings.max_upload_bytes, seconds=settings.parse_seconds,
-                           memory=settings.parse_memory, max_chars=settings.max_upload_bytes))
+                           memory=settings.parse_memory, max_chars=settings.max_upload_bytes, owner=owner))
 
 
 # ------------------------------------------------------------------------------- the worker side

@@ -23,13 +23,13 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from proxy.core.errors import StoreUnavailable
 from proxy.core.names import name_words
 from proxy.store.backends import EMBEDDED, Backend
 from proxy.store.change_log import decode
 from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.communities_igraph import Community, leiden_communities
 from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
+from proxy.store.messages import opening_error
 from proxy.store.name_index import NameIndex
 from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.keywords import Keywords
@@ -95,7 +95,9 @@ class KnowledgeStore:
         try:
             await anyio.to_thread.run_sync(store._open_sync)
         except refusals as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            # the whole error, paths and all, for the operator; the caller is told why, not where
+            log.error("the knowledge store at %s cannot be opened: %s: %s", data_dir, type(exc).__name__, exc)
+            raise opening_error(exc, data_dir) from exc
         return store
 
     def _open_sync(self) -> None:

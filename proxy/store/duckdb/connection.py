@@ -20,7 +20,9 @@ import anyio.to_thread
 import duckdb
 
 from proxy.core.errors import StorageError
+from proxy.store.duckdb.creation import ensure_database
 from proxy.store.duckdb.schema import migrate
+from proxy.store.messages import is_disk_full, without_paths
 
 T = TypeVar("T")
 Con = duckdb.DuckDBPyConnection
@@ -47,9 +49,10 @@ def is_fatal(exc: BaseException) -> bool:
 
 
 def storage_error(exc: duckdb.Error) -> StorageError:
-    """The one place DuckDB's write failures become GraphGate errors, with a message for a person."""
-    detail = str(exc).split("Error: ", 1)[-1]
-    if "No space left" in detail or "Disk quota" in detail:
+    """The one place DuckDB's write failures become GraphGate errors, with a message for a person
+    (the file's name, not where it is on the server: the log says that)."""
+    detail = without_paths(str(exc).split("Error: ", 1)[-1])
+    if is_disk_full(detail):
         return StorageError(f"the disk holding the data directory is full ({detail}); free some space, "
                             "then retry", status=507)
     return StorageError(f"the knowledge store could not write: {detail}")
@@ -90,14 +93,18 @@ class Database:
         self._gate = threading.Condition()  # readers in, against a reopen closing their cursors
         self._reading = 0
         self._reopening = False
+        # made whole or not at all: a creation that failed (a full disk) is made again at the next opening
+        ensure_database(path, self._config(), migrate)
         self._open()
         self.write_lock = anyio.Lock()
         self._thread_lock = threading.RLock()  # also guards the sync entry points used by the CLI
 
-    def _open(self) -> None:
+    def _config(self) -> dict[str, str | bool | int | float | list[str]]:
         # DuckDB would otherwise cache up to 80 % of the machine's memory: this is a laptop app
-        con = duckdb.connect(str(self.path), config={"memory_limit": self.memory_limit,
-                                                     "checkpoint_threshold": CHECKPOINT_WAL})
+        return {"memory_limit": self.memory_limit, "checkpoint_threshold": CHECKPOINT_WAL}
+
+    def _open(self) -> None:
+        con = duckdb.connect(str(self.path), config=self._config())
         try:
             migrate(con)
             if self.threads is not None:
