@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from admin.console import build_console, error_page
 from admin.console import mount as admin_mount
+from proxy.core.data_dir import hidden_in
 from proxy.core.errors import GraphGateError, StoreUnavailable
 from proxy.core.limiter import PriorityLimiter
 from proxy.core.responses import error_response
@@ -66,9 +67,13 @@ def _render_error(request: Request, status: int, message: str, headers: Mapping[
 
 async def on_graphgate_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GraphGateError)
+    message = exc.message
     if exc.status >= 500:
-        log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
-    return _render_error(request, exc.status, exc.message)
+        log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, message)
+        gateway = getattr(request.app.state, "gateway", None)
+        if gateway is not None:   # a server error's reason may name files: never where they are
+            message = hidden_in(message, gateway.settings.data_dir)
+    return _render_error(request, exc.status, message)
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:

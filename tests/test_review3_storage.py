@@ -280,3 +280,20 @@ async def test_one_chunks_flood_of_entities_is_cut_to_its_cap_and_the_document_s
         assert (await client.get("/rag/entities/Name 0")).status_code == 200   # the reply's first ones are kept
         assert (await client.get(f"/rag/entities/Name {FLOOD - 1}")).status_code == 404
         assert f"{FLOOD - kept} entities" in flooded["error"], flooded["error"]
+
+
+@pytest.mark.parametrize("broken", ["keys.json", "models.json"])
+async def test_a_server_error_names_the_file_but_never_where_the_data_directory_is(
+        settings: Settings, fake: FakeOllama, broken: str) -> None:
+    """Item 6's other half, for every 5xx: a list that cannot be read (here a directory where its
+    file should be) is a 503 naming the file, relative to the data directory."""
+    settings.data_dir.mkdir(parents=True)
+    (settings.data_dir / broken).mkdir()
+    admin = {"authorization": "Bearer the-admin-key"}   # a keys file that cannot be read closes the API
+    async with gateway_client(settings.replace(api_key="the-admin-key"), fake) as client:
+        reply = await (client.post("/rag/keys", json={"name": "k", "role": "read"}, headers=admin)
+                       if broken == "keys.json"
+                       else client.put("/rag/models/m", json={"model": "llama3.2"}, headers=admin))
+        assert reply.status_code == 503, reply.text
+        assert broken in reply.text, reply.text
+        assert str(settings.data_dir) not in reply.text and os.path.realpath(settings.data_dir) not in reply.text  # noqa: ASYNC240 - no I/O of note

@@ -8,6 +8,7 @@ from, so the default is the user's data directory by platform convention (as Oll
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import platformdirs
@@ -50,3 +51,13 @@ def default_data_dir(cwd: Path | None = None) -> tuple[Path | None, str | None]:
                     f"directory it was started from; GraphGate now keeps its store in {preferred}, the same "
                     f"from every directory: move it there (`mkdir -p {preferred.parent} && mv {legacy} "
                     f"{preferred}`) or set GRAPHGATE_DATA_DIR={legacy}")
+
+
+def hidden_in(text: str, data_dir: Path) -> str:
+    """``text`` as a caller may read it: where the data directory is on the server's disk is the
+    operator's to know (the log has it whole), so its paths are shown relative to it."""
+    for root in dict.fromkeys((str(data_dir), os.path.realpath(data_dir))):
+        for separator in dict.fromkeys((os.sep, "/")):
+            text = text.replace(root + separator, "")
+        text = text.replace(root, "the data directory")
+    return text
