@@ -1,24 +1,32 @@
 """The fuzzers' harness: the real app in-process over the fake upstream, run in a background event
 loop (an anyio blocking portal), seeded with the test corpus; ``exchange`` sends one request and
 checks what tests/test_fuzz_api.py promises about every answer (no 5xx of GraphGate's making, no
-hang, the surface's error shape, the Host split, a rejected request changes nothing)."""
+hang, the surface's error shape, the Host split, a rejected request changes nothing, none of
+GraphGate's own headers nor its credentials reach the upstream). ``app_routes`` is the app's own
+route table, which every fuzzer walks (a route added later is fuzzed without a change here)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
+import faulthandler
+import functools
 import os
-from collections.abc import Iterator
+import re
+import sys
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import httpx
 from hypothesis import HealthCheck, settings
+from starlette.routing import Mount, Route
 
 from proxy.app import Settings, create_app
 from proxy.store.store import INDEXED_TABLES
@@ -32,6 +40,7 @@ from tests.fake_ollama import FakeOllama
 
 LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
 EXAMPLE_TIMEOUT = 15.0  # seconds a request may take before it counts as a hang
+HUNG_SECONDS = 180.0  # seconds one harness call may take (several requests, a quiesce) before the run stops
 
 settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
 settings.register_profile("long", deadline=None, print_blob=True)
@@ -43,6 +52,45 @@ def fuzz_settings(examples: int) -> settings:
                     suppress_health_check=list(HealthCheck))
 
 
+# ------------------------------------------------------------------------------- the routes
+
+
+@functools.cache
+def app_routes(app) -> list[tuple[str, tuple[str, ...]]]:
+    """(path template, methods) of every route, Mount children included; a mounted app (static
+    files) as ``{path:path}`` under its prefix; a route that names no methods (an ASGI endpoint such
+    as /mcp) as answering every method."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+
+    def walk(routes, prefix: str) -> None:
+        for route in routes:
+            if isinstance(route, Route):
+                out.append((prefix + route.path, tuple(sorted(route.methods or {"DELETE", "GET", "POST"}))))
+            elif isinstance(route, Mount):
+                if route.routes:
+                    walk(route.routes, prefix + route.path)
+                else:
+                    out.append((prefix + route.path + "/{path:path}", ("GET", "HEAD")))
+
+    walk(app.routes, "")
+    return out
+
+
+PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
+
+
+def fill(template: str, values: dict[str, str], *, encode: bool = True) -> str:
+    """The template with its parameters: percent-encoded (a ``:path`` one keeps its slashes), or as
+    they are (``encode=False``: a traversal sent raw)."""
+    def one(match: re.Match[str]) -> str:
+        value = values[match.group(1)]
+        if not encode:
+            return value
+        return quote(value, safe="/") if match.group(2) == "path" else quote(value, safe="")
+
+    return PARAM.sub(one, template)
+
+
 # ------------------------------------------------------------------------------- the upstream
 
 
@@ -52,21 +100,30 @@ class UpstreamCall:
     path: str
     status: int
     body: bytes
+    headers: dict[str, str] = field(default_factory=dict)  # as sent to the upstream, names lower-cased
 
 
 class RecordingTransport(httpx.AsyncBaseTransport):
     """The fake upstream in-process, answering as a real server would (an exception inside the
-    fake becomes a 500, as uvicorn would send it), every answer recorded."""
+    fake becomes a 500, as uvicorn would send it), every request and answer recorded. ``rewrite``,
+    when set, turns the fake's answer into another (``(path, body) -> body``): an upstream that
+    answers what no test double would, deep nesting, say."""
 
     def __init__(self, fake: FakeOllama) -> None:
         self.inner = httpx.ASGITransport(app=fake.app, client=("127.0.0.1", 40000), raise_app_exceptions=False)
         self.calls: list[UpstreamCall] = []
+        self.rewrite: Callable[[str, bytes], bytes] | None = None
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
         body = await response.aread()
-        self.calls.append(UpstreamCall(request.method, request.url.path, response.status_code, body))
-        return httpx.Response(response.status_code, headers=response.headers, stream=httpx.ByteStream(body),
+        headers = httpx.Headers(response.headers)
+        if self.rewrite is not None:
+            body = self.rewrite(request.url.path, body)
+            headers.pop("content-length", None)
+        sent = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.headers.raw}
+        self.calls.append(UpstreamCall(request.method, request.url.path, response.status_code, body, sent))
+        return httpx.Response(response.status_code, headers=headers, stream=httpx.ByteStream(body),
                               extensions=response.extensions)
 
 
@@ -86,13 +143,27 @@ class Harness:
     entity_keys: list[str] = field(default_factory=list)
     csrf: str = ""
     last_snapshot: dict[str, Any] | None = None  # taken after a rejected request: still the state
+    auth: dict[str, str] = field(default_factory=dict)  # the harness's own reads (snapshots) send these
+    # more of what a request could change, read by the snapshot (other knowledge bases, the keys...)
+    extra_state: Callable[[], Awaitable[dict[str, Any]]] | None = None
 
     @property
     def kb(self):
         return self.app.state.gateway.knowledge
 
     def run(self, fn, *args):
-        return self.portal.call(fn, *args)
+        """``fn(*args)`` in the app's event loop. A call still running after ``HUNG_SECONDS`` waits
+        on a worker thread that will never return (anyio cannot cancel one: a read of a store closed
+        under it, say), and so would the app's shutdown: the process stops, saying where, rather
+        than hang the suite until the CI's own timeout."""
+        future = self.portal.start_task_soon(fn, *args)
+        try:
+            return future.result(timeout=HUNG_SECONDS)
+        except concurrent.futures.TimeoutError:
+            sys.stderr.write(f"\n{getattr(fn, '__name__', fn)}{args!r:.500} has not returned after {HUNG_SECONDS} s: "
+                             "a thread of the app is blocked for good; its stacks follow\n")
+            faulthandler.dump_traceback(sys.stderr)
+            os._exit(3)
 
     def __repr__(self) -> str:  # hypothesis prints the arguments of a failing example
         return "Harness(...)"
@@ -107,7 +178,7 @@ def fuzz_app_settings(data_dir: Path, **changes: Any) -> Settings:
 @contextlib.contextmanager
 def started(settings: Settings, *, seed: bool = True, client_host: str = "127.0.0.1") -> Iterator[Harness]:
     """The gateway over the fake upstream, running in a background event loop, seeded with two
-    processed documents (six entities) unless ``seed`` is false."""
+    processed documents (six entities) unless ``seed`` is false (``seed_documents`` seeds later)."""
     fake = FakeOllama()
     fake.structured = KnownFacts(PEOPLE)
     upstream = RecordingTransport(fake)
@@ -129,17 +200,32 @@ async def _prepare(h: Harness, seed: bool) -> None:
     # commit traces and cache entries at once, so that "nothing changed" can be checked exactly
     kb.traces.writer.max_delay = kb.cache.writer.max_delay = 0.0
     if seed:
-        for name, text in (("team.txt", TEAM), ("city.md", CITY)):
-            response = await h.client.post("/rag/documents", json={"name": name, "text": text})
-            assert response.status_code == 202, response.text
-            h.documents.append(response.json()["documents"][0]["id"])
-        await quiesce(h)
-        h.entity_keys = await kb.store.tables.db.read(
-            lambda con: [r[0] for r in con.execute("SELECT name_key FROM entities ORDER BY 1").fetchall()])
-        assert len(h.entity_keys) == len(PEOPLE)
+        await seed_documents(h)
     page = await h.client.get("/admin/")
     if page.status_code == 200:
         h.csrf = csrf_of(page.text)
+
+
+async def seed_documents(h: Harness) -> None:
+    """Two processed documents (six entities) in the default base, sent with ``h.auth``."""
+    for name, text in (("team.txt", TEAM), ("city.md", CITY)):
+        response = await h.client.post("/rag/documents", json={"name": name, "text": text}, headers=h.auth)
+        assert response.status_code == 202, response.text
+        h.documents.append(response.json()["documents"][0]["id"])
+    await quiesce(h)
+    h.entity_keys = await h.kb.store.tables.db.read(
+        lambda con: [r[0] for r in con.execute("SELECT name_key FROM entities ORDER BY 1").fetchall()])
+    assert len(h.entity_keys) == len(PEOPLE)
+
+
+def check_alive(h: Harness) -> None:
+    """The default base's service still runs: a background task of its that failed (a turn's late
+    keyword call, say) cancels its task group and closes the store, and a read of a closed store
+    waits for ever: fail here, at once, rather than hang."""
+    kb = h.kb
+    if kb is not None and kb.group.cancel_scope.cancel_called:
+        raise AssertionError("the knowledge service has stopped: one of its background tasks failed (its error "
+                             "is in the log); every later read of its store would wait for ever")
 
 
 async def quiesce(h: Harness) -> None:
@@ -147,6 +233,7 @@ async def quiesce(h: Harness) -> None:
     kb = h.kb
     if kb is None:
         return
+    check_alive(h)
     with anyio.fail_after(30):
         for _ in range(3):
             await anyio.lowlevel.checkpoint()  # let tasks just started by the request queue their writes
@@ -154,6 +241,7 @@ async def quiesce(h: Harness) -> None:
         while kb.traces.writer._pending or kb.cache.writer._pending:
             await anyio.sleep(0.002)
         await kb.store.tables.db.write(lambda con: None)  # behind the write lock: any commit under way is done
+    check_alive(h)
 
 
 VOLATILE_TABLES = ("traces", "llm_cache")  # what an upstream-rejected but augmented chat may write
@@ -175,12 +263,17 @@ async def snapshot(h: Harness) -> dict[str, Any]:
         state["tables"] = await kb.store.tables.db.read(_tables)
 
     async def stats() -> None:
-        state["stats"] = (await h.client.get("/rag/stats")).json()
+        state["stats"] = (await h.client.get("/rag/stats", headers=h.auth)).json()
         state["stats"].pop("bytes_on_disk", None)
 
-    async with anyio.create_task_group() as group:  # two reader threads at once
+    async def extra() -> None:
+        if h.extra_state is not None:
+            state["extra"] = await h.extra_state()
+
+    async with anyio.create_task_group() as group:  # reader threads at once
         group.start_soon(tables)
         group.start_soon(stats)
+        group.start_soon(extra)
     state["graph"] = await kb.store.read_memory(lambda rows, graph: (graph.vertex_count, graph.edge_count))
     state["indexes"] = {name: kb.store.vector_count(name) for name in INDEXED_TABLES}
     state["generation"] = kb.store.generation
@@ -256,8 +349,11 @@ def check_error_shape(sent: Sent, response: httpx.Response) -> None:
         assert isinstance(error, str) and error, (sent, body)
 
 
-async def exchange(h: Harness, sent: Sent, *, check_unchanged: bool = True) -> httpx.Response:
-    """Send one request and check everything the module promises about its answer."""
+async def exchange(h: Harness, sent: Sent, *, check_unchanged: bool = True,
+                   refused: Callable[[httpx.Response], bool] | None = None) -> httpx.Response:
+    """Send one request and check everything the module promises about its answer. ``refused``
+    says which answers other than a 4xx are refusals too (an MCP tool error is a 200): they must
+    change nothing either."""
     await quiesce(h)
     before = (h.last_snapshot or await snapshot(h)) if check_unchanged else None
     h.last_snapshot = None
@@ -266,36 +362,76 @@ async def exchange(h: Harness, sent: Sent, *, check_unchanged: bool = True) -> h
         response = await h.client.request(sent.method, sent.url, content=sent.body,
                                           headers={k.encode(): v.encode() for k, v in sent.headers.items()})
         await response.aread()
-    check_host_split(sent, response)
     # the upstream's models are the fake's state, not GraphGate's: put them back for the next example
+    # (first: a failed check below must not leave them to the next example's "before")
     h.fake.models = copy.deepcopy(h.models)
     h.fake.loaded = {"llama3.2:latest"}
     h.fake.blobs.clear()
     h.fake.requests.clear()
     calls = h.upstream.calls[mark:]
     del h.upstream.calls[:]
+    check_host_split(sent, response)
+    check_upstream_headers(h, sent, calls)
     path = response.request.url.path
     forwarded = [c for c in calls if c.path == path]
     status = response.status_code
     if status >= 500:
         relayed = forwarded and forwarded[-1].status == status and forwarded[-1].body == response.content
         assert relayed, f"{sent!r} -> {status}: {response.text[:500]}"
+    relayed = False
     if 400 <= status < 500:
         if forwarded and forwarded[-1].status == status and _surface(path) in ("ollama", "openai"):
             assert forwarded[-1].body == response.content, (sent, response.text[:300])  # relayed as it was
             relayed = True
         else:
             check_error_shape(sent, response)
-            relayed = False
-        if before is not None:  # check_unchanged
-            await quiesce(h)
-            after = await snapshot(h)
-            h.last_snapshot = after
-            if relayed or calls:  # the upstream was asked: an augmented turn may have been traced
-                assert _without_volatile(after) == _without_volatile(before), f"{sent!r} -> {status} changed the store"
-            else:
-                assert after == before, f"{sent!r} -> {status} changed the store"
+    if status < 300:
+        check_complete(sent, response, calls)
+    if before is not None and (400 <= status < 500 or refused is not None and refused(response)):
+        await quiesce(h)
+        after = await snapshot(h)
+        h.last_snapshot = after
+        if relayed or calls or status < 400:  # the upstream was asked, or a read answered: a turn may be traced
+            assert _without_volatile(after) == _without_volatile(before), f"{sent!r} -> {status} changed the store"
+        else:
+            assert after == before, f"{sent!r} -> {status} changed the store"
     return response
+
+
+def check_complete(sent: Sent, response: httpx.Response, calls: list[UpstreamCall]) -> None:
+    """A streamed chat answer ends as its protocol ends it (a last NDJSON line that is done or an
+    error, an SSE stream's ``[DONE]`` or error), or as the upstream's own stream ended (relayed as it
+    was sent): a stream cut short is a failure in the middle of it, which in-process shows as
+    nothing else. Read by substrings: a line may be too deep to parse."""
+    path = response.request.url.path
+    kind = response.headers.get("content-type", "")
+    if sent.method == "HEAD" or path not in ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions"):
+        return
+    lines = [line for line in response.content.split(b"\n") if line.strip()]
+    last = lines[-1] if lines else b""
+    if any(last and last in call.body.split(b"\n") for call in calls):
+        return  # the upstream's last line, relayed
+    if kind.startswith("application/x-ndjson"):
+        assert b'"done":true' in last.replace(b" ", b"") or b'"error"' in last, \
+            f"{sent!r}: the stream ended without its last line: {response.content[-300:]!r}"
+    elif kind.startswith("text/event-stream"):
+        assert last.strip() == b"data: [DONE]" or b'"error"' in last, \
+            f"{sent!r}: the stream ended without [DONE]: {response.content[-300:]!r}"
+
+
+GATEWAY_HEADERS = ("x-graphgate-", "x-task", "x-csrf-token")  # GraphGate's own: never the upstream's business
+
+
+def check_upstream_headers(h: Harness, sent: Sent, calls: list[UpstreamCall]) -> None:
+    """What went upstream carries none of GraphGate's own headers and none of its credentials: the
+    API key, a stored key's token (``gg_...``), a console cookie (issue 29 item 2)."""
+    credentials = [value for value in (h.settings.api_key,) if value]
+    for call in calls:
+        own = [name for name in call.headers if name.startswith(GATEWAY_HEADERS)]
+        assert not own, f"{sent!r}: {call.method} {call.path} went upstream with GraphGate's headers {own}"
+        authorization = call.headers.get("authorization", "")
+        leaked = "gg_" in authorization or any(c in authorization for c in credentials) or "cookie" in call.headers
+        assert not leaked, f"{sent!r}: {call.method} {call.path} went upstream with a gateway credential"
 
 
 # ----------------------------------------------------------------------------- the Host split

@@ -14,6 +14,11 @@ portal and bounded in time. For every example:
   vector indexes, /rag/stats and the upstream's models are compared before and after. (When the
   upstream rejected a chat that GraphGate had already augmented, the turn's trace and the keyword
   cache may have been written: only those two tables are exempt then.)
+- none of GraphGate's own headers (X-GraphGate-*, X-Task, X-CSRF-Token) nor a credential of its
+  own (the admin key, a ``gg_`` token) reaches the upstream; a streamed chat answer is never cut short.
+
+Deep JSON everywhere it is read is tests/test_fuzz_nesting.py's; stored keys and every principal on
+every route, tests/test_fuzz_keys.py's; ``..`` in every path parameter, tests/test_fuzz_paths.py's.
 
 CI runs a modest, derandomised number of examples; ``HYPOTHESIS_PROFILE=long`` runs 25 times as
 many with fresh randomness: ``HYPOTHESIS_PROFILE=long pytest tests/test_fuzz_api.py tests/test_fuzz_uploads.py``.
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -33,7 +37,6 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from starlette.routing import Mount, Route
 
 from admin.rendering import ref
 from tests.corpus import PEOPLE
@@ -41,42 +44,24 @@ from tests.fake_ollama import SPECIAL_MODELS
 from tests.fuzz_harness import (
     ALLOWED_HOSTS,
     EXAMPLE_TIMEOUT,
+    PARAM,
     REFUSED_HOSTS,
     Harness,
     Sent,
+    app_routes,
     exchange,
+    fill,
     fuzz_app_settings,
     fuzz_settings,
     quiesce,
     snapshot,
     started,
 )
-from tests.fuzz_values import json_bytes, lone_surrogate_in, lone_surrogates
+from tests.fuzz_values import deep_texts, in_url, json_bytes, lone_surrogate_in, lone_surrogates
 
 # ----------------------------------------------------------------------------- the routes
 
 
-@functools.cache
-def app_routes(app) -> list[tuple[str, tuple[str, ...]]]:
-    """(path template, methods) of every route, Mount children included; a mounted app (static
-    files) as ``{path:path}`` under its prefix."""
-    out: list[tuple[str, tuple[str, ...]]] = []
-
-    def walk(routes, prefix: str) -> None:
-        for route in routes:
-            if isinstance(route, Route):
-                out.append((prefix + route.path, tuple(sorted(route.methods or {"GET"}))))
-            elif isinstance(route, Mount):
-                if route.routes:
-                    walk(route.routes, prefix + route.path)
-                else:
-                    out.append((prefix + route.path + "/{path:path}", ("GET", "HEAD")))
-
-    walk(app.routes, "")
-    return out
-
-
-PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 MODEL_NAMES = ["llama3.2", "llama3.2:latest", "qwen3", "qwen3:latest", "nomic-embed-text", "unknown-model",
@@ -121,14 +106,6 @@ def _param_values(h: Harness, name: str) -> st.SearchStrategy[str]:
     }.get(name, ["x"])
     return st.one_of(st.sampled_from(known), st.sampled_from(NASTY), st.text(max_size=40),
                      st.text(max_size=20).map(ref))
-
-
-def fill(template: str, values: dict[str, str]) -> str:
-    def one(match: re.Match[str]) -> str:
-        value = values[match.group(1)]
-        return quote(value, safe="/") if match.group(2) == "path" else quote(value, safe="")
-
-    return PARAM.sub(one, template)
 
 
 # ----------------------------------------------------------------------------- the bodies
@@ -295,17 +272,39 @@ def headers(draw) -> dict[str, str]:
         out["origin"] = draw(st.sampled_from(["http://localhost:3000", "http://evil.example", "null"]))
     if draw(st.integers(0, 4)) == 0:  # a Host header: this machine's names, or a rebinding page's (issue 16)
         out["host"] = draw(st.sampled_from(ALLOWED_HOSTS + REFUSED_HOSTS))
+    out.update(draw(gateway_headers()))
+    return out
+
+
+# a filter as a header or a query string: plausible, malformed, or deep (issue 29 item 5)
+filter_texts = st.one_of(st.sampled_from(['{"category": "hr"}', '{"year": {"$gte": 2020}}', "{", "[]", "null", "",
+                                          '{"$document": ["a.txt"]}']),
+                         deep_texts.map(lambda t: in_url(t, 12_000)), json_values.map(lambda v: json_bytes(v).decode()))
+
+
+@st.composite
+def gateway_headers(draw) -> dict[str, str]:
+    """GraphGate's own headers (none of them may reach the upstream) and a credential of its shape."""
+    out: dict[str, str] = {}
+    if draw(st.integers(0, 3)) == 0:
+        out["x-graphgate-filter"] = draw(filter_texts)
+    if draw(st.integers(0, 5)) == 0:
+        out["x-graphgate-kb"] = draw(st.sampled_from(["default", "nope", "", "../x"]))
+    if draw(st.integers(0, 7)) == 0:
+        out["authorization"] = draw(st.sampled_from(["Bearer gg_0123456789ab_" + "A" * 43, "Bearer x", "Basic eA=="]))
     return out
 
 
 QUERY_KEYS = ["limit", "offset", "status", "search", "sort", "order", "page", "q", "depth", "cap", "entity", "key",
-              "target", "type", "name", "next", "kind"]
+              "target", "type", "name", "next", "kind", "kb"]
 
 
 def query_params() -> st.SearchStrategy[list[tuple[str, str]]]:
     value = st.one_of(st.sampled_from(NASTY), st.text(max_size=20), st.integers(-3, 2000).map(str),
                       st.sampled_from(["asc", "desc", "name", "degree", "processed", "failed", "created_at"]))
-    return st.lists(st.tuples(st.one_of(st.sampled_from(QUERY_KEYS), st.text(max_size=6)), value), max_size=4)
+    pairs = st.one_of(st.tuples(st.one_of(st.sampled_from(QUERY_KEYS), st.text(max_size=6)), value),
+                      st.tuples(st.just("filter"), filter_texts))
+    return st.lists(pairs, max_size=4)
 
 
 # ------------------------------------------------------------------------------------ tests
@@ -357,7 +356,7 @@ OPENAI_ROUTES = [("POST", p) for p in ("/v1/chat/completions", "/v1/completions"
 def test_ollama_json_endpoints(gw: Harness, route: tuple[str, str], data: st.DataObject) -> None:
     method, path = route
     body = data.draw(st.one_of(objects(ROUTE_KEYS[path]).map(json_bytes), raw_bodies(ROUTE_KEYS[path])))
-    sent = Sent(method, path, body=body, headers={"content-type": "application/json"})
+    sent = Sent(method, path, body=body, headers={"content-type": "application/json", **data.draw(gateway_headers())})
     response = gw.run(exchange, gw, sent)
     check_lone_surrogate_refused(sent, response)
     if response.status_code == 200 and path == "/api/chat" and body:
@@ -372,7 +371,7 @@ def test_ollama_json_endpoints(gw: Harness, route: tuple[str, str], data: st.Dat
 def test_openai_endpoints(gw: Harness, route: tuple[str, str], data: st.DataObject) -> None:
     method, path = route
     body = data.draw(st.one_of(objects(ROUTE_KEYS[path]).map(json_bytes), raw_bodies(ROUTE_KEYS[path])))
-    sent = Sent(method, path, body=body, headers={"content-type": "application/json"})
+    sent = Sent(method, path, body=body, headers={"content-type": "application/json", **data.draw(gateway_headers())})
     check_lone_surrogate_refused(sent, gw.run(exchange, gw, sent))
 
 
