@@ -54,6 +54,30 @@ def _finite(text: str) -> float:
     return value
 
 
+def first_not_finite(value: Any) -> tuple[str, str] | None:
+    """Where ``value`` first holds NaN or an infinity, and which (``"NaN"``, ``"an infinity"``),
+    or None (iteratively): for values parsed by a reader that took them."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return where, "NaN" if math.isnan(item) else "an infinity"
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), child) for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", child) for i, child in enumerate(item))
+    return None
+
+
+def _located(exc: NotFinite, text: str | bytes) -> NotFinite:
+    """``exc`` naming where the number is (read again, leniently: only on this error's path)."""
+    found = first_not_finite(json.loads(text))
+    if found is None or not found[0]:
+        return exc
+    where, what = found
+    return NotFinite(f"{where[:100]!r} is {what}, which JSON does not allow")
+
+
 class LoneSurrogate(ValueError):
     """A string or key holding a UTF-16 surrogate with no partner; ``where`` is its path."""
 
@@ -71,6 +95,8 @@ def loads(text: str | bytes, *, max_depth: int = FIELD_DEPTH, storable: bool = F
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:   # never reached after the scan; kept so that no caller can see one
         raise JSONTooDeep(max_depth) from None
+    except NotFinite as exc:
+        raise _located(exc, text) from None
     if storable and maybe_surrogate(text):
         refuse_lone_surrogates(value)
     return value

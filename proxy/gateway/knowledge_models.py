@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from proxy.core import json_text
 from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
 from proxy.core.modes import MODES
 from proxy.store.lists import MODELS, Document, FileLists, Lists
@@ -116,19 +116,9 @@ def check_spec(alias: str, spec: dict[str, Any], known_bases: Iterable[str]) -> 
 
 
 def not_finite(options: dict[str, Any]) -> tuple[str, str] | None:
-    """The first option holding NaN or an infinity (Python's JSON reads ``NaN``, ``Infinity`` and
-    ``1e999``), as (where, what), or None. Stored, it would be written back as no valid JSON: in
-    the list of models and in every chat sent upstream."""
-    stack: list[tuple[str, Any]] = list(options.items())
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            return where, "NaN" if math.isnan(value) else "an infinity"
-        if isinstance(value, dict):
-            stack.extend((f"{where}.{key}", item) for key, item in value.items())
-        elif isinstance(value, list):
-            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
-    return None
+    """The first option holding NaN or an infinity, as (where, what), or None. Stored, it would be
+    written back as no valid JSON: in the list of models and in every chat sent upstream."""
+    return json_text.first_not_finite(options)
 
 
 def check_chain(model: KnowledgeModel, models: dict[str, KnowledgeModel]) -> None:
