@@ -18,7 +18,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote, urlencode
 
 import anyio
@@ -160,13 +160,21 @@ class Harness:
         try:
             return future.result(timeout=HUNG_SECONDS)
         except concurrent.futures.TimeoutError:
-            sys.stderr.write(f"\n{getattr(fn, '__name__', fn)}{args!r:.500} has not returned after {HUNG_SECONDS} s: "
-                             "a thread of the app is blocked for good; its stacks follow\n")
-            faulthandler.dump_traceback(sys.stderr)
-            os._exit(3)
+            _stop_the_run_a_thread_of_the_app_is_blocked_for_good(fn, args)
 
     def __repr__(self) -> str:  # hypothesis prints the arguments of a failing example
         return "Harness(...)"
+
+
+def _stop_the_run_a_thread_of_the_app_is_blocked_for_good(fn: Any, args: tuple[Any, ...]) -> NoReturn:
+    """Abort, so that the fault handler writes every thread's stack (the one blocked, and this very
+    function's name) where it can be read: under pytest, to the stderr its capture leaves alone (a
+    message of ours would be captured, and lost with the process)."""
+    sys.stderr.write(f"\n{getattr(fn, '__name__', fn)}{args!r:.500} has not returned after {HUNG_SECONDS} s: "
+                     "a thread of the app is blocked for good\n")
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
+    os.abort()
 
 
 def fuzz_app_settings(data_dir: Path, **changes: Any) -> Settings:
