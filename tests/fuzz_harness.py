@@ -237,18 +237,22 @@ def check_alive(h: Harness) -> None:
 
 
 async def quiesce(h: Harness) -> None:
-    """Wait until the pipeline is idle and every queued trace or cache write is committed."""
-    kb = h.kb
-    if kb is None:
+    """Wait until the pipeline of every open knowledge base is idle and every queued trace or cache
+    write is committed."""
+    if h.kb is None:
         return
     check_alive(h)
+    bases = h.app.state.gateway.bases
     with anyio.fail_after(30):
         for _ in range(3):
             await anyio.lowlevel.checkpoint()  # let tasks just started by the request queue their writes
-        await kb.documents.wait_idle()
-        while kb.traces.writer._pending or kb.cache.writer._pending:
-            await anyio.sleep(0.002)
-        await kb.store.tables.db.write(lambda con: None)  # behind the write lock: any commit under way is done
+        for _, kb in bases.open_services() if bases is not None else [("default", h.kb)]:
+            if kb is None or kb.group.cancel_scope.cancel_called:
+                continue  # (the default base's death is check_alive's; another's closing is no work left)
+            await kb.documents.wait_idle()
+            while kb.traces.writer._pending or kb.cache.writer._pending:
+                await anyio.sleep(0.002)
+            await kb.store.tables.db.write(lambda con: None)  # behind the write lock: a commit under way is done
     check_alive(h)
 
 
