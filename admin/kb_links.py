@@ -100,11 +100,16 @@ def _names_kb_itself(page: str, start: int) -> bool:
 
 def carried_base(request: Request) -> str | None:
     """The base the request's console URLs must carry: the one it names, unless that is
-    ``default`` or no base of that name exists (then its links lead back to default)."""
+    ``default`` or no base of that name exists (then its links lead back to default), or the
+    request may not see the console (the public login page must not tell which names exist)."""
     kb = kb_name(request)
     if kb == DEFAULT:
         return None
-    bases = request.app.state.gateway.bases
+    gateway = request.app.state.gateway
+    auth = gateway.console.auth
+    if not auth.allowed(request.scope, auth.read(request.scope)):
+        return None
+    bases = gateway.bases
     return kb if bases is not None and kb in bases.names() else None
 
 

@@ -173,6 +173,18 @@ async def test_the_login_page_names_no_base(settings: Settings, fake: FakeOllama
         assert offered == ["default", "hr-secret"]
 
 
+async def test_the_login_page_tells_no_one_whether_a_base_exists(settings: Settings, fake: FakeOllama) -> None:
+    """Issue 29's fuzzer: the login page is public, so its links must not keep ``?kb=`` for a name
+    that exists and drop it for one that does not (a probe of the bases' names)."""
+    async with console_client(settings.replace(admin_password=PASSWORD), fake) as client:
+        await registry(client).create("hr-secret")
+        for method in ("GET", "POST"):
+            pages = [await client.request(method, "/admin/login", params={"kb": kb}) for kb in ("hr-secret", "nobody")]
+            assert pages[0].status_code == pages[1].status_code
+            assert pages[0].text.replace("hr-secret", "X") == pages[1].text.replace("nobody", "X"), method
+            assert "kb=hr-secret" not in pages[0].text
+
+
 async def test_every_console_url_of_base_hr_carries_it(console: httpx.AsyncClient, fake: FakeOllama) -> None:
     await create(console, "hr")
     await upload_to(console, "hr", ("team.txt", TEAM), ("city.md", CITY))

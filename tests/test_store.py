@@ -5,11 +5,14 @@ index files lost or left behind by a crash) are named ``*_embedded_*`` and run o
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from proxy.core.errors import StoreUnavailable
 from proxy.store.backends import Backend
 from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
 from proxy.store.duckdb.schema import SCHEMA_VERSION, current_version
@@ -195,3 +198,24 @@ async def test_document_update_and_generation(tmp_path: Path, store_backend: Bac
     assert row == ("failed", "boom")
     assert store.generation == before + 1
     await store.close()
+
+
+def test_a_read_of_a_closed_database_is_refused_not_waited_on(backend_db: tuple[str, Any]) -> None:
+    """A read that comes after the store was closed (a base closed when idle, or deleted, while a
+    request still held it) is a 503, on both backends; it once waited for a cursor for good."""
+    _, db = backend_db
+    assert db.read_sync(lambda con: con.execute("SELECT 1").fetchone()[0]) == 1
+    db.close()
+    outcome: list[BaseException | int] = []
+
+    def read() -> None:
+        try:
+            outcome.append(db.read_sync(lambda con: con.execute("SELECT 1").fetchone()[0]))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)   # daemon: a read waiting for good fails the test only
+    reader.start()
+    reader.join(120)
+    assert outcome, "the read waited for a cursor of the closed database"
+    assert isinstance(outcome[0], StoreUnavailable) and "closed" in outcome[0].message, outcome

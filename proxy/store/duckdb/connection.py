@@ -19,7 +19,7 @@ import anyio
 import anyio.to_thread
 import duckdb
 
-from proxy.core.errors import StorageError
+from proxy.core.errors import StorageError, StoreUnavailable
 from proxy.store.duckdb.creation import ensure_database
 from proxy.store.duckdb.schema import migrate
 from proxy.store.messages import is_disk_full, without_paths
@@ -109,7 +109,7 @@ class Database:
             migrate(con)
             if self.threads is not None:
                 con.execute(f"SET threads = {int(self.threads)}")
-            readers: queue.SimpleQueue[Con] = queue.SimpleQueue()
+            readers: queue.SimpleQueue[Con | None] = queue.SimpleQueue()
             for _ in range(READERS):
                 readers.put(con.cursor())
         except BaseException:
@@ -123,7 +123,13 @@ class Database:
 
     def close(self) -> None:
         while not self._readers.empty():
-            self._readers.get().close()
+            cursor = self._readers.get()
+            if cursor is not None:
+                cursor.close()
+        # a read that comes after (a base being closed or deleted) finds the store closed: None,
+        # never an empty queue it would wait on for good
+        for _ in range(READERS):
+            self._readers.put(None)
         self.con.close()
 
     # --- an invalidated database ---
@@ -191,6 +197,9 @@ class Database:
                 readers = self._readers
             try:
                 cursor = readers.get()
+                if cursor is None:
+                    readers.put(None)
+                    raise StoreUnavailable("the knowledge store is closed")
                 try:
                     return fn(cursor, *args)
                 finally:

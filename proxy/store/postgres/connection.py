@@ -29,7 +29,7 @@ from pgvector import Vector
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from proxy.core.errors import StorageError
+from proxy.core.errors import StorageError, StoreUnavailable
 from proxy.store.postgres.schema import migrate
 
 T = TypeVar("T")
@@ -123,6 +123,8 @@ class PgDatabase:
                     result = fn(con, *args)
                 self.failure = None
                 return result
+            except psycopg_pool.PoolClosed:   # a base being closed or deleted
+                raise StoreUnavailable("the knowledge store is closed") from None
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 self._pause_or_fail(exc, started, attempt)
                 attempt += 1
@@ -141,6 +143,8 @@ class PgDatabase:
                         committing = True
                 self.failure = None
                 return result
+            except psycopg_pool.PoolClosed:
+                raise StoreUnavailable("the knowledge store is closed") from None
             except psycopg.errors.DiskFull as exc:
                 error = storage_error(exc)
                 self.failure = error.message
