@@ -91,10 +91,11 @@ def test_every_setting_is_a_cli_flag() -> None:
         assert getattr(args, setting.name) is not None
 
 
-def test_readme_settings_table_is_the_generated_one() -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- settings:start -->")[1].split("<!-- settings:end -->")[0]
-    assert block.strip() == settings_markdown().strip(), "run `graphgate settings --markdown` and paste it"
+def test_the_configuration_reference_is_the_generated_table() -> None:
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    block = reference.split("<!-- settings:start -->")[1].split("<!-- settings:end -->")[0]
+    assert block.strip() == settings_markdown().strip(), \
+        "run `graphgate settings --markdown` and paste it into docs/configuration.md"
     for setting in SETTINGS:
         assert f"`{setting.env}`" in block
 

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the gateway (Ollama API on GRAPHGATE_HOST:GRAPHGATE_PORT)")
     _add_setting_flags(serve)
     show = commands.add_parser("settings", help="print the effective settings and where each came from")
-    show.add_argument("--markdown", action="store_true", help="print the reference table for README.md")
+    show.add_argument("--markdown", action="store_true", help="print the reference table of docs/configuration.md")
     _add_setting_flags(show)
     ingest = commands.add_parser("ingest", help="add files and folders (recursively) to the knowledge store")
     ingest.add_argument("paths", nargs="+", metavar="PATH")

@@ -3,7 +3,7 @@
 Each row of ``SETTINGS`` names a setting, its environment variable, its default, a parser
 and a line of help. ``Settings.load()`` reads the environment, lets command-line values
 override it and fails with a ``SettingsError`` naming the variable and the bad value.
-README.md documents every row (``tests/test_settings.py`` checks that it does).
+docs/configuration.md documents every row, generated from it (``tests/test_settings.py`` checks that it is).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ SETTINGS: tuple[Setting, ...] = (
             "fastest on one machine. `postgresql://user:password@host:5432/db`: tables and pgvector indexes in "
             "PostgreSQL (with the pgvector extension; install `graphgate[postgresql]`), each knowledge base a "
             "schema, shared by several GraphGate replicas; the graph stays in each replica's memory. See "
-            "README \"When one machine is not enough\".", secret=True),
+            "docs/postgresql.md.", secret=True),
     Setting("allowed_hosts", "GRAPHGATE_ALLOWED_HOSTS", "", parse_allowed_hosts,
             "More host names (comma-separated, any port; `*.example.com` for a domain, `*` for any) a request's "
             "Host header may name, besides IP literals and localhost. Checked on a loopback bind (against DNS "
@@ -323,7 +323,7 @@ SETTINGS: tuple[Setting, ...] = (
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
-# defaults too long for a table cell, or computed at start-up, in words (README and --help)
+# defaults too long for a table cell, or computed at start-up, in words (docs/configuration.md and --help)
 DEFAULTS_IN_WORDS = {"cors_origins": "Ollama's defaults", "entity_types": "LightRAG's eleven",
                      "data_dir": "the user's data directory"}
 
@@ -474,7 +474,7 @@ class Settings:
 
 
 def settings_markdown() -> str:
-    """The settings reference table for README.md (``graphgate settings --markdown``)."""
+    """The settings reference table of docs/configuration.md (``graphgate settings --markdown``)."""
     lines = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
     for setting in SETTINGS:
         default = DEFAULTS_IN_WORDS.get(setting.name) or (f"`{setting.default}`" if setting.default else "(unset)")

@@ -60,7 +60,7 @@ NO_CONTEXT = "(The knowledge base has nothing relevant to this question.)"
 # autocompletions, image prompts, tool choices and mixture-of-agents merges. None of these are
 # questions for the knowledge base: augmenting them costs a keyword call and retrieval, and puts
 # context where Open WebUI expects bare JSON. Open WebUI marks them on the wire only when told to
-# (the X-Task header through OLLAMA_API_CONFIGS, see the README; it drops `metadata.task` before
+# (the X-Task header through OLLAMA_API_CONFIGS, see docs/clients.md; it drops `metadata.task` before
 # sending), so they are also recognised by the text of its default templates (config.py), as
 # backend/open_webui/utils/task.py renders them: {{MESSAGES:END:n}} becomes "ROLE: content" lines,
 # {{prompt}}/{{PROMPT}}, {{TYPE}}, {{CURRENT_DATE}}, {{TOOLS}} and {{responses}} are filled in.

@@ -4,7 +4,7 @@ The vectors are the table's embedding column, written by the commit in the same 
 the rows, so there is nothing to add, remove, save or heal here: ``add`` and ``remove`` only keep the
 count the store reads on the event loop, and ``generation`` is the tables'. Searches are one
 statement each (0.8-2 ms at 100k rows with the round trip, recall 0.97-0.99 at ef_search 128:
-docs/postgresql-plan.md). For the f16 element type the index is on the embedding cast to ``halfvec``,
+docs/postgresql.md, measurements). For the f16 element type the index is on the embedding cast to ``halfvec``,
 for i8 on its binary quantisation (pgvector has no 8-bit type: ``commit.vector_index_kind``), whose
 nearest candidates are re-ranked by the full vectors; a search orders by the indexed expression, or
 the planner would not use the index.

@@ -43,7 +43,7 @@ CONNECT_SECONDS = 10.0   # how long opening waits for the server before the stor
 AWAY_SECONDS = 15.0
 PAUSES = (0.05, 0.1, 0.2, 0.5, 1.0)   # between attempts
 # recall: pgvector's default ef_search (40) found 0.78-0.85 of the true top 10 on bench/pg_feasibility.py's
-# corpus, 128 (USearch's setting in vectors_usearch.py) 0.97-0.99, at 0.8-2 ms a query (docs/postgresql-plan.md)
+# corpus, 128 (USearch's setting in vectors_usearch.py) 0.97-0.99, at 0.8-2 ms a query (docs/postgresql.md)
 EF_SEARCH = 128
 # what each connection allows: the binary index's searches take four candidates per result, 160 for a
 # turn's 40 entities, in one statement up to here (beyond, a transaction sets it for the search)

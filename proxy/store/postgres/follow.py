@@ -2,7 +2,7 @@
 wakes the store, which reads the change log from its generation on (``KnowledgeStore.follow``).
 
 The log is the truth and a notification only a wake-up (0.05-0.08 ms from commit to listener here,
-docs/postgresql-plan.md): the store also reads the log every POLL_SECONDS, and right after
+docs/postgresql.md, measurements): the store also reads the log every POLL_SECONDS, and right after
 (re)connecting, so a notification lost while the connection was down costs at most that delay.
 """
 

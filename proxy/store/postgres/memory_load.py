@@ -1,5 +1,5 @@
 """Reading the in-memory rows and the graph's edges from PostgreSQL: all of them when a replica
-starts (2.2-2.8 s at 100k chunks, docs/postgresql-plan.md), the document names of some chunks after
+starts (2.2-2.8 s at 100k chunks, docs/postgresql.md, measurements), the document names of some chunks after
 a commit. Plain server-side cursors: psycopg's binary COPY was no faster here."""
 
 from __future__ import annotations
