@@ -70,7 +70,7 @@ async def test_the_tools_are_listed_with_input_and_output_schemas_and_descriptio
         assert tool.description and len(tool.description) > 60, tool.name
     by_name = {t.name: t for t in tools}
     query = by_name["query"]
-    assert set(query.input_schema["properties"]) == {"question", "mode", "top_k", "filters", "kb"}
+    assert set(query.input_schema["properties"]) == {"question", "mode", "top_k", "filters", "max_total_tokens", "kb"}
     assert {name for name, tool in by_name.items() if "kb" in tool.input_schema["properties"]} == TOOLS
     assert query.input_schema["required"] == ["question"]
     assert query.output_schema is not None

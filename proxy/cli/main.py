@@ -153,6 +153,12 @@ def console_guard_notice(settings: Settings) -> str:
             "knowledge base)")
 
 
+def given_knobs(settings: Settings) -> dict[str, Any]:
+    """The retrieval knobs set by a flag or in the environment, as a query's parameters."""
+    return {s.name: getattr(settings, s.name) for s in SETTINGS
+            if s.knob is not None and settings.sources.get(s.name, "default") != "default"}
+
+
 def print_settings(settings: Settings, *, markdown: bool) -> int:
     if markdown:
         print(settings_markdown(), end="")
@@ -205,9 +211,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "status":
         return cli_commands.run(cli_commands.status, settings, args.kb)
     if args.command == "query":
-        # --mode (GRAPHGATE_MODE) picks the retrieval mode, as it does for the gateway
+        # --mode (GRAPHGATE_MODE) picks the retrieval mode, as it does for the gateway; the other knobs
+        # go with the query when given (--max-total-tokens...): a running gateway would use its own
         request = {"query": args.text, "mode": settings.mode, "num_ctx": args.num_ctx, "answer": args.answer,
-                   "filters": args.filter}
+                   "filters": args.filter, **given_knobs(settings)}
         return cli_commands.run(cli_commands.query, settings, {k: v for k, v in request.items() if v is not None},
                                 args.json, args.kb)
     if args.command == "reindex":

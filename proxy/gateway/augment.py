@@ -329,8 +329,9 @@ class Augmenter:
             text = retrieval.context.text if retrieval.context and not retrieval.empty else NO_CONTEXT
             self._finish(turn, trace, "context requested (/context)")
             return self._context_reply(turn, text, started)
-        if retrieval.empty:
-            return self._finish(turn, trace, retrieval.skipped or "nothing relevant found")
+        if retrieval.empty:   # the context says why when the budget could not hold its instructions
+            reason = retrieval.skipped or (retrieval.context.skipped if retrieval.context else None)
+            return self._finish(turn, trace, reason or "nothing relevant found")
         assert retrieval.context is not None
         turn.with_messages(inject(turn.messages, retrieval.context.text))
         if budget.raised_num_ctx:
@@ -348,6 +349,7 @@ class Augmenter:
         options = turn.body.get("options") if turn.flavour == "ollama" else None
         window, source, raised = window_for(options if isinstance(options, dict) else None, info, settings,
                                             conversation, can_raise=turn.flavour == "ollama")
+        # the one plan of every surface (/rag/query's too): the window lowers the total, the sections scale with it
         budget = plan_budget(window=window, source=source, conversation=conversation, reserve=settings.answer_reserve,
                              max_total=settings.max_total_tokens, max_entity=settings.max_entity_tokens,
                              max_relation=settings.max_relation_tokens)

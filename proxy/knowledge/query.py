@@ -60,17 +60,17 @@ def history_of(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def plan(knowledge: Knowledge, body: Mapping[str, Any], messages: list[dict[str, Any]],
          params: QueryParams) -> Budget:
-    """The request's ``num_ctx`` as the window to fit, or the configured ceilings when it has none."""
+    """The request's ``num_ctx`` as the window to fit, or ``max_total_tokens`` alone when it has
+    none; the same plan as a chat turn's (``plan_budget``)."""
+    ceilings = (params.max_total_tokens, params.max_entity_tokens, params.max_relation_tokens)
     num_ctx = body.get("num_ctx")
     if num_ctx is None:
-        return Budget(0, "none", 0, 0, params.max_total_tokens, params.max_total_tokens,
-                      params.max_entity_tokens, params.max_relation_tokens)
+        return plan_budget(max_total=ceilings[0], max_entity=ceilings[1], max_relation=ceilings[2])
     if isinstance(num_ctx, bool) or not isinstance(num_ctx, int) or num_ctx < 1:
         raise BadRequest("num_ctx must be a positive whole number")
-    count = knowledge.tokenizer.count
-    return plan_budget(window=num_ctx, source="request", conversation=conversation_tokens(messages, count),
-                       reserve=knowledge.retriever.settings.answer_reserve, max_total=params.max_total_tokens,
-                       max_entity=params.max_entity_tokens, max_relation=params.max_relation_tokens)
+    return plan_budget(max_total=ceilings[0], max_entity=ceilings[1], max_relation=ceilings[2], window=num_ctx,
+                       source="request", conversation=conversation_tokens(messages, knowledge.tokenizer.count),
+                       reserve=knowledge.retriever.settings.answer_reserve)
 
 
 def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
@@ -79,7 +79,8 @@ def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
     ("channels": every channel that ran, with what it found; "timings" per stage)."""
     context = retrieval.context
     result = {
-        "query": retrieval.query, "mode": retrieval.mode, "skipped": retrieval.skipped,
+        "query": retrieval.query, "mode": retrieval.mode,
+        "skipped": retrieval.skipped or (context.skipped if context else None),
         "keywords": retrieval.keywords.as_dict() if retrieval.keywords else None,
         "channels": retrieval.channels,
         "entities": [{"name": e.name, "type": e.type, "description": e.description, "score": round(e.score, 4),

@@ -96,6 +96,8 @@ def served(ctx: Context) -> Served:
 
 TOP_K = next(s.knob for s in SETTINGS if s.name == "top_k")
 assert TOP_K is not None
+MAX_TOTAL_TOKENS = next(s.knob for s in SETTINGS if s.name == "max_total_tokens")
+assert MAX_TOTAL_TOKENS is not None
 MAX_BATCH = 100       # documents per batch_insert, as per multipart upload (routes_documents.MAX_FILES)
 MAX_ENTITIES = 100
 MAX_RELATIONS = 500
@@ -159,11 +161,16 @@ async def query(
             'restrict the search to documents whose metadata matches, e.g. {"category": "hr"}, '
             '{"year": {"$gte": 2020}}, {"$document": "handbook.pdf"}; a filter that matches nothing gives '
             "an empty context"))] = None,
+        max_total_tokens: Annotated[int | None, Field(
+            ge=int(MAX_TOTAL_TOKENS.low), le=int(MAX_TOTAL_TOKENS.high), description=(
+                "the most tokens the context may take, all of it (instructions, facts, passages, references); "
+                "default: the gateway's setting"))] = None,
         kb: KbName = DEFAULT_BASE) -> QueryResult:
     """Search the knowledge base for a question and return the grounding context a chat turn would get:
     the relevant entities, relations and passages, and the documents they come from as numbered
     references ([n] in the context). Use it before answering a question about the user's documents."""
-    body: dict[str, Any] = {"query": question, "mode": mode, "top_k": top_k, "filters": filters}
+    body: dict[str, Any] = {"query": question, "mode": mode, "top_k": top_k, "filters": filters,
+                            "max_total_tokens": max_total_tokens}
     with tool_errors():
         async with knowledge_of(ctx, kb, "read") as knowledge:
             outcome = await knowledge.query({k: v for k, v in body.items() if v is not None}, api="mcp")

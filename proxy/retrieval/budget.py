@@ -1,8 +1,13 @@
-"""How much context a turn can take: the model's real window, minus the conversation and a reserve
-for the answer, scaled down from the configured ceilings.
+"""How much context a retrieval may give: one plan for every surface (a chat turn, ``/rag/query``
+and the playground, the MCP ``query`` tool, ``graphgate query``).
 
-Ollama silently drops the *beginning* of a prompt that does not fit its ``num_ctx``, which is
-exactly where the retrieved context sits; so the context must fit the window, not the ceilings.
+``max_total_tokens`` is a ceiling on the whole context. A model's window (or a request's
+``num_ctx``) lowers it to what the conversation and a reserve for the answer leave: Ollama
+silently drops the *beginning* of a prompt that does not fit its ``num_ctx``, which is exactly
+where the retrieved context sits. The section ceilings (``max_entity_tokens``,
+``max_relation_tokens``) are scaled with the total, and together never take more than
+``GRAPH_SHARE`` of it, so that a small total still leaves room for the passages that carry the
+references. The context builders (``context.py``) then hold the text itself to the total.
 """
 
 from __future__ import annotations
@@ -12,6 +17,10 @@ from typing import Any
 
 MARGIN = 64          # chat-template tokens the tokenizer does not see
 PER_MESSAGE = 4      # role markers and separators per message
+# the entity and relation sections together take at most this share of the total: the defaults
+# (6,000 + 8,000 of 30,000) stay under it, and a total set below the sections' ceilings (1,000,
+# say) is not spent on the graph alone
+GRAPH_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -31,17 +40,35 @@ class Budget:
         return asdict(self)
 
 
-def plan_budget(*, window: int, source: str, conversation: int, reserve: int, max_total: int, max_entity: int,
-                max_relation: int) -> Budget:
-    available = window - conversation - reserve - MARGIN
-    if available <= 0:
-        return Budget(window, source, conversation, reserve, available, 0, 0, 0,
-                      reason=f"the conversation ({conversation} tokens) and the answer reserve ({reserve}) leave no "
-                             f"room in the {window}-token window")
+def plan_budget(*, max_total: int, max_entity: int, max_relation: int, window: int | None = None,
+                source: str = "none", conversation: int = 0, reserve: int = 0) -> Budget:
+    """The context budget of a retrieval. Without ``window`` (no model window to fit: ``/rag/query``
+    without ``num_ctx``) the total is ``max_total``; with one, what the window leaves, at most
+    ``max_total``."""
+    if window is None:
+        window, available = 0, max_total
+    else:
+        available = window - conversation - reserve - MARGIN
+        if available <= 0:
+            return Budget(window, source, conversation, reserve, available, 0, 0, 0,
+                          reason=f"the conversation ({conversation} tokens) and the answer reserve ({reserve}) leave "
+                                 f"no room in the {window}-token window")
     total = min(available, max_total)
-    scale = total / max_total
-    return Budget(window, source, conversation, reserve, available, total,
-                  int(max_entity * scale), int(max_relation * scale))
+    entity, relation = section_budgets(total, max_total=max_total, max_entity=max_entity, max_relation=max_relation)
+    return Budget(window, source, conversation, reserve, available, total, entity, relation)
+
+
+def section_budgets(total: int, *, max_total: int, max_entity: int, max_relation: int) -> tuple[int, int]:
+    """The entity and relation sections' budgets within ``total``: their ceilings scaled as the
+    total is to ``max_total``, then, if they still take more than ``GRAPH_SHARE`` of the total,
+    scaled down together (each keeps its share of the two)."""
+    scale = total / max_total if max_total > 0 else 0.0
+    entity, relation = max_entity * scale, max_relation * scale
+    graph = entity + relation
+    if graph > total * GRAPH_SHARE:
+        shrink = total * GRAPH_SHARE / graph
+        entity, relation = entity * shrink, relation * shrink
+    return int(entity), int(relation)
 
 
 def conversation_tokens(messages: list[dict[str, Any]], count: Any) -> int:

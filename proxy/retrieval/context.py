@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.core.tokens import Tokenizer
@@ -30,6 +30,7 @@ class Context:
     references: list[tuple[int, str]]
     tokens: dict[str, int] = field(default_factory=dict)
     communities: list[FoundCommunity] = field(default_factory=list)
+    skipped: str | None = None   # why nothing could be given (the budget cannot hold the instructions)
 
 
 def entity_line(e: FoundEntity) -> str:
@@ -110,29 +111,120 @@ class Section:
     tokens: int
 
 
+SEPARATOR = 1   # "\n\n" between two parts of the context is one token
+# a token kept per line break: the tokenizer may merge a line's last characters with the break
+# (cl100k: rarely one token more than the parts counted apart), and the whole text is never
+# counted again (recounting 30,000 tokens costs ~18 ms a turn; the parts' counts are cached)
+BREAK_SLACK = 1
+PASSAGES = "## Document passages"
+REFERENCES = "## References"
+MIN_PASSAGE_TOKENS = 16   # a passage cut shorter than this says nothing: none is given instead
+
+
+def block_tokens(heading: str, lines: list[str], tokenizer: Tokenizer) -> int:
+    """What a section adds to the context, counted by parts, with the slack its line breaks need:
+    the separator before it, its heading and its lines (each with its line break)."""
+    if not lines:
+        return 0
+    return (SEPARATOR + tokenizer.count(heading) + sum(c + 1 for c in tokenizer.count_many(lines))
+            + BREAK_SLACK * (len(lines) + 1))
+
+
+def fit_graph(graph: list[Section], room: int, tokenizer: Tokenizer) -> list[Section]:
+    """The graph sections within ``room`` (what the header leaves of the total): while they take
+    more, the section that takes most loses its last line (its lowest-ranked item)."""
+    graph = [replace(section) for section in graph if section.items]
+    costs = [block_tokens(s.heading, s.lines, tokenizer) for s in graph]
+    while graph and sum(costs) > room:
+        i = max(range(len(graph)), key=costs.__getitem__)
+        section = graph[i]
+        lines = section.lines[:-1]
+        graph[i] = replace(section, items=section.items[:len(lines)], lines=lines,
+                           tokens=sum(c + 1 for c in tokenizer.count_many(lines)))
+        costs[i] = block_tokens(section.heading, lines, tokenizer)
+        if not lines:
+            del graph[i], costs[i]
+    return graph
+
+
+def passage_line(chunk: FoundChunk, reference: int | None) -> str:
+    return json.dumps({"reference_id": reference, "content": chunk.content}, ensure_ascii=False)
+
+
+def reference_line(number: int, name: str) -> str:
+    return f"[{number}] {name}"
+
+
+def fit_passages(chunks: list[FoundChunk], room: int, tokenizer: Tokenizer) -> list[FoundChunk]:
+    """The leading chunks whose passages, with the reference list they need, fit ``room`` (both
+    headings included). When not even the first fits whole, it is cut to fit (a section keeps one
+    item when it has any), unless what would be left of it is too short to say anything."""
+    base = 2 * (SEPARATOR + BREAK_SLACK) + tokenizer.count(PASSAGES) + tokenizer.count(REFERENCES)
+    used, cited = base, set[str | None]()
+    kept: list[FoundChunk] = []
+    for chunk in chunks:
+        cost = passage_cost(chunk, len(cited) + 1, document_of(chunk) not in cited, tokenizer)
+        if used + cost > room:
+            break
+        kept.append(chunk)
+        used += cost
+        cited.add(document_of(chunk))
+    if kept or not chunks:
+        return kept
+    first = chunks[0]
+    left = room - base - passage_cost(replace(first, content=""), 1, True, tokenizer)
+    while left >= MIN_PASSAGE_TOKENS:
+        cut = replace(first, content=tokenizer.truncate(first.content, left))
+        over = base + passage_cost(cut, 1, True, tokenizer) - room   # JSON escapes may cost more than the text
+        if over <= 0:
+            return [cut]
+        left -= over
+    return []
+
+
+def document_of(chunk: FoundChunk) -> str | None:
+    return chunk.documents[0] if chunk.documents else None
+
+
+def passage_cost(chunk: FoundChunk, number: int, new_reference: bool, tokenizer: Tokenizer) -> int:
+    """A passage's line and, when it cites a document not cited yet, that document's reference line
+    (numbers of up to three digits are one token: the final numbering costs the same)."""
+    document = document_of(chunk)
+    cost = line_cost(passage_line(chunk, None if document is None else number), tokenizer)
+    if document is not None and new_reference:
+        cost += line_cost(reference_line(number, document), tokenizer)
+    return cost
+
+
+def line_cost(line: str, tokenizer: Tokenizer) -> int:
+    """A line's tokens, its line break and the break's slack."""
+    return tokenizer.count(line) + 1 + BREAK_SLACK
+
+
 def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list[FoundChunk],
              total_budget: int, tokenizer: Tokenizer) -> Context:
     """The context: the header, the graph sections in order, then the passages that fit what is
-    left (once a reference list of about 12 tokens per document is counted), then the references."""
-    chunk_budget = total_budget - header_tokens - sum(section.tokens for section in graph) - 40
-    chunk_lines = [json.dumps({"reference_id": 0, "content": c.content}, ensure_ascii=False) for c in chunks]
-    c_keep, c_used = fit(chunk_lines, chunk_budget - 12 * min(len(chunks), 10), tokenizer) if chunks else ([], 0)
-    kept_chunks = [chunks[i] for i in c_keep]
-    if len(kept_chunks) == 1 and c_used < tokenizer.count(chunk_lines[c_keep[0]]):
-        first = kept_chunks[0]
-        kept_chunks = [FoundChunk(first.id, tokenizer.truncate(first.content, max(c_used - 20, 1)), first.tokens,
-                                  first.score, first.origin, first.documents)]
+    left with the references they cite. The whole text is held to ``total_budget`` as the
+    tokenizer counts it: every part is counted (lines, headings, separators, a token of slack per
+    line break), the graph sections lose their last lines when the header leaves them too little,
+    and nothing is given when the budget cannot hold the header itself."""
+    if header_tokens > total_budget:
+        return Context("", [], [], [], [], {"instructions": header_tokens, "total": 0},
+                       skipped=f"the context budget ({total_budget} tokens) cannot hold the instructions "
+                               f"({header_tokens} tokens): raise max_total_tokens")
+    graph = fit_graph(graph, total_budget - header_tokens, tokenizer)
+    graph_tokens = sum(block_tokens(s.heading, s.lines, tokenizer) for s in graph)
+    kept_chunks = fit_passages(chunks, total_budget - header_tokens - graph_tokens, tokenizer)
     references = references_for(kept_chunks)
     number = {name: n for n, name in references}
-    passage_lines = [json.dumps({"reference_id": number.get(c.documents[0]) if c.documents else None,
-                                 "content": c.content}, ensure_ascii=False) for c in kept_chunks]
+    passage_lines = [passage_line(c, number.get(c.documents[0]) if c.documents else None) for c in kept_chunks]
+    reference_lines = [reference_line(n, name) for n, name in references]
     sections = [header]
-    sections += [f"{section.heading}\n" + "\n".join(section.lines) for section in graph if section.items]
+    sections += [f"{section.heading}\n" + "\n".join(section.lines) for section in graph]
     if kept_chunks:
-        sections.append("## Document passages\n" + "\n".join(passage_lines))
-    reference_text = "## References\n" + "\n".join(f"[{n}] {name}" for n, name in references) if references else ""
+        sections.append(f"{PASSAGES}\n" + "\n".join(passage_lines))
     if references:
-        sections.append(reference_text)
+        sections.append(f"{REFERENCES}\n" + "\n".join(reference_lines))
     text = "\n\n".join(sections)
     # counted by parts (each line's count is cached): recounting 10k+ tokens per turn costs ~10 ms
     chunk_tokens = sum(c + 1 for c in tokenizer.count_many(passage_lines))
@@ -142,7 +234,10 @@ def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list
     communities = by_kind.get("communities", empty)
     tokens = {"instructions": header_tokens, "entities": entities.tokens, "relations": relations.tokens,
               **({"communities": communities.tokens} if communities.items else {}), "chunks": chunk_tokens}
-    tokens["total"] = sum(tokens.values()) + tokenizer.count(reference_text) + 8 * (len(sections) - 1)
+    parts = [block_tokens(s.heading, s.lines, tokenizer) - BREAK_SLACK * (len(s.lines) + 1) for s in graph]
+    parts += [SEPARATOR + tokenizer.count(heading) + sum(c + 1 for c in tokenizer.count_many(lines))
+              for heading, lines in ((PASSAGES, passage_lines), (REFERENCES, reference_lines)) if lines]
+    tokens["total"] = header_tokens + sum(parts)   # the text's tokens, counted by parts
     return Context(text, entities.items, relations.items, kept_chunks, references, tokens, communities.items)
 
 
