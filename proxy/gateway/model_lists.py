@@ -5,14 +5,27 @@ length), under its own name; one whose base model the upstream does not list is 
 lists (a client could not chat with it) and shown as missing by ``GET /rag/models`` and the console.
 A key limited to some knowledge bases sees the knowledge models of those bases, and the plain
 models unless GRAPHGATE_SCOPED_KEYS_SEE_PLAIN_MODELS hides them.
+
+Both lists (``/api/tags`` and ``/v1/models``) are made from one source, the upstream's /api/tags,
+as Ollama makes its own /v1/models: they name the same models at every moment. While the upstream
+is down or slow, both answer its last good list, marked ``X-GraphGate-Stale: 1`` (and
+``/v1/models/{model}`` that list's entry): a model picker keeps its models, and a chat then gets
+the 502 that says the upstream cannot be reached. What only a running upstream can say (``/api/ps``,
+``/api/show``) answers that 502 itself.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from proxy.core import json_text
+from proxy.core.errors import UpstreamError
 from proxy.core.responses import json_bytes
+from proxy.gateway.forward import upstream_headers
 from proxy.gateway.grounding import plain_models_visible
 from proxy.gateway.knowledge_models import KnowledgeModel, canonical
 from proxy.guards.access import principal
@@ -89,3 +102,79 @@ def remember_upstream_names(gateway: Any, body: bytes) -> None:
     if isinstance(entries, list):
         names = tuple(str(e.get("name")) for e in entries if isinstance(e, dict) and e.get("name"))
         gateway.models.note_upstream(names)
+
+
+# --- the one source of the model lists: the upstream's /api/tags, or its last good copy ----------
+
+STALE = "x-graphgate-stale"   # on a list answered from the saved copy
+
+
+@dataclass
+class Listed:
+    """The upstream's /api/tags answer (``response``), or its saved copy (``response`` None: the
+    upstream cannot be reached or is late)."""
+    response: httpx.Response | None
+    body: bytes
+    content_type: str
+
+    @property
+    def stale(self) -> bool:
+        return self.response is None
+
+
+async def upstream_models(request: Request, method: str = "GET") -> Listed:
+    """The upstream's model list, kept as the last good copy; while the upstream cannot be reached
+    or answers later than GRAPHGATE_DISCOVERY_TIMEOUT, that copy (an UpstreamError when there is
+    none yet). /api/tags and /v1/models are both made from it, so that they always agree."""
+    gateway = request.app.state.gateway
+    try:
+        response, body = await gateway.upstream.fetch(method, "/api/tags", headers=upstream_headers(request),
+                                                      deadline=gateway.settings.discovery_timeout)
+    except UpstreamError:
+        if gateway.tags_cache is None:
+            raise
+        body, headers = gateway.tags_cache
+        return Listed(None, body, headers.get("content-type", "application/json"))
+    content_type = response.headers.get("content-type", "application/json")
+    if response.status_code == 200 and method == "GET":
+        gateway.tags_cache = (body, {"content-type": content_type})
+        remember_upstream_names(gateway, body)
+    return Listed(response, body, content_type)
+
+
+def openai_list(gateway: Any, tags: bytes) -> dict[str, Any]:
+    """/api/tags in OpenAI's shape, as Ollama makes its own /v1/models from it."""
+    entries = _read(gateway, tags, "/api/tags")
+    models = entries.get("models") if isinstance(entries, dict) else None
+    if not isinstance(models, list):
+        raise gateway.upstream.wrong_shape("/api/tags", "it has no model list")
+    return {"object": "list", "data": [openai_entry(m) for m in models
+                                       if isinstance(m, dict) and isinstance(m.get("name"), str)]}
+
+
+def openai_entry(model: dict[str, Any]) -> dict[str, Any]:
+    """One model as Ollama's /v1/models lists it: created from ``modified_at``, owned by the name's
+    namespace (``library`` for Ollama's own)."""
+    name = str(model["name"])
+    parts = name.split(":", 1)[0].split("/")
+    return {"id": name, "object": "model", "created": _unix(model.get("modified_at")),
+            "owned_by": parts[-2] if len(parts) > 1 else "library"}
+
+
+def saved_entry(gateway: Any, name: str) -> dict[str, Any] | None:
+    """The saved list's entry for ``name`` in OpenAI's shape (for /v1/models/{model} while the
+    upstream cannot answer), or None."""
+    if gateway.tags_cache is None:
+        return None
+    try:
+        listed = openai_list(gateway, gateway.tags_cache[0])["data"]
+    except (ValueError, UpstreamError):
+        return None
+    return next((entry for entry in listed if canonical(entry["id"]) == canonical(name)), None)
+
+
+def _unix(stamp: Any) -> int:
+    try:
+        return int(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0

@@ -14,12 +14,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from proxy.core.errors import Conflict, UpstreamError
+from proxy.core.errors import Conflict
 from proxy.core.payloads import parse_object, read_body, require_fields, require_model
 from proxy.core.responses import json_bytes
-from proxy.gateway.forward import forward, forward_small, upstream_headers
+from proxy.gateway.forward import forward, forward_small
 from proxy.gateway.grounding import apply_model, ground, knowledge_model
-from proxy.gateway.model_lists import remember_upstream_names, with_models
+from proxy.gateway.model_lists import STALE, upstream_models, with_models
 from proxy.gateway.relay import StreamRelay, whole_response
 from proxy.gateway.renaming import rename_reply
 
@@ -52,24 +52,16 @@ def _with_body(response: Response, body: bytes) -> Response:
 
 
 async def tags(request: Request) -> Response:
-    """The upstream's model list; its last good copy when the upstream is slow or down, so that
-    Open WebUI (10 s timeout) keeps its models rather than marking the connection dead."""
-    gateway = request.app.state.gateway
-    try:
-        response, body = await gateway.upstream.fetch(request.method, "/api/tags",
-                                                      headers=upstream_headers(request),
-                                                      deadline=gateway.settings.discovery_timeout)
-    except UpstreamError:
-        if gateway.tags_cache is None:
-            raise
-        body, headers = gateway.tags_cache
-        listed = with_models(body, request, listing="models", key="name", rename=("name", "model"))
-        return Response(listed, 200, headers={**headers, "x-graphgate-stale": "1"})
-    if response.status_code == 200 and request.method == "GET":
-        gateway.tags_cache = (body, {"content-type": response.headers.get("content-type", "application/json")})
-        remember_upstream_names(gateway, body)
-        body = with_models(body, request, listing="models", key="name", rename=("name", "model"))
-    return whole_response(response, body)
+    """The upstream's model list; its last good copy (marked ``X-GraphGate-Stale: 1``) when the
+    upstream is down or slow, so that model pickers keep their models (Open WebUI gives up after 10
+    s) and a chat then says why it cannot be answered. /v1/models is made from the same list."""
+    listed = await upstream_models(request, request.method)
+    if listed.response is not None and (listed.response.status_code != 200 or request.method != "GET"):
+        return whole_response(listed.response, listed.body)
+    body = with_models(listed.body, request, listing="models", key="name", rename=("name", "model"))
+    if listed.response is None:
+        return Response(body, 200, headers={"content-type": listed.content_type, STALE: "1"})
+    return whole_response(listed.response, body)
 
 
 def json_endpoint(*, legacy_name: bool = False, fields: tuple[str, ...] = (),
