@@ -8,7 +8,6 @@ import random
 import httpx
 import pytest
 
-from proxy.core.errors import first_error
 from proxy.core.settings import Settings
 from tests.conftest import gateway_client
 from tests.corpus import TEAM
@@ -148,22 +147,6 @@ async def test_embeddings_that_are_not_numbers_fail_the_document_cleanly(setting
         assert (await client.post(f"/rag/documents/{document['id']}/retry")).status_code == 202
         assert (await settle(client, document["id"]))["status"] == "processed"
         assert (await graph(client))["chunks"] == 1
-
-
-@on_both_backends
-async def test_changed_embedding_model_refuses_to_start(settings: Settings, fake: FakeOllama,
-                                                       facts: KnownFacts) -> None:
-    async with gateway_client(settings, fake) as client:
-        await settle(client, (await upload(client, "team.txt", TEAM))["id"])
-    fake.models["bigger-embed:latest"] = dict(fake.models["nomic-embed-text:latest"], name="bigger-embed:latest",
-                                              model="bigger-embed:latest")
-    fake.embed_dims["bigger-embed:latest"] = 128
-    # the error inside: on PostgreSQL the start-up also follows the shared lists, whose task group
-    # wraps what fails inside it (first_error is how GraphGate reads such groups)
-    with pytest.raises(BaseException) as refused:
-        async with gateway_client(settings.replace(embed_model="bigger-embed"), fake):
-            pass
-    assert "graphgate reindex" in str(first_error(refused.value))
 
 
 async def test_read_only_data_directory_keeps_the_gateway_proxying(settings: Settings, fake: FakeOllama,

@@ -43,6 +43,7 @@ from proxy.store.protocols.communities import CommunityTables, StoredCommunity
 from proxy.store.protocols.graph_rows import GraphRows, StoredEdits, StoredEntity, StoredRelation, StoredRow
 from proxy.store.protocols.reembed import ReembedTables
 from proxy.store.protocols.retrieval_rows import RetrievalRows
+from proxy.store.vector_models import REEMBEDDED, VECTOR_TABLES, TableModel
 
 pytestmark = pytest.mark.anyio
 
@@ -335,43 +336,67 @@ async def test_community_summaries(backend_db: Backend) -> None:
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])   # PostgreSQL: a vector index, or a halfvec one on a cast
 async def test_re_embedding_with_a_model_of_another_dimension(backend_db: Backend, dtype: str) -> None:
+    """The new vectors are staged a batch at a time (the rows keep theirs meanwhile), then swapped in
+    for every table in one transaction (proxy/store/protocols/reembed.py)."""
     name, db = backend_db
     await seed(backend_db)
     await commit(backend_db, Changeset(communities_upserted=[
         CommunityRow("k1", "Sailors", "They sail.", ["zoë"], "dig1", vector(30))], embed_model="old"), dtype)
     reembed, rows = reembed_of(backend_db, dtype), graph_rows_of(backend_db)
-    assert await reembed.recorded_model() == "old"
-    assert await reembed.chunk_texts() == [(i, content) for i, content, _ in CHUNKS]
-    assert await reembed.entity_texts() == sorted((key, n, d) for key, n, _, d, _ in ENTITIES)
-    assert await reembed.relation_texts() == [
-        (CLUB_ZOE, ["member"], "100%_Club", "Zoë", "Zoë is a member."),
-        (ALICE_BOB, ["met"], "Alice", "Bob", "Alice met Bob."),
-        (BERLIN_BOB, ["lives in"], "Berlin", "Bob", "Bob lives in Berlin.")]
+    assert (await reembed.models())["communities"] == TableModel("old", DIM)
+    pending = {table: await reembed.to_embed(table, "new", None, 10) for table in REEMBEDDED}
+    assert [(r.id, r.source, r.fields) for r in pending["chunks"]] == [(i, i, (content,)) for i, content, _ in CHUNKS]
+    assert [(r.id, r.source, r.fields) for r in pending["entities"]] == sorted(
+        (key, f"h-{key}", (n, d)) for key, n, _, d, _ in ENTITIES)
+    assert [(r.id, r.fields) for r in pending["relations"]] == [
+        (CLUB_ZOE, (["member"], "100%_Club", "Zoë", "Zoë is a member.")),
+        (ALICE_BOB, (["met"], "Alice", "Bob", "Alice met Bob.")),
+        (BERLIN_BOB, (["lives in"], "Berlin", "Bob", "Bob lives in Berlin."))]
     generation = int(await scalar(backend_db, "SELECT value FROM meta WHERE key = 'generation'"))
     old_keys = {key: await key_of(backend_db, "entities", "name_key", key) for key, *_ in ENTITIES}
-
-    # the re-embedding's order (proxy/knowledge/reindex.py): communities removed, each table in
-    # batches, then the model
-    await commit(backend_db, Changeset(communities_removed=["k1"]))
-    await reembed.store_vectors("chunks", ["c1", "c2", "c3"], np.vstack([vector(n, 5) for n in range(3)]), None)
     entity_keys = sorted(key for key, *_ in ENTITIES)
-    await reembed.store_vectors("entities", entity_keys[:2], np.vstack([vector(40 + n, 5) for n in range(2)]),
-                                ["n0", "n1"])
-    await reembed.store_vectors("entities", entity_keys[2:], np.vstack([vector(42 + n, 5) for n in range(3)]),
-                                ["n2", "n3", "n4"])
-    pairs = sorted(pair_key(a, b) for a, b, *_ in RELATIONS)
-    await reembed.store_vectors("relations", pairs, np.vstack([vector(50 + n, 5) for n in range(3)]),
-                                ["r0", "r1", "r2"])
-    await reembed.store_vectors("relations", [], np.empty((0, 5), dtype=np.float32), [])
-    with pytest.raises(ValueError):
-        await reembed.store_vectors("documents", ["d1"], np.vstack([vector(1, 5)]), None)
-    await reembed.record_model("new", 5)
 
-    assert await reembed.recorded_model() == "new"
+    # a batch staged is not asked for again; the rows keep their vectors until the swap
+    first = await reembed.to_embed("entities", "new", None, 2)
+    await reembed.stage("entities", "new", first, np.vstack([vector(40 + n, 5) for n in range(2)]), ["n0", "n1"])
+    assert await reembed.progress("entities", "new") == (2, 5)
+    rest = await reembed.to_embed("entities", "new", None, 10)
+    assert [r.id for r in rest] == entity_keys[2:]
+    assert await reembed.to_embed("entities", "new", first[-1].id, 10) == rest
+    assert not await reembed.swap("new", 5)   # rows without a new vector: nothing changes
+    assert int(await scalar(backend_db, "SELECT value FROM meta WHERE key = 'generation'")) == generation
+    assert np.allclose(await rows.embeddings("entities", entity_keys), np.vstack(
+        [vector(10 + [k for k, *_ in ENTITIES].index(key)) for key in entity_keys]))
+    await reembed.stage("entities", "new", rest, np.vstack([vector(42 + n, 5) for n in range(3)]), ["n2", "n3", "n4"])
+    await reembed.stage("chunks", "new", pending["chunks"], np.vstack([vector(n, 5) for n in range(3)]), None)
+    pairs = [r.id for r in pending["relations"]]
+    await reembed.stage("relations", "new", pending["relations"], np.vstack([vector(50 + n, 5) for n in range(3)]),
+                        ["r0", "r1", "r2"])
+    await reembed.stage("relations", "new", [], np.empty((0, 5), dtype=np.float32), [])
+    with pytest.raises(ValueError):
+        await reembed.stage("documents", "new", [], np.empty((0, 5), dtype=np.float32), None)
+    # a row whose text changed after its vector was staged is embedded again
+    await execute(backend_db, "UPDATE entities SET embed_hash = 'changed' WHERE name_key = 'alice'", [])
+    again = await reembed.to_embed("entities", "new", None, 10)
+    assert [(r.id, r.source) for r in again] == [("alice", "changed")]
+    await reembed.stage("entities", "new", again, np.vstack([vector(41, 5)]), ["n1"])
+    # staged vectors of another model, or of another dimension, are dropped when asked
+    await reembed.stage("chunks", "other", pending["chunks"][:1], np.vstack([vector(9, 5)]), None)
+    assert await reembed.staged_models() == {"new": 10, "other": 1}   # one staged vector a row: c1's replaced
+    await reembed.stage("chunks", "new", pending["chunks"][1:2], np.vstack([vector(1, 4)]), None)
+    assert await reembed.discard_staged("new", 5) == 2 and await reembed.staged_models() == {"new": 9}
+    await reembed.stage("chunks", "new", pending["chunks"][:2], np.vstack([vector(n, 5) for n in range(2)]), None)
+    assert await reembed.staged_models() == {"new": 11}
+    assert await reembed.swap("new", 5)
+
+    assert await reembed.staged_models() == {}
+    assert await reembed.models() == {table: TableModel("new", 5) for table in VECTOR_TABLES}
+    assert await scalar(backend_db, "SELECT value FROM meta WHERE key = 'embed_model'") == "new"
     assert await scalar(backend_db, "SELECT value FROM meta WHERE key = 'embed_dim'") == "5"
     assert int(await scalar(backend_db, "SELECT value FROM meta WHERE key = 'generation'")) > generation
     assert np.allclose(await rows.embeddings("entities", entity_keys), np.vstack([vector(40 + n, 5) for n in range(5)]))
-    assert np.allclose(await rows.embeddings("relations", pairs), np.vstack([vector(50 + n, 5) for n in range(3)]))
+    assert np.allclose(await rows.embeddings("relations", sorted(pairs)), np.vstack(
+        [vector(50 + pairs.index(pair), 5) for pair in sorted(pairs)]))
     stored = await rows.stored_rows("entities", entity_keys)
     assert [stored[key].embed_hash for key in entity_keys] == ["n0", "n1", "n2", "n3", "n4"]
     assert all(stored[key].key != old_keys[key] for key in entity_keys)   # each vector under a new key
@@ -379,9 +404,10 @@ async def test_re_embedding_with_a_model_of_another_dimension(backend_db: Backen
         ("chunks", "id", ["c1", "c2", "c3"]), ("entities", "name_key", entity_keys),
         ("relations", "pair_key", pairs)) for i in ids]
     assert len(set(new_keys)) == len(new_keys)
+    assert communities_of(backend_db).digests_sync() == {}   # derived: written again by the next idle run
     # a community summary of the new model's dimension commits
     await commit(backend_db, Changeset(communities_upserted=[
-        CommunityRow("k1", "Sailors", "They sail.", ["zoë"], "dig1", vector(33, 5))]), dtype)
+        CommunityRow("k1", "Sailors", "They sail.", ["zoë"], "dig1", vector(33, 5))], embed_model="new"), dtype)
     assert communities_of(backend_db).digests_sync() == {"k1": ("dig1", ("zoë",))}
 
     if name == "postgresql":   # the columns typed with the new dimension, and indexed again

@@ -10,6 +10,7 @@
     ├── NotFound (404)
     ├── MethodNotAllowed (405)
     ├── Conflict (409)
+    │   └── EmbeddingModelMismatch  vectors of another embedding model than the table's
     ├── PayloadTooLarge (413)
     ├── UnsupportedMedia (415)
     ├── ServiceUnavailable (503)
@@ -73,6 +74,11 @@ class MethodNotAllowed(GraphGateError):
 
 class Conflict(GraphGateError):
     status = 409
+
+
+class EmbeddingModelMismatch(Conflict):
+    """A commit would add vectors of one embedding model to a table whose vectors come from
+    another (GRAPHGATE_EMBED_MODEL changed without `graphgate reindex`): refused, nothing written."""
 
 
 class PayloadTooLarge(GraphGateError):

@@ -364,6 +364,8 @@ class Augmenter:
             trace.detail["shed"] = retrieval.shed
         if retrieval.filtered is not None:  # the turn's metadata filter (header or prefix)
             trace.detail["filtered"] = retrieval.filtered
+        if retrieval.embedded_by is not None:  # the store's vectors are of another model than GRAPHGATE_EMBED_MODEL
+            trace.detail["embedded_by"] = retrieval.embedded_by
         if retrieval.context is not None:
             trace.detail.update(context_summary(retrieval.context))
 

@@ -27,6 +27,7 @@ from proxy.core.errors import Conflict, GraphGateError, NotFound, StorageError, 
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
 from proxy.extraction.per_chunk import extract_chunk
+from proxy.ingest.gate import IngestGate
 from proxy.ingest.leases import Leases
 from proxy.merging.batches import Merger
 from proxy.merging.recompute import Integrator
@@ -77,6 +78,8 @@ class Pipeline:
         self.finished: deque[tuple[float, int]] = deque(maxlen=1000)
         self.idle = anyio.Event()
         self._group: TaskGroup | None = None
+        # closed while the store's vectors come from another embedding model: documents wait, pending
+        self.gate = IngestGate()
         # on a store several replicas share, a document is worked on once this replica claims it
         self.leases = Leases(cast(SharedTables, store.tables).queue, settings.ingest_lease_seconds) \
             if store.backend.shared else None
@@ -110,6 +113,7 @@ class Pipeline:
         """Chunk and extract; then hand the document to the merger and take the next one, so the
         LLM keeps working while merges (one at a time) run."""
         async for document_id in self._receive:
+            await self.gate.wait()   # still queued (pending) meanwhile
             if self.queued.pop(document_id, "gone") == "gone":
                 continue  # deleted or replaced while queued
             if not await self._claimed(document_id):
@@ -143,6 +147,8 @@ class Pipeline:
             return False
 
     def _free_workers(self) -> int:
+        if self.gate.closed:   # claim nothing another replica could work on
+            return 0
         return max(0, self.settings.parallel_documents - len(self.running) - len(self.queued))
 
     def merge_ended(self, document_id: str) -> None:
@@ -198,12 +204,15 @@ class Pipeline:
     def as_known(self, document: dict[str, Any]) -> dict[str, Any]:
         """A stored document row as the pipeline knows it: still processing while its merge, committed
         to the tables, is being applied to the indexes and the graph (so "processed" means a chat
-        can already find it); failed, if that failure could not be written."""
+        can already find it); failed, if that failure could not be written; pending with the reason
+        in its error field while the gate holds documents back."""
         if document["status"] == "processed" and document["id"] in self.merging:
             return {**document, "status": "processing"}
         message = self.unrecorded_failures.get(document["id"])
         if message is not None and document["status"] in ("pending", "processing"):
             return {**document, "status": "failed", "error": message}
+        if self.gate.reason is not None and document["status"] == "pending":   # why it waits
+            return {**document, "error": self.gate.reason}
         return document
 
     async def known_counts(self, counts: dict[str, int]) -> dict[str, int]:

@@ -180,6 +180,7 @@ class CommunitySummaries:
         broken = False
         while True:
             await self.pipeline.wait_idle()
+            await self.pipeline.gate.wait()   # no summaries embedded by a model the store's vectors are not of
             if self.store.generation == self._seen and not self._retry_due():
                 self.status.state = "waiting"
                 with anyio.move_on_after(self._retry_wait()):

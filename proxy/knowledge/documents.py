@@ -51,7 +51,8 @@ class DocumentService:
         ``metadata``: a JSON object (or its text) of string keys and string/number/list values,
         checked here (400 when bad); a new version given none keeps the older one's; a duplicate's
         stays as it was."""
-        return await self.pipeline.submit(parsed, check_metadata(metadata))
+        row, outcome = await self.pipeline.submit(parsed, check_metadata(metadata))
+        return self.pipeline.as_known(row), outcome
 
     async def set_metadata(self, document_id: str, metadata: Any) -> dict[str, Any]:
         """Replace the document's metadata (checked: 400 when bad; 404 for no such document). The
@@ -134,10 +135,6 @@ class DocumentService:
 
     async def wait_idle(self) -> None:
         await self.pipeline.wait_idle()
-
-    async def embedding(self) -> dict[str, str | None]:
-        """The embedding model the stored vectors come from, and their dimension."""
-        return {"model": await self.store.tables.meta("embed_model"), "dim": await self.store.tables.meta("embed_dim")}
 
     # --- health ---
 

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 async def add_document(knowledge: Knowledge, settings: Settings, name: str, data: bytes,
                        metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     """Parse and queue one document: ``{"name", "outcome", "id", "status"}`` (and ``duplicate_of``
-    for a duplicate), the outcome being "accepted", "replaced" (a new version of the document of
+    for a duplicate, ``waiting`` with the reason for one the pipeline holds back), the outcome
+    being "accepted", "replaced" (a new version of the document of
     that name) or "duplicate". A file that cannot be taken raises its GraphGateError (400, 413, 415)."""
     if len(data) > settings.max_upload_bytes:
         raise PayloadTooLarge(f"file '{name}' exceeds the limit of {settings.max_upload_bytes} bytes")
@@ -27,4 +28,6 @@ async def add_document(knowledge: Knowledge, settings: Settings, name: str, data
     result = {"name": parsed.name, "outcome": outcome, "id": document["id"], "status": document["status"]}
     if outcome == "duplicate":
         result["duplicate_of"] = document["name"]
+    if document["status"] == "pending" and document.get("error"):   # held back (pipeline gate): why
+        result["waiting"] = document["error"]
     return result

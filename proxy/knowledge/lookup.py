@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 
 from proxy.core.errors import NotFound
-from proxy.core.limiter import Priority
 from proxy.extraction.results import name_key
 from proxy.store.protocols.graph import Graph
 from proxy.store.rows_memory import MemoryRows
@@ -73,7 +72,7 @@ def _metas_by_vector_key(keys: list[tuple[int, float]], kind: str, limit: int, r
 async def entities_by_similarity(knowledge: Knowledge, text: str, kind: str, limit: int) -> list[FoundEntity]:
     """The entities whose name and description embed nearest to ``text``, of type ``kind`` when
     given, nearest first, with their cosine similarity."""
-    vector = (await knowledge.models.embed([text], priority=Priority.CHAT))[0]
+    vector = (await knowledge.models.embed_for_search([text]))[0]
     count = min(MAX_SEARCH, limit * SIMILARITY_OVERFETCH if kind else limit)
     store = knowledge.store
     nearest = await anyio.to_thread.run_sync(store.search_sync, "entities", vector, count)

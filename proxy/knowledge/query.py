@@ -103,6 +103,8 @@ def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
         result["shed"] = retrieval.shed
     if retrieval.filtered is not None:  # a metadata filter: its canonical JSON, the documents it matched
         result["filtered"] = retrieval.filtered
+    if retrieval.embedded_by is not None:  # the store's vectors are of another model than GRAPHGATE_EMBED_MODEL
+        result["embedded_by"] = retrieval.embedded_by
     if context and context.communities:  # the communities knob is on and summaries were found
         result["communities"] = [{"title": c.title, "summary": c.summary, "score": round(c.score, 4),
                                   "members": len(c.entities)} for c in context.communities]

@@ -15,7 +15,6 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from proxy.core.errors import UpstreamError
 from proxy.core.limiter import PriorityLimiter
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer, get_tokenizer
@@ -24,6 +23,7 @@ from proxy.ingest.pipeline import Pipeline
 from proxy.knowledge.cache import CacheService
 from proxy.knowledge.communities import CommunitySummaries
 from proxy.knowledge.documents import DocumentService
+from proxy.knowledge.embedding_guard import EmbeddingGuard
 from proxy.knowledge.graph import GraphService
 from proxy.knowledge.query import QueryOutcome, run_query
 from proxy.knowledge.traces import Trace, TraceService
@@ -56,6 +56,7 @@ class Knowledge:
     documents: DocumentService
     graph: GraphService
     communities: CommunitySummaries   # the community summaries' background job
+    embedding: EmbeddingGuard         # the store's embedding models against GRAPHGATE_EMBED_MODEL
     metrics: Metrics | None = None    # the gateway's (GET /metrics); None for the CLI's own store
     kb: str = "default"               # the knowledge base's name (the metrics' kb label)
 
@@ -100,18 +101,6 @@ class Knowledge:
         return self.store.generation
 
 
-async def check_embedding_model(store: KnowledgeStore, models: ModelClient, settings: Settings) -> None:
-    """Refuse to start when the configured embedding model no longer fits the stored vectors."""
-    recorded = await store.tables.meta("embed_model")
-    if models.expected_dim is None or recorded in (None, settings.embed_model):
-        return
-    try:
-        await models.embed(["dimension check"], priority=0)  # type: ignore[arg-type]
-    except UpstreamError as exc:
-        log.warning("could not check embedding model %s against the store (%s); checking on first use",
-                    settings.embed_model, exc.message)
-
-
 async def _save_periodically(store: KnowledgeStore, seconds: float) -> None:
     while True:
         await anyio.sleep(seconds)
@@ -141,10 +130,12 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
         models = ModelClient(upstream, limiter, settings, cache_lookup=cache.lookup,
                              embed_limiter=embed_limiter or PriorityLimiter(settings.embed_concurrency),
                              metrics=metrics, kb=kb)
-        models.expected_dim = store.embedding_dim()
-        await check_embedding_model(store, models, settings)
+        store.embed_model = settings.embed_model   # a commit never mixes it with another model's vectors
         tokenizer = await anyio.to_thread.run_sync(get_tokenizer)
         pipeline = Pipeline(store, models, settings, tokenizer)
+        # another model's vectors in the store: said in the log, documents wait (embedding_guard.py)
+        embedding = EmbeddingGuard(store, models, pipeline.gate, settings, kb)
+        await embedding.refresh()
         communities = CommunitySummaries(store, models, pipeline, settings)
         retriever = Retriever(store, models, settings, tokenizer, reranker)
         model_info = ModelInfoCache(upstream, settings.discovery_timeout)
@@ -161,6 +152,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
             group.start_soon(_save_periodically, store, settings.index_save_seconds)
             group.start_soon(store.follow_forever)   # other replicas' commits, on a shared store
             group.start_soon(communities.run)   # when GRAPHGATE_COMMUNITY_SUMMARIES is on; idle time only
+            group.start_soon(embedding.follow)
             if settings.inbox_dir is not None:
                 group.start_soon(watch_inbox, settings.inbox_dir, pipeline, settings)
             try:
@@ -170,7 +162,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
                                       graph=GraphService.build(store, pipeline.integrator,
                                                                pipeline.merger.exclusive),
                                       documents=DocumentService(store, pipeline, communities.snapshot),
-                                      communities=communities, metrics=metrics, kb=kb)
+                                      communities=communities, embedding=embedding, metrics=metrics, kb=kb)
                 # merge suggestions take seconds on a big graph: have them ready before anyone asks
                 knowledge.graph.refresh_suggestions(settings.suggest_threshold)
                 retriever.remember = knowledge.remember

@@ -5,6 +5,7 @@ Counts come from memory: the vector indexes' sizes (what retrieval can find), th
 queues and the model limiters' slots. Documents by status and the index freshness need the
 documents table; the /metrics handler reads them (``read_documents``, a few small statements in
 a worker thread) just before the registry is rendered, so ``collect`` itself never blocks.
+The embedding models come from memory too (the knowledge service's check after every commit).
 Without a store (default's could not be opened) only ``graphgate_store_up{kb="default"} 0`` is given
 for it. The model slots are the gateway's (the bases share them): given once, unlabelled.
 """
@@ -63,6 +64,15 @@ class DocumentsView(Protocol):
                    offset: int) -> tuple[list[dict[str, Any]], int]: ...
 
 
+class EmbeddingView(Protocol):
+    """The store's embedding models against GRAPHGATE_EMBED_MODEL (``proxy.knowledge.embedding_guard``)."""
+
+    @property
+    def configured(self) -> str: ...
+    @property
+    def mismatched(self) -> dict[str, str]: ...
+
+
 class KnowledgeView(Protocol):
     """What the gauges read of the knowledge service (``proxy.knowledge.service.Knowledge``)."""
 
@@ -74,6 +84,8 @@ class KnowledgeView(Protocol):
     def pipeline(self) -> PipelineView: ...
     @property
     def documents(self) -> DocumentsView: ...
+    @property
+    def embedding(self) -> EmbeddingView: ...
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,7 @@ class KnowledgeGauges(Collector):
                 freshness.add_metric([name], numbers.freshness)
             yield documents
             yield freshness
+        yield embedding_mismatch(open_bases)
         queue = GaugeMetricFamily("graphgate_pipeline_documents", "Documents in a knowledge base's ingest pipeline: "
                                   "queued (waiting for a worker), extracting, merging.", labels=["kb", "state"])
         for name, knowledge in open_bases:
@@ -186,3 +199,18 @@ class KnowledgeGauges(Collector):
             busy.add_metric([model], limiter.running)
             waiting.add_metric([model], limiter.waiting)
         yield from (capacity, busy, waiting)
+
+
+def embedding_mismatch(bases: Sequence[tuple[str, KnowledgeView]]) -> GaugeMetricFamily:
+    """Per base, how many vector tables hold vectors of another model than GRAPHGATE_EMBED_MODEL
+    (0: none), labelled with both models: an alert fires on > 0 until `graphgate reindex` ran."""
+    family = GaugeMetricFamily("graphgate_embedding_model_mismatch", "Vector tables (chunks, entities, relations, "
+                               "communities) whose vectors come from another embedding model than "
+                               "GRAPHGATE_EMBED_MODEL; new documents wait until `graphgate reindex` re-embeds them.",
+                               labels=["kb", "configured", "stored"])
+    for name, knowledge in bases:
+        embedding = knowledge.embedding
+        mismatched = embedding.mismatched
+        stored = ",".join(sorted(set(mismatched.values()))) or embedding.configured
+        family.add_metric([name, embedding.configured, stored], len(mismatched))
+    return family

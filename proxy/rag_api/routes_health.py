@@ -43,7 +43,9 @@ async def health(request: Request) -> Response:
     not a model choice: the upstream is unreachable or does not answer as Ollama does, or the
     knowledge store is not open (or cannot be read). HTTP 200 otherwise, degraded included: a
     missing model (embedding, extraction or keyword model), a store that cannot write, a busy
-    store. A missing model still lets every client chat with the models it names; only ``ollama
+    store, a store whose vectors come from another embedding model than GRAPHGATE_EMBED_MODEL
+    (chats stay grounded by that model until `graphgate reindex`; ``embedding`` says which tables).
+    A missing model still lets every client chat with the models it names; only ``ollama
     pull`` fixes it, so taking the gateway out of a load balancer or restarting its container
     (what a 503 makes them do) would only add an outage, and on a fresh install it would keep
     the gateway "unhealthy" until the models are pulled. The 503 body is the same report, plus
@@ -65,6 +67,9 @@ async def health(request: Request) -> Response:
     upstream = await gateway.watcher.latest(FRESH_SECONDS)
     store, pipeline, store_problems, store_failed = await _store_report(kb, kb_error, gateway.store_probe)
     problems = [*upstream.problems, *store_problems]
+    embedding = kb.embedding.check if kb is not None else None   # the store's models (embedding_guard.py)
+    if embedding is not None and (mismatch := embedding.problem(upstream.models)) is not None:
+        problems.append(mismatch)
     ready = upstream.reachable and not store_failed
     body: dict[str, Any] = {
         "status": "degraded" if problems else "ok",
@@ -76,6 +81,7 @@ async def health(request: Request) -> Response:
         "models": {role.role: role.describe() for role in upstream.roles},
         "store": store,
         "pipeline": pipeline,
+        "embedding": embedding.describe() if embedding is not None else None,
     }
     if not ready:
         body["error"] = "; ".join(problems)

@@ -30,7 +30,6 @@ import anyio.to_thread
 import numpy as np
 
 from proxy.core.errors import UpstreamError
-from proxy.core.limiter import Priority
 from proxy.core.modes import Mode
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
@@ -76,6 +75,9 @@ class Retrieval:
     channels: dict[str, dict[str, int]] = field(default_factory=dict)   # each channel's finds, counted
     shed: str | None = None             # a stage skipped because many retrievals were in flight, and why
     filtered: dict[str, Any] | None = None  # the metadata filter and how many documents it let through
+    # the model the question was embedded by, when not GRAPHGATE_EMBED_MODEL: the one the store's
+    # vectors come from, until `graphgate reindex` (proxy/knowledge/embedding_guard.py)
+    embedded_by: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -224,7 +226,7 @@ class Retriever:
         counted = {name: {"entities": len(f.entities), "relations": len(f.relations), "chunks": len(f.chunks),
                           "communities": len(f.communities)} for name, f in finds.items()}
         return Retrieval(query, params.mode, keywords, context, timer.timings, rerank=rerank, channels=counted,
-                         shed=shed, filtered=filtered)
+                         shed=shed, filtered=filtered, embedded_by=self.models.search_model)
 
     async def _scope(self, params: QueryParams) -> Scope:
         """What the request's filter lets through: the processed documents it matches, then their
@@ -289,7 +291,8 @@ class Retriever:
                 texts["low"] = ", ".join(keywords.low)
             if keywords.high:
                 texts["high"] = ", ".join(keywords.high)
-        vectors = dict(zip(texts, await self.models.embed(list(texts.values()), priority=Priority.CHAT), strict=True)
+        # by the model the stored vectors come from (GRAPHGATE_EMBED_MODEL unless the store awaits a re-embedding)
+        vectors = dict(zip(texts, await self.models.embed_for_search(list(texts.values())), strict=True)
                        ) if texts else {}
         if question_vector is not None:
             vectors["query"] = question_vector

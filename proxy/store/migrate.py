@@ -26,8 +26,10 @@ from proxy.store.migrate_rows import (
 )
 
 Progress = Callable[[str, int, int], None]   # (what, done, total)
-# tables only one backend has: the PostgreSQL change log (a migrated schema starts a fresh one)
-ENGINE_TABLES = frozenset({"change_log"})
+# tables only one backend has: the PostgreSQL change log (a migrated schema starts a fresh one);
+# tables not copied: the staged vectors of an unfinished re-embedding (``graphgate reindex`` makes
+# them again on the copy)
+ENGINE_TABLES = frozenset({"change_log", "reembedding"})
 # columns only PostgreSQL has: the ingestion queue's leases (empty after a copy)
 ENGINE_COLUMNS = {"documents": frozenset({"lease_owner", "lease_until"})}
 

@@ -79,6 +79,10 @@ class KnowledgeStore:
         self._memory_lock = threading.RLock()   # rows and graph
         self._vectors_lock = threading.RLock()  # the vector indexes
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
+        # the embedding model this process makes vectors with (GRAPHGATE_EMBED_MODEL): a commit's
+        # vectors are recorded as its, and refused by a table whose vectors come from another
+        # (proxy/store/vector_models.py); None: not checked (a store used without a knowledge service)
+        self.embed_model: str | None = None
         self.generation = 0
         self.saved_generation = 0
         self._committed: anyio.Event | None = None   # set by the next commit (``wait_for_commit``)
@@ -216,6 +220,8 @@ class KnowledgeStore:
         """Commit ``changes`` to the tables, then to the rows, graph and indexes. The store's writer
         is free again once the tables are committed (uploads need not wait for index inserts);
         changes reach the indexes in the order they reached the tables."""
+        if changes.embed_model is None:
+            changes.embed_model = self.embed_model
         async with self.apply_lock:
             with anyio.CancelScope(shield=True):
                 deltas, generation = await self.tables.commit(changes)

@@ -95,6 +95,9 @@ class ModelClient:
         self.cache_lookup = cache_lookup
         self._chat_model: str | None = settings.llm_model
         self.expected_dim: int | None = None  # set by the store once it knows its dimension
+        # the model question vectors are made with while the store's vectors come from another than
+        # GRAPHGATE_EMBED_MODEL (not re-embedded yet): kept by the knowledge service's embedding guard
+        self.search_model: str | None = None
         self.calls = {"chat": 0, "embed": 0}
         self.metrics = metrics   # each call to the upstream timed and counted by kind (GET /metrics)
 
@@ -161,18 +164,19 @@ class ModelClient:
         content = await self.with_retries(call, f"{kind} call to {model}")
         return StructuredReply(content, CacheEntry(kind, key, model, request, content), cached=False)
 
-    async def embed(self, texts: Sequence[str], *, priority: Priority) -> np.ndarray:
-        """One L2-normalised row per text, fetched in batches of GRAPHGATE_EMBED_BATCH."""
+    async def embed(self, texts: Sequence[str], *, priority: Priority, model: str | None = None) -> np.ndarray:
+        """One L2-normalised row per text, fetched in batches of GRAPHGATE_EMBED_BATCH, made by
+        ``model`` (default: GRAPHGATE_EMBED_MODEL)."""
         size = self.settings.embed_batch
         batches = [list(texts[start:start + size]) for start in range(0, len(texts), size)]
         if not batches:
             return np.empty((0, self.expected_dim or 0), dtype=np.float32)
         if len(batches) == 1:
-            return await self._embed_batch(batches[0], priority)
+            return await self._embed_batch(batches[0], priority, model)
         rows: list[np.ndarray] = [np.empty(0)] * len(batches)
 
         async def one(i: int) -> None:
-            rows[i] = await self._embed_batch(batches[i], priority)
+            rows[i] = await self._embed_batch(batches[i], priority, model)
 
         # side by side, GRAPHGATE_EMBED_CONCURRENCY at a time: a merge embeds a thousand texts or more
         try:
@@ -183,8 +187,14 @@ class ModelClient:
             raise first_error(failed) from None
         return np.vstack(rows)
 
-    async def _embed_batch(self, batch: list[str], priority: Priority) -> np.ndarray:
-        model = self.settings.embed_model
+    async def embed_for_search(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors to search the store with, at a chat's priority: made by the model the stored
+        vectors come from (``search_model``, until the store is re-embedded), else by
+        GRAPHGATE_EMBED_MODEL."""
+        return await self.embed(texts, priority=Priority.CHAT, model=self.search_model)
+
+    async def _embed_batch(self, batch: list[str], priority: Priority, model: str | None = None) -> np.ndarray:
+        model = model or self.settings.embed_model
 
         async def call() -> Any:
             async with self.embed_limiter.slot(priority):
@@ -208,15 +218,15 @@ class ModelClient:
         if not np.isfinite(vectors).all():
             raise UpstreamStatusError(f"embedding model {model} returned vectors with NaN or infinite values",
                                       status=502)
-        self.check_dimension(vectors.shape[1])
+        self.check_dimension(vectors.shape[1], model)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.where(norms == 0, 1, norms)
 
-    def check_dimension(self, dim: int) -> None:
+    def check_dimension(self, dim: int, model: str | None = None) -> None:
         if self.expected_dim is None:
             self.expected_dim = dim  # the store records it with the first commit of vectors
         elif dim != self.expected_dim:
             raise EmbeddingDimensionError(
-                f"embedding model {self.settings.embed_model} returns {dim}-dimensional vectors but the store "
+                f"embedding model {model or self.settings.embed_model} returns {dim}-dimensional vectors but the store "
                 f"holds {self.expected_dim}-dimensional ones; run `graphgate reindex` to re-embed everything "
                 "with the new model")

@@ -15,6 +15,7 @@ from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.duckdb.cache import write_cache
 from proxy.store.duckdb.connection import Con, bump_generation, get_meta, next_keys, set_meta
 from proxy.store.duckdb.graph_rows import write_curation
+from proxy.store.vector_models import guard_vectors
 
 INDEXED_TABLES = ("chunks", "entities", "relations")   # the knowledge: vector and keyword indexes
 # every table with a vector index: the knowledge, and the community summaries derived from it
@@ -87,14 +88,21 @@ def write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], 
     _update_documents(con, changes.documents, stamp)
     write_curation(con, changes.curation, stamp)  # aliases and hand edits (proxy/store/duckdb/graph_rows.py)
     write_cache(con, changes.cache_entries, [])
-    if changes.embed_model is not None:
-        set_meta(con, "embed_model", changes.embed_model)
+    guard_vectors(changes, deltas, lambda key: get_meta(con, key), lambda key, value: set_meta(con, key, value),
+                  lambda table, keys: _other_rows(con, table, keys))
     for statement in changes.also:
         statement(con)
     dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
     if dim and get_meta(con, "embed_dim") is None:
         set_meta(con, "embed_dim", dim)
     return deltas, bump_generation(con)
+
+
+def _other_rows(con: Con, table: str, keys: list[int]) -> int:
+    """Rows of ``table`` whose vector key is not one of ``keys`` (a commit's own)."""
+    row = con.execute(f"SELECT count(*) FROM {table} WHERE key NOT IN (SELECT unnest(?::BIGINT[]))",
+                      [keys]).fetchone()
+    return int(row[0]) if row else 0
 
 
 def vectors_column(vectors: list[np.ndarray]) -> pa.Array:

@@ -171,7 +171,27 @@ V6 = """
 ALTER TABLE documents ADD COLUMN metadata VARCHAR NOT NULL DEFAULT '{}';
 """
 
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6)
+# v7: each vector table records the embedding model its vectors come from and their dimension (a
+# store made before kept one record for all: every table takes it on), and the vectors of a
+# re-embedding under way are staged beside the rows, a batch a transaction, until they are all
+# made and swapped in at once (proxy/store/vector_models.py, proxy/store/duckdb/reembed.py)
+V7 = """
+INSERT OR IGNORE INTO meta
+    SELECT m.key || ':' || t.name, m.value FROM meta m,
+           (VALUES ('chunks'), ('entities'), ('relations'), ('communities')) t(name)
+    WHERE m.key IN ('embed_model', 'embed_dim');
+CREATE TABLE reembedding (
+    tbl VARCHAR NOT NULL,              -- chunks | entities | relations
+    id VARCHAR NOT NULL,               -- the row's id (chunk id, name key, pair key)
+    model VARCHAR NOT NULL,            -- the model being re-embedded to
+    source VARCHAR NOT NULL,           -- what the vector was made from: the row's embed_hash then (chunks: their id)
+    embed_hash VARCHAR,                -- the row's embed_hash once the vector is swapped in (entities, relations)
+    embedding FLOAT[] NOT NULL,
+    PRIMARY KEY (tbl, id)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

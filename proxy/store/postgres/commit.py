@@ -17,6 +17,7 @@ from proxy.store.clock import now
 from proxy.store.postgres.cache import write_cache
 from proxy.store.postgres.connection import Con, bump_generation, get_meta, next_keys, set_meta
 from proxy.store.postgres.graph_rows import write_curation
+from proxy.store.vector_models import guard_vectors
 
 INDEXED_TABLES = ("chunks", "entities", "relations")
 VECTOR_TABLES = (*INDEXED_TABLES, "communities")
@@ -126,8 +127,8 @@ def _write_changes(con: Con, changes: Changeset, dtype: str) -> tuple[dict[str, 
     _update_documents(con, changes.documents, stamp)
     write_curation(con, changes.curation, stamp)
     write_cache(con, changes.cache_entries, [])
-    if changes.embed_model is not None:
-        set_meta(con, "embed_model", changes.embed_model)
+    guard_vectors(changes, deltas, lambda key: get_meta(con, key), lambda key, value: set_meta(con, key, value),
+                  lambda table, keys: _other_rows(con, table, keys))
     for statement in changes.also:
         statement(con)
     dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
@@ -136,6 +137,13 @@ def _write_changes(con: Con, changes: Changeset, dtype: str) -> tuple[dict[str, 
     generation = bump_generation(con)
     log_change(con, generation, encode(changes, deltas), stamp)
     return deltas, generation
+
+
+def _other_rows(con: Con, table: str, keys: list[int]) -> int:
+    """Rows of ``table`` whose vector key is not one of ``keys`` (a commit's own)."""
+    row = con.execute(sql.SQL("SELECT count(*) FROM {} WHERE NOT key = ANY(%s)").format(sql.Identifier(table)),
+                      [keys]).fetchone()
+    return int(row[0]) if row else 0
 
 
 def log_change(con: Con, generation: int, changes: dict[str, Any], stamp: datetime) -> None:

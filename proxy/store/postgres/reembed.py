@@ -1,11 +1,13 @@
-"""Re-embedding in PostgreSQL (``ReembedTables``): the texts to embed again, their new vectors, the
-model recorded.
+"""Re-embedding in PostgreSQL (``ReembedTables``, proxy/store/protocols/reembed.py): each vector
+table's recorded model, the rows still to embed, their new vectors staged, and all of them swapped
+in at once.
 
 The embedding columns are typed ``vector(dim)`` and carry HNSW indexes once the dimension is known.
 A new model's vectors may have another dimension, and updating every row through an HNSW index is
-slower than building it again: the first batch of new vectors drops the vector indexes and leaves
-the columns untyped (as before the first commit), and recording the model types them with the new
-dimension and builds the indexes again (``type_embeddings``, as the first commit does).
+slower than building it again: the swap drops the vector indexes and leaves the columns untyped,
+writes the new vectors, then types the columns with the new dimension and builds the indexes again
+(``type_embeddings``, as the first commit does), all in its one transaction. The other replicas
+reload their rows and graph (the change log's ``reload``).
 """
 
 from __future__ import annotations
@@ -15,27 +17,76 @@ from psycopg import sql
 
 from proxy.store.clock import now
 from proxy.store.postgres.commit import VECTOR_TABLES, log_change, type_embeddings
-from proxy.store.postgres.connection import Con, PgDatabase, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.postgres.connection import Con, PgDatabase, bump_generation, get_meta, set_meta
+from proxy.store.protocols.reembed import ToEmbed
+from proxy.store.vector_models import REEMBEDDED, TableModel, dim_key, model_key, read_models
 
 _ID = {"chunks": "id", "entities": "name_key", "relations": "pair_key"}
 VECTOR_INDEX_METHODS = ["hnsw", "ivfflat"]
+_ROWS = {
+    "chunks": "SELECT t.id AS id, t.id AS source, t.content FROM chunks t",
+    "entities": "SELECT t.name_key AS id, t.embed_hash AS source, t.name, t.description FROM entities t",
+    "relations": """SELECT t.pair_key AS id, t.embed_hash AS source, t.keywords, coalesce(s.name, t.source),
+                           coalesce(e.name, t.target), t.description
+                    FROM relations t LEFT JOIN entities s ON s.name_key = t.source
+                    LEFT JOIN entities e ON e.name_key = t.target""",
+}
+_SOURCE = {"chunks": "id", "entities": "embed_hash", "relations": "embed_hash"}
 
 
-def chunk_texts(con: Con) -> list[tuple[str, str]]:
-    return [(r[0], r[1]) for r in con.execute('SELECT id, content FROM chunks ORDER BY id COLLATE "C"').fetchall()]
+def _current(table: str) -> str:
+    """The join to a row's staged vector when it is current: for the model, and made from what the
+    row holds now."""
+    return (f"reembedding r ON r.tbl = %s AND r.id = t.{_ID[table]} AND r.model = %s "
+            f"AND r.source = t.{_SOURCE[table]}")
 
 
-def entity_texts(con: Con) -> list[tuple[str, str, str]]:
-    return [(r[0], r[1], r[2]) for r in con.execute(
-        'SELECT name_key, name, description FROM entities ORDER BY name_key COLLATE "C"').fetchall()]
+def models(con: Con) -> dict[str, TableModel]:
+    return read_models(lambda key: get_meta(con, key))
 
 
-def relation_texts(con: Con) -> list[tuple[str, list[str], str, str, str]]:
-    rows = con.execute("""SELECT r.pair_key, r.keywords, coalesce(s.name, r.source), coalesce(t.name, r.target),
-                                 r.description
-                          FROM relations r LEFT JOIN entities s ON s.name_key = r.source
-                          LEFT JOIN entities t ON t.name_key = r.target ORDER BY r.pair_key COLLATE "C" """).fetchall()
-    return [(r[0], list(r[1]), r[2], r[3], r[4]) for r in rows]
+def to_embed(con: Con, table: str, model: str, after: str | None, limit: int) -> list[ToEmbed]:
+    past = "" if after is None else 'WHERE id > %s COLLATE "C"'
+    rows = con.execute(f"""SELECT * FROM ({_ROWS[table]} LEFT JOIN {_current(table)} WHERE r.id IS NULL) AS pending
+                           {past} ORDER BY id COLLATE "C" LIMIT %s""",
+                       [table, model, *([] if after is None else [after]), limit]).fetchall()
+    return [ToEmbed(r[0], r[1], tuple(r[2:])) for r in rows]
+
+
+def progress(con: Con, table: str, model: str) -> tuple[int, int]:
+    row = con.execute(f"SELECT count(r.id), count(*) FROM {table} t LEFT JOIN {_current(table)}",
+                      [table, model]).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def staged_models(con: Con) -> dict[str, int]:
+    return {model: int(count) for model, count in
+            con.execute("SELECT model, count(*) FROM reembedding GROUP BY model").fetchall()}
+
+
+def discard_staged(con: Con, keep: str | None, dim: int | None) -> int:
+    where, params = "", list[str | int]()
+    if keep is not None:
+        where, params = "WHERE model <> %s", [keep]
+        if dim is not None:
+            where, params = "WHERE model <> %s OR vector_dims(embedding) <> %s", [keep, dim]
+    return len(con.execute(f"DELETE FROM reembedding {where} RETURNING 1", params).fetchall())
+
+
+def stage(con: Con, table: str, model: str, rows: list[ToEmbed], vectors: np.ndarray,
+          hashes: list[str] | None) -> None:
+    if len(rows) != len(vectors) or (hashes is not None and len(hashes) != len(rows)):
+        raise ValueError(f"{len(rows)} rows for {len(vectors)} vectors")
+    if not rows:
+        return
+    con.execute("""INSERT INTO reembedding (tbl, id, model, source, embed_hash, embedding)
+                   SELECT %s, v.id, %s, v.source, v.hash, v.embedding
+                   FROM unnest(%s::text[], %s::text[], %s::text[], %s::vector[]) AS v(id, source, hash, embedding)
+                   ON CONFLICT (tbl, id) DO UPDATE SET model = excluded.model, source = excluded.source,
+                       embed_hash = excluded.embed_hash, embedding = excluded.embedding""",
+                [table, model, [r.id for r in rows], [r.source for r in rows],
+                 hashes if hashes is not None else [None] * len(rows),
+                 [np.asarray(v, dtype=np.float32) for v in vectors]])
 
 
 def typed_dimensions(con: Con) -> dict[str, int | None]:
@@ -66,65 +117,63 @@ def untype_embeddings(con: Con) -> None:
             con.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE vector").format(sql.Identifier(table)))
 
 
-def store_vectors(con: Con, table: str, ids: list[str], vectors: np.ndarray, hashes: list[str] | None) -> None:
-    if len(ids) != len(vectors) or (hashes is not None and len(hashes) != len(ids)):
-        raise ValueError(f"{len(ids)} ids for {len(vectors)} vectors")
-    if not ids:
-        return
-    if vector_indexes(con) or any(dim is not None for dim in typed_dimensions(con).values()):
-        untype_embeddings(con)   # the first batch of a re-embedding: indexes rebuilt by record_model
-    keys = next_keys(con, len(ids))
-    rows = [np.asarray(vector, dtype=np.float32) for vector in vectors]
-    id_column = sql.Identifier(_ID[table])
-    if hashes is None:
-        con.execute(sql.SQL("UPDATE {table} AS t SET key = v.key, embedding = v.embedding "
-                            "FROM unnest(%s::text[], %s::bigint[], %s::vector[]) AS v(id, key, embedding) "
-                            "WHERE t.{id} = v.id").format(table=sql.Identifier(table), id=id_column),
-                    [list(ids), keys, rows])
-    else:
-        con.execute(sql.SQL("UPDATE {table} AS t SET key = v.key, embedding = v.embedding, embed_hash = v.hash "
-                            "FROM unnest(%s::text[], %s::bigint[], %s::vector[], %s::text[]) "
-                            "AS v(id, key, embedding, hash) WHERE t.{id} = v.id").format(
-                                table=sql.Identifier(table), id=id_column),
-                    [list(ids), keys, rows, list(hashes)])
-
-
-def record_model(con: Con, model: str, dim: int | None, dtype: str) -> None:
-    if dim:
-        if (any(typed != dim for typed in typed_dimensions(con).values())
-                or len(vector_indexes(con)) < len(VECTOR_TABLES)):
-            type_embeddings(con, dim, dtype)   # the columns store_vectors untyped, at the new model's dimension
-        set_meta(con, "embed_dim", dim)
+def swap(con: Con, model: str, dim: int, dtype: str) -> bool:
+    for table in REEMBEDDED:
+        row = con.execute(f"SELECT count(*) FROM {table} t LEFT JOIN {_current(table)} WHERE r.id IS NULL",
+                          [table, model]).fetchone()
+        if row and row[0]:
+            return False
+    con.execute("DELETE FROM communities")
+    untype_embeddings(con)
+    for table in REEMBEDDED:
+        hashed = ", embed_hash = r.embed_hash" if table != "chunks" else ""
+        # each vector under a new key (the replicas reload their rows; the keys name the vectors)
+        con.execute(f"""UPDATE {table} t SET key = nextval('vector_keys'), embedding = r.embedding{hashed}
+                        FROM reembedding r WHERE r.tbl = %s AND r.id = t.{_ID[table]} AND r.model = %s""",
+                    [table, model])
+    con.execute("DELETE FROM reembedding")
+    type_embeddings(con, dim, dtype)   # the new dimension, and the vector indexes built again
+    for table in VECTOR_TABLES:
+        set_meta(con, model_key(table), model)
+        set_meta(con, dim_key(table), dim)
     set_meta(con, "embed_model", model)
     # every vector changed key: the other replicas reload rather than replay (proxy/store/store.py)
     log_change(con, bump_generation(con), {"reload": True}, now())
+    return True
 
 
 class PgReembed:
     """``ReembedTables`` over PostgreSQL. ``dtype`` (the store's vector element type) decides the
-    kind of vector index built again once the new model's vectors are all written."""
+    kind of vector index built again once the new model's vectors are swapped in."""
 
     def __init__(self, db: PgDatabase, dtype: str) -> None:
         self.db = db
         self.dtype = dtype
 
-    async def chunk_texts(self) -> list[tuple[str, str]]:
-        return await self.db.read(chunk_texts)
+    async def models(self) -> dict[str, TableModel]:
+        return await self.db.read(models)
 
-    async def entity_texts(self) -> list[tuple[str, str, str]]:
-        return await self.db.read(entity_texts)
+    async def to_embed(self, table: str, model: str, after: str | None, limit: int) -> list[ToEmbed]:
+        return await self.db.read(to_embed, _known(table), model, after, limit)
 
-    async def relation_texts(self) -> list[tuple[str, list[str], str, str, str]]:
-        return await self.db.read(relation_texts)
+    async def progress(self, table: str, model: str) -> tuple[int, int]:
+        return await self.db.read(progress, _known(table), model)
 
-    async def store_vectors(self, table: str, ids: list[str], vectors: np.ndarray,
-                            hashes: list[str] | None) -> None:
-        if table not in _ID:
-            raise ValueError(f"no vectors in table {table}")
-        await self.db.write(store_vectors, table, ids, vectors, hashes)
+    async def staged_models(self) -> dict[str, int]:
+        return await self.db.read(staged_models)
 
-    async def record_model(self, model: str, dim: int | None) -> None:
-        await self.db.write(record_model, model, dim, self.dtype)
+    async def discard_staged(self, keep: str | None, dim: int | None = None) -> int:
+        return await self.db.write(discard_staged, keep, dim)
 
-    async def recorded_model(self) -> str | None:
-        return await self.db.read(get_meta, "embed_model")
+    async def stage(self, table: str, model: str, rows: list[ToEmbed], vectors: np.ndarray,
+                    hashes: list[str] | None) -> None:
+        await self.db.write(stage, _known(table), model, rows, vectors, hashes)
+
+    async def swap(self, model: str, dim: int) -> bool:
+        return await self.db.write(swap, model, dim, self.dtype)
+
+
+def _known(table: str) -> str:
+    if table not in _ID:
+        raise ValueError(f"no vectors to re-embed in table {table}")
+    return table

@@ -1,6 +1,6 @@
 """The PostgreSQL schema of one knowledge base (a PostgreSQL schema of its own), versioned.
 
-The tables are the embedded store's (``proxy/store/duckdb/schema.py``, at its version 6) with
+The tables are the embedded store's (``proxy/store/duckdb/schema.py``, at its version 7) with
 PostgreSQL's types: ``text`` for VARCHAR, ``text[]`` for lists, ``timestamp`` (UTC, as the embedded
 store keeps them) and pgvector's ``vector`` for embeddings. An embedding column is typed with its
 dimension, and given its HNSW index, when the first embedding is committed (``commit.py``): the
@@ -168,7 +168,26 @@ CREATE TABLE change_log (
 INSERT INTO meta VALUES ('generation', '0');
 """
 
-MIGRATIONS: tuple[str, ...] = (V1,)
+# v2: as the embedded store's v7 (proxy/store/duckdb/schema.py): each vector table's embedding model
+# and dimension, and the staged vectors of a re-embedding under way (of any dimension: untyped)
+V2 = """
+INSERT INTO meta
+    SELECT m.key || ':' || t.name, m.value FROM meta m,
+           (VALUES ('chunks'), ('entities'), ('relations'), ('communities')) t(name)
+    WHERE m.key IN ('embed_model', 'embed_dim')
+    ON CONFLICT (key) DO NOTHING;
+CREATE TABLE reembedding (
+    tbl text NOT NULL,
+    id text NOT NULL,
+    model text NOT NULL,
+    source text NOT NULL,
+    embed_hash text,
+    embedding vector NOT NULL,
+    PRIMARY KEY (tbl, id)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
