@@ -30,8 +30,9 @@ async def _overview(request: Request) -> dict[str, Any]:
         return {"unavailable": unavailable}
     stats = await kb.documents.stats()  # documents counted as the documents page shows them
     cache = {kind: totals.count for kind, totals in (await kb.cache.kinds()).items() if totals.count}
+    check = kb.embedding.check   # the store's embedding models against GRAPHGATE_EMBED_MODEL
     return {"unavailable": None, "stats": stats, "pipeline": kb.documents.status(), "cache": cache,
-            "embedding": await kb.documents.embedding()}
+            "embedding": check, "embedding_problem": check.problem()}
 
 
 async def dashboard(request: Request) -> Response:

@@ -96,8 +96,8 @@ def test_reindex_rebuilds_and_reembeds_for_a_new_model(tmp_path: Path, upstream:
                                               model="bigger-embed:latest")
     fake.embed_dims["bigger-embed:latest"] = 128
     new_env = {**env, "GRAPHGATE_EMBED_MODEL": "bigger-embed"}
-    refused = graphgate("status", env=new_env)
-    assert refused.returncode != 0 and "graphgate reindex" in refused.stderr
+    said = graphgate("status", env=new_env)   # the store's vectors are of another model: said, not refused
+    assert said.returncode == 0 and "graphgate reindex" in said.stderr and "nomic-embed-text" in said.stderr
     reembedded = graphgate("reindex", env=new_env)
     assert reembedded.returncode == 0, reembedded.stderr
     assert len(fake.requests_to("/api/embed")) > embeds_before

@@ -195,6 +195,7 @@ async def _upload(client: httpx.AsyncClient, files: list[Path],
 
 async def _follow(client: httpx.AsyncClient, ids: list[str]) -> dict[str, dict[str, Any]]:
     final: dict[str, dict[str, Any]] = {}
+    said: set[str] = set()   # why documents wait, said once
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("processing", total=len(ids))
@@ -209,6 +210,11 @@ async def _follow(client: httpx.AsyncClient, ids: list[str]) -> dict[str, dict[s
                     final[document_id] = document
                     if document["status"] == "failed":
                         console.print(f"[red]failed[/red] {document['name']}: {document['error']}")
+                elif document.get("status") == "pending" and document.get("error"):   # held back, saying why
+                    final[document_id] = {**document, "status": "waiting"}
+                    if document["error"] not in said:
+                        said.add(document["error"])
+                        console.print(f"[yellow]waiting[/yellow]: {document['error']}")
             progress.update(task, completed=len(final))
             await anyio.sleep(0.3)
     return final
@@ -225,11 +231,11 @@ async def ingest(settings: Settings, paths: list[str], create: bool = False, met
         results = await _upload(client, files, metadata)
         waiting = [r["id"] for r in results if r["outcome"] in ("accepted", "replaced")]
         final = await _follow(client, waiting)
-    counts = {"processed": 0, "failed": 0, "duplicate": 0, "rejected": 0, "superseded": 0}
+    counts = {"processed": 0, "failed": 0, "duplicate": 0, "rejected": 0, "superseded": 0, "waiting": 0}
     for result in results:
         outcome = final[result["id"]]["status"] if result.get("id") in final else result["outcome"]
         counts[outcome if outcome in counts else "processed"] += 1
-    console.print(", ".join(f"{n} {k}" for k, n in counts.items()))
+    console.print(", ".join(f"{n} {k}" for k, n in counts.items() if n or k != "waiting"))
     return 1 if counts["failed"] or counts["rejected"] else 0
 
 
@@ -281,11 +287,11 @@ async def reindex(settings: Settings, kb: str | None = None) -> int:
     if settings.store == "embedded" and not has_store(settings.data_dir):
         raise CommandError(f"there is no knowledge store at {settings.data_dir} (no {DATABASE_FILE} there): "
                            "nothing to reindex; give --data-dir (GRAPHGATE_DATA_DIR) if it is elsewhere")
+    tasks: dict[str, Any] = {}
     try:
         async with reindexing(settings, kb or "default") as run_reindex:  # StoreUnavailable only while opening
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                           console=console) as bar:
-                tasks: dict[str, Any] = {}
 
                 def report(what: str, done: int, total: int) -> None:
                     if what not in tasks:
@@ -297,6 +303,12 @@ async def reindex(settings: Settings, kb: str | None = None) -> int:
         console.print(f"[red]cannot open the store at {settings.data_dir}: {exc.message}[/red]\n"
                       "stop `graphgate serve` first: reindex needs the store to itself")
         return 1
+    except GraphGateError as exc:   # the upstream or the store failed half-way: what was re-embedded is kept
+        kept = " (the vectors made so far are kept: run it again to go on)" if any(
+            what.startswith("re-embedding") for what in tasks) else ""
+        raise CommandError(f"reindex stopped: {exc.message}{kept}") from None
+    if any(what.startswith("re-embedding") for what in tasks):
+        console.print(f"re-embedded everything with {settings.embed_model}")
     console.print("indexes rebuilt: " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
     return 0
 

@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--filter", metavar="JSON",
                        help='only documents whose metadata match, a JSON object: \'{"category": "hr"}\'')
     _add_setting_flags(query)
-    reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; re-embed "
-                                                  "everything if the embedding model changed")
+    reindex = commands.add_parser("reindex", help="rebuild indexes and graph from the database; first re-embed "
+                                                  "everything with GRAPHGATE_EMBED_MODEL when the store's vectors "
+                                                  "come from another model (resumable: run it again after an "
+                                                  "interruption)")
     reindex.add_argument("--kb", metavar="NAME", help=KB_HELP)
     _add_setting_flags(reindex)
     migrate = commands.add_parser("migrate-store", help="copy every knowledge base between the embedded store "
