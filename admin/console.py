@@ -10,11 +10,13 @@ from pathlib import Path
 import jinja2
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from admin import (
+    error_pages,
     routes_auth,
     routes_cache,
     routes_chats,
@@ -26,10 +28,11 @@ from admin import (
     routes_merge,
     routes_models,
     routes_playground,
+    routes_settings,
 )
 from admin.guard import ConsoleGuard
 from admin.kb_links import CarryKnowledgeBase
-from admin.rendering import build_environment, installed_dir, is_htmx, render, static_dir
+from admin.rendering import build_environment, installed_dir, static_dir
 from proxy.core.settings import Settings
 from proxy.guards.auth import Auth
 from proxy.store.lists_open import open_pending
@@ -44,6 +47,13 @@ class Console:
     env: jinja2.Environment
     pending: PendingAnswers   # the playground's answers between its two requests
 
+    @staticmethod
+    def refusal(scope: Scope, status: int, message: str, *, back: tuple[str, str] | None = None,
+                standalone: bool = False) -> Response:
+        """An outer guard's refusal of an /admin address, as the console's error page
+        (proxy/guards/middleware.py ``console_refusal``: the guards never import the console)."""
+        return error_pages.refusal(scope, status, message, back=back, standalone=standalone)
+
 
 def build_console(settings: Settings) -> Console:
     return Console(Auth(settings), build_environment(), open_pending(settings))
@@ -54,13 +64,8 @@ def htmx_static() -> Path:
 
 
 def error_page(request: Request, status: int, message: str) -> Response:
-    """An error as the console shows it: in the flash area for htmx requests, a page otherwise."""
-    if request.app.state.gateway.console is None:
-        return HTMLResponse(f"<p>{status}</p>", status_code=status)
-    if is_htmx(request):
-        return render(request, "_error.html", {"status": status, "message": message}, status=status,
-                      headers={"hx-retarget": "#flash", "hx-reswap": "innerHTML"})
-    return render(request, "error.html", {"status": status, "message": message}, status=status)
+    """An error as the console shows it (the app's error handlers, for /admin addresses)."""
+    return error_pages.error_page(request, status, message)
 
 
 async def home(request: Request) -> Response:
@@ -69,7 +74,8 @@ async def home(request: Request) -> Response:
 
 def mount() -> list[Route | Mount]:
     routes = [
-        *routes_auth.ROUTES, *routes_dashboard.ROUTES, *routes_documents.ROUTES, *routes_entities.ROUTES,
+        *routes_auth.ROUTES, *routes_settings.ROUTES, *routes_dashboard.ROUTES, *routes_documents.ROUTES,
+        *routes_entities.ROUTES,
         *routes_merge.ROUTES, *routes_cache.ROUTES, *routes_chats.ROUTES, *routes_playground.ROUTES,
         *routes_kbs.ROUTES, *routes_models.ROUTES, *routes_keys.ROUTES,
         Mount("/static/htmx", app=StaticFiles(directory=htmx_static()), name="htmx"),

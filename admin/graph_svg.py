@@ -34,7 +34,10 @@ _FIXED_COLOURS = dict(zip((t.casefold() for t in DEFAULT_TYPES), PALETTE, strict
 LABEL_CHARS = 24
 MAX_RADIUS = 18.0
 MAX_STROKE = 6.0
-FONT_SIZE = 11
+# Labels are drawn at this size in user units, and the page never shows the drawing smaller than
+# its viewBox (the root's min-width: a narrow screen scrolls it inside its frame instead), so a
+# label is never smaller than FONT_SIZE pixels on screen.
+FONT_SIZE = 13
 # Characters XML 1.0 forbids even when escaped (controls, lone surrogates, U+FFFE/U+FFFF):
 # one of them in a name would make the whole document unparseable.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -113,7 +116,7 @@ def _scale(values: list[float], low: float, high: float) -> list[float]:
 def _svg(width: int, height: int, title: str, body: list[str]) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%"'
-        f' role="img" aria-label="{_text(title)}" class="graph">'
+        f' style="min-width: {width}px" role="img" aria-label="{_text(title)}" class="graph">'
         f"<title>{_text(title)}</title>{''.join(body)}</svg>"
     )
 

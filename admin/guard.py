@@ -14,9 +14,11 @@ from urllib.parse import quote
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from admin.error_pages import refusal
+from admin.rendering import PAGE_HEADERS
 from proxy.core.errors import Forbidden
 from proxy.guards.auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
 from proxy.rag_api.forms import read_form
@@ -52,13 +54,8 @@ class ConsoleGuard:
                 headers = MutableHeaders(scope=message)
                 if new_cookie:
                     headers.append("set-cookie", new_cookie)
-                headers.setdefault("cache-control", "no-store")
-                headers.setdefault("x-frame-options", "DENY")
-                headers.setdefault("x-content-type-options", "nosniff")
-                headers.setdefault("referrer-policy", "same-origin")
-                headers.setdefault("content-security-policy",
-                                   "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
-                                   "script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+                for name, value in PAGE_HEADERS.items():
+                    headers.setdefault(name, value)
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)
@@ -67,9 +64,8 @@ class ConsoleGuard:
 def _refusal(scope: Scope, auth: Auth) -> Response:
     headers = Headers(scope=scope)
     if auth.mode(scope) == "open":
-        return HTMLResponse("<!doctype html><title>GraphGate console</title><h1>Not available</h1>"
-                            "<p>Without <code>GRAPHGATE_ADMIN_PASSWORD</code> the console answers only on this "
-                            "machine (loopback). Set a password to use it from elsewhere.</p>", status_code=403)
+        return refusal(scope, 403, "Without GRAPHGATE_ADMIN_PASSWORD the console answers only on this machine "
+                       "(loopback). Set a password to use it from elsewhere.")
     # a password or an admin key logs in
     target = scope["path"] + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
     login = "/admin/login?next=" + quote(target, safe="")
@@ -77,8 +73,9 @@ def _refusal(scope: Scope, auth: Auth) -> Response:
         return Response(status_code=401, headers={"hx-redirect": login})
     if scope["method"] in SAFE_METHODS:
         return RedirectResponse(login, status_code=303)
-    return HTMLResponse("<!doctype html><title>GraphGate console</title><h1>Log in first</h1>"
-                        f'<p><a href="{login}">Log in</a></p>', status_code=401)
+    # a form sent without a login, or after it ended: the error page leads to the login
+    return refusal(scope, 401, "this needs a login to the console, and there is none (it has ended, or was never "
+                   "made)")
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from admin import flash
 from admin.guard import action
 from admin.rendering import render
 from proxy.guards.auth import Auth
@@ -71,7 +72,8 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     auth: Auth = request.app.state.gateway.console.auth
     await auth.revoke(request.scope["state"].get("session"))  # the old cookie must not work anywhere
-    response = RedirectResponse("/admin/" if auth.mode(request.scope) == "open" else "/admin/login", status_code=303)
+    response = flash.redirect(request, "/admin/" if auth.mode(request.scope) == "open" else "/admin/login",
+                              "You are logged out.")
     response.headers.append("set-cookie", auth.clear_cookie_header())
     return response
 

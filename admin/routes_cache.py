@@ -7,12 +7,13 @@ import json
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from admin import flash
 from admin.guard import action
 from admin.paging import page_of
-from admin.rendering import is_htmx, render, unref
+from admin.rendering import counted, is_htmx, render, unref
 from proxy.core import json_text
 from proxy.core.errors import NotFound
 from proxy.state import knowledge
@@ -81,7 +82,7 @@ async def delete(request: Request) -> Response:
     kind = kind_of(request)
     key = unref(request.path_params["key"])
     await (await knowledge(request)).cache.delete(kind, key)  # already gone: nothing to do
-    return RedirectResponse(f"/admin/cache/{kind}", status_code=303)
+    return flash.redirect(request, f"/admin/cache/{kind}", f"Deleted the {KINDS[kind]} cache entry.")
 
 
 async def confirm_clear(request: Request) -> Response:
@@ -93,8 +94,11 @@ async def confirm_clear(request: Request) -> Response:
 @action
 async def clear(request: Request) -> Response:
     kind = kind_of(request)
-    await (await knowledge(request)).cache.clear(kind)
-    return RedirectResponse("/admin/cache", status_code=303)
+    cache = (await knowledge(request)).cache
+    count = await cache.count(kind)
+    await cache.clear(kind)
+    return flash.redirect(request, "/admin/cache", f"Cleared the {KINDS[kind]} cache "
+                          f"({counted(count, 'entry', 'entries')} removed).")
 
 
 ROUTES = [

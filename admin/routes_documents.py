@@ -8,12 +8,13 @@ import json
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from admin import flash
 from admin.guard import action
 from admin.paging import page_of
-from admin.rendering import is_htmx, render
+from admin.rendering import counted, is_htmx, render
 from proxy.core.errors import BadRequest, NotFound
 from proxy.core.metadata import parse_filter
 from proxy.knowledge.documents import STATUSES
@@ -104,13 +105,13 @@ async def save_metadata(request: Request) -> Response:
         context = await _document_context(request, document, await kb.documents.counts(document["id"]),
                                           metadata_text=text, metadata_error=exc.message)
         return render(request, "document.html", context, status=400)
-    return RedirectResponse(f"/admin/documents/{document['id']}", status_code=303)
+    return flash.redirect(request, f"/admin/documents/{document['id']}", "Saved the metadata.")
 
 
 @action
 async def retry(request: Request) -> Response:
     document = await (await knowledge(request)).documents.retry(request.path_params["id"])
-    return RedirectResponse(f"/admin/documents/{document['id']}", status_code=303)
+    return flash.redirect(request, f"/admin/documents/{document['id']}", "Queued the document again.")
 
 
 async def confirm_delete(request: Request) -> Response:
@@ -124,10 +125,13 @@ async def confirm_delete(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     kb = await knowledge(request)
     try:
-        await kb.documents.delete(request.path_params["id"])
-    except NotFound:
-        pass  # already gone: the table is what the user wants to see either way
-    return RedirectResponse("/admin/documents", status_code=303)
+        gone = await kb.documents.delete(request.path_params["id"])
+    except NotFound:   # already gone: the table is what the user wants to see either way
+        return flash.redirect(request, "/admin/documents", "The document was deleted already.")
+    removed = [counted(gone["chunks_removed"], "chunk"), counted(gone["entities_removed"], "entity", "entities"),
+               counted(gone["relations_removed"], "relation")]
+    return flash.redirect(request, "/admin/documents", f"Deleted the document “{gone['document']['name']}” "
+                          f"({', '.join(removed[:2])} and {removed[2]} removed with it).")
 
 
 ROUTES = [

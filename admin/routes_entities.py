@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from urllib.parse import urlencode
 
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from admin import graph_svg
+from admin import error_pages, flash, graph_svg
 from admin.guard import action
 from admin.paging import page_of
-from admin.rendering import is_htmx, ref, render, unref
+from admin.rendering import counted, is_htmx, ref, render, unref
 from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.extraction.results import name_key
 from proxy.knowledge.graph import Edge, GraphService, Node
@@ -28,9 +29,62 @@ async def graph(request: Request) -> GraphService:
     return (await knowledge(request)).graph
 
 
-async def _svg(nodes: list[Node], edges: list[Edge], centre: str, link: Callable[[str], str]) -> str:
+# the entity page's drawing fits its half of a wide screen; the graph page's has the page's width
+ENTITY_GRAPH_SIZE = (520, 400)
+GRAPH_PAGE_SIZE = (720, 480)
+
+
+async def _svg(nodes: list[Node], edges: list[Edge], centre: str, link: Callable[[str], str],
+               size: tuple[int, int]) -> str:
     """The neighbourhood drawn in a worker thread (laying out up to 200 nodes is CPU work)."""
-    return await anyio.to_thread.run_sync(functools.partial(graph_svg.render_svg, nodes, edges, centre, link=link))
+    width, height = size
+    return await anyio.to_thread.run_sync(functools.partial(graph_svg.render_svg, nodes, edges, centre, link=link,
+                                                            width=width, height=height))
+
+
+def names_in(token: str) -> list[str]:
+    """What an entity address may name: the entity's reference (what the console's links hold,
+    decoded) and the text itself, as someone typed it (``/admin/entities/Orbanex Labs``)."""
+    try:
+        decoded = unref(token)
+    except BadRequest:   # not a reference: a name
+        return [token]
+    return [decoded, token] if decoded != token else [decoded]
+
+
+async def entity_of(service: GraphService, token: str) -> str | None:
+    """The entity an address names: by its key, else by name in any case and spacing, following
+    merges (the store's name lookup). None: no entity."""
+    names = names_in(token)
+    if await service.entity_meta(names[0]) is not None:
+        return names[0]
+    for name in names:
+        if name.strip():
+            found = await service.resolve_name(name_key(name))
+            if found is not None and await service.entity_meta(found) is not None:
+                return found
+    return None
+
+
+def search_for(name: str) -> str:
+    return "/admin/entities?" + urlencode({"q": name.strip()[:200]})
+
+
+async def _go_to(request: Request, token: str, key: str | None) -> Response:
+    """The entity's page, else the entity search for the name when some entity's name contains it,
+    else a 404 that offers the search."""
+    if key is not None:
+        return RedirectResponse(f"/admin/entities/{ref(key)}", status_code=303)
+    service = await graph(request)
+    names = [name.strip()[:200] for name in names_in(token) if name.strip()]
+    for name in names:
+        if (await service.list_entities(search=name, kind="", sort="degree", descending=True, limit=1,
+                                        offset=0)).total:
+            return flash.redirect(request, search_for(name), f"No entity is named “{name}”: these are the "
+                                  "entities whose names contain it.")
+    name = names[-1] if names else ""
+    return error_pages.error_page(request, 404, f"no entity named {name!r} (it may have been merged or deleted)",
+                                  back=(search_for(name) if name else "/admin/entities", "Search the entities"))
 
 
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -63,25 +117,26 @@ async def entities_page(request: Request) -> Response:
 
 
 async def find_entity(request: Request) -> Response:
-    """From a name as extracted to the entity's page (following merges)."""
+    """From a name as extracted (or typed) to the entity's page, following merges; see ``_go_to``."""
     name = request.query_params.get("name") or ""
-    key = await (await graph(request)).resolve_name(name_key(name)) if name.strip() else None
-    if key is None:
-        raise NotFound(f"no entity named {name!r} (it may have been deleted)")
-    return RedirectResponse(f"/admin/entities/{ref(key)}", status_code=303)
+    key = await entity_of(await graph(request), name) if name.strip() else None
+    return await _go_to(request, name, key)
 
 
 async def _entity_context(request: Request, key: str) -> dict:
     page = await (await graph(request)).entity_page(key, SHOWN_RELATIONS, 1, 30)
     if page is None:
         raise NotFound("no such entity (it may have been merged or deleted)")
-    svg = await _svg(page.nodes, page.edges, key, lambda k: f"/admin/entities/{ref(k)}")
+    svg = await _svg(page.nodes, page.edges, key, lambda k: f"/admin/entities/{ref(k)}", ENTITY_GRAPH_SIZE)
     return {"entity": page.entity, "relations": page.relations, "relation_total": page.relation_total,
             "svg": svg, "legend": graph_svg.legend(n.type for n in page.nodes), "degree": page.degree}
 
 
 async def entity_page(request: Request) -> Response:
-    key = unref(request.path_params["ref"])
+    token = request.path_params["ref"]
+    key = await entity_of(await graph(request), token)
+    if key is None or ref(key) != token:   # a name, or a reference to what was merged away
+        return await _go_to(request, token, key)
     return render(request, "entity.html", {**await _entity_context(request, key), "conflict": None})
 
 
@@ -99,7 +154,7 @@ async def edit_entity(request: Request) -> Response:
         context["conflict"] = {"message": exc.message, "merge_url": f"/admin/merge?key={ref(key)}&key={ref(other)}"
                                                                      f"&target={ref(other)}"}
         return render(request, "entity.html", context, status=409)
-    return RedirectResponse(f"/admin/entities/{ref(result['target'])}", status_code=303)
+    return flash.redirect(request, f"/admin/entities/{ref(result['target'])}", "Saved the entity.")
 
 
 async def confirm_delete(request: Request) -> Response:
@@ -113,8 +168,13 @@ async def confirm_delete(request: Request) -> Response:
 
 @action
 async def delete_entity(request: Request) -> Response:
-    await (await graph(request)).delete_entity(unref(request.path_params["ref"]))
-    return RedirectResponse("/admin/entities", status_code=303)
+    service = await graph(request)
+    key = unref(request.path_params["ref"])
+    meta = await service.entity_meta(key)
+    result = await service.delete_entity(key)
+    name = meta.name if meta is not None else key
+    return flash.redirect(request, "/admin/entities", f"Deleted the entity “{name}” and its "
+                          f"{counted(result['relations_removed'], 'relation')}.")
 
 
 @action
@@ -123,14 +183,14 @@ async def edit_relation(request: Request) -> Response:
     form = await request.form()
     await (await graph(request)).edit_relation(pair, keywords=form.get("keywords"), description=form.get("description"),
                                    weight=form.get("weight"))
-    return RedirectResponse(_back(form.get("back")), status_code=303)
+    return flash.redirect(request, _back(form.get("back")), "Saved the relation.")
 
 
 @action
 async def delete_relation(request: Request) -> Response:
     form = await request.form()
     await (await graph(request)).delete_relation(unref(request.path_params["ref"]))
-    return RedirectResponse(_back(form.get("back")), status_code=303)
+    return flash.redirect(request, _back(form.get("back")), "Deleted the relation.")
 
 
 def _back(raw: object) -> str:
@@ -143,7 +203,10 @@ async def graph_page(request: Request) -> Response:
     cap = _int(request, "cap", 40, 5, 200)
     token = request.query_params.get("entity")
     if token:
-        key = unref(token)
+        found = await entity_of(service, token)   # a reference, or a name typed into the address
+        if found is None:
+            raise NotFound(f"no entity named {token!r} (it may have been merged or deleted)")
+        key = found
     else:  # no entity asked for: start from the best connected one
         listing = await service.list_entities(search="", kind="", sort="degree", descending=True, limit=1,
                                               offset=0)
@@ -154,7 +217,8 @@ async def graph_page(request: Request) -> Response:
     if meta is None:
         raise NotFound("no such entity")
     nodes, edges = await service.neighbourhood(key, depth, cap)
-    svg = await _svg(nodes, edges, key, lambda k: f"/admin/graph?entity={ref(k)}&depth={depth}&cap={cap}")
+    svg = await _svg(nodes, edges, key, lambda k: f"/admin/graph?entity={ref(k)}&depth={depth}&cap={cap}",
+                     GRAPH_PAGE_SIZE)
     return render(request, "graph.html", {"svg": svg, "entity": meta, "depth": depth, "cap": cap,
                                           "legend": graph_svg.legend(n.type for n in nodes), "shown": len(nodes)})
 

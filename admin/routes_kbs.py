@@ -10,9 +10,10 @@ from typing import Any
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from admin import flash
 from admin.guard import action
 from admin.rendering import render
 from proxy.core.errors import BadRequest, GraphGateError
@@ -80,7 +81,7 @@ async def create(request: Request) -> Response:
             raise
         # said above the form, with what was typed, and nothing was made
         return _list(request, error=exc.message, name=name, rows=rows, status=exc.status)
-    return RedirectResponse(f"/admin/kbs/{name}", status_code=303)
+    return flash.redirect(request, f"/admin/kbs/{name}", f"Created the knowledge base “{name}”.")
 
 
 def _models_of(request: Request, name: str) -> list[dict[str, Any]]:
@@ -128,7 +129,8 @@ async def change_settings(request: Request) -> Response:
         if exc.status >= 500:
             raise
         return _base_page(request, name, settings_error=exc.message, typed=typed, status=exc.status)
-    return RedirectResponse(f"/admin/kbs/{name}", status_code=303)
+    return flash.redirect(request, f"/admin/kbs/{name}", "Saved the settings: they apply from the base's next "
+                          "opening.")
 
 
 @action
@@ -142,7 +144,8 @@ async def delete(request: Request) -> Response:
                    else f"{typed!r} is not {name!r}: nothing was deleted")
         return _base_page(request, name, error=message, status=400)
     await delete_base(request, name)
-    return RedirectResponse("/admin/kbs", status_code=303)
+    return flash.redirect(request, "/admin/kbs", f"Deleted the knowledge base “{name}” with its documents and "
+                          "graph.")
 
 
 ROUTES = [

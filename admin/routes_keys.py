@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from admin import flash
 from admin.guard import action
 from admin.rendering import render
 from proxy.core.errors import BadRequest, NotFound
@@ -58,8 +59,9 @@ async def confirm_revoke(request: Request) -> Response:
 @action
 async def revoke(request: Request) -> Response:
     require_unrestricted(request, "revoking an API key")
-    await key_store(request).revoke(request.path_params["id"])
-    return RedirectResponse("/admin/keys", status_code=303)
+    key = await key_store(request).revoke(request.path_params["id"])
+    return flash.redirect(request, "/admin/keys", f"Revoked the key “{key.name}”: clients using it are refused "
+                          "from now on.")
 
 
 ROUTES = [

@@ -6,12 +6,13 @@ from typing import Any
 
 from starlette.datastructures import FormData, QueryParams
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from admin import flash
 from admin.guard import action
 from admin.paging import page_of
-from admin.rendering import is_htmx, ref, render, unref
+from admin.rendering import counted, is_htmx, ref, render, unref
 from proxy.core.errors import BadRequest
 from proxy.knowledge.graph import MAX_MERGE, GraphService
 from proxy.state import knowledge
@@ -90,9 +91,10 @@ async def merge(request: Request) -> Response:
     result = await (await graph(request)).merge([*keys, target], name, type=form.get("type") or None,
                                                    description=form.get("description") or None)
     destination = f"/admin/entities/{ref(result['target'])}"
+    done = f"Merged {counted(len(result['merged']), 'entity', 'entities')} into “{result['name']}”."
     if is_htmx(request):
-        return Response(status_code=204, headers={"hx-redirect": destination})
-    return RedirectResponse(destination, status_code=303)
+        return flash.leave(request, Response(status_code=204, headers={"hx-redirect": destination}), done)
+    return flash.redirect(request, destination, done)
 
 
 async def suggestions_page(request: Request) -> Response:
@@ -117,8 +119,8 @@ async def dismiss_suggestion(request: Request) -> Response:
         raise BadRequest("a suggestion names exactly two entities")
     await (await graph(request)).dismiss_suggestion(keys[0], keys[1])
     if is_htmx(request):
-        return Response("")
-    return RedirectResponse("/admin/suggestions", status_code=303)
+        return Response("")   # the suggestion's card goes: that says it
+    return flash.redirect(request, "/admin/suggestions", "Dismissed the suggestion: the two are not offered again.")
 
 
 ROUTES = [

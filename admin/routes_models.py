@@ -10,9 +10,10 @@ from typing import Any
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from admin import flash
 from admin.guard import action
 from admin.rendering import render
 from proxy.core import json_text
@@ -94,12 +95,12 @@ def spec_of(values: dict[str, str]) -> dict[str, Any]:
 async def create(request: Request) -> Response:
     values = values_of(await request.form())
     try:
-        await save_model(request, values["alias"], spec_of(values), replace=False)
+        model, _ = await save_model(request, values["alias"], spec_of(values), replace=False)
     except GraphGateError as exc:
         if exc.status >= 500:
             raise
         return await _list(request, values=values, error=exc.message, status=exc.status)
-    return RedirectResponse("/admin/models", status_code=303)
+    return flash.redirect(request, "/admin/models", f"Created the knowledge model “{model['alias']}”.")
 
 
 async def model_page(request: Request) -> Response:
@@ -116,7 +117,7 @@ async def update(request: Request) -> Response:
         if exc.status >= 500:
             raise
         return await _edit(request, alias, values=values, error=exc.message, status=exc.status)
-    return RedirectResponse("/admin/models", status_code=303)
+    return flash.redirect(request, "/admin/models", f"Saved the knowledge model “{alias}”.")
 
 
 async def confirm_delete(request: Request) -> Response:
@@ -128,7 +129,7 @@ async def delete(request: Request) -> Response:
     model = _visible(request, request.path_params["alias"])
     require(request, model["kb"], "admin")
     await registry(request).delete(model["alias"])
-    return RedirectResponse("/admin/models", status_code=303)
+    return flash.redirect(request, "/admin/models", f"Deleted the knowledge model “{model['alias']}”.")
 
 
 ROUTES = [

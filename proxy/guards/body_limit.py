@@ -27,12 +27,12 @@ Bounds:
 from __future__ import annotations
 
 from starlette.datastructures import Headers
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.errors import PayloadTooLarge
 from proxy.core.responses import error_response
-from proxy.guards.middleware import KeyCheck
+from proxy.guards.middleware import KeyCheck, console_refusal, is_console
 
 LOGIN_BYTES = 8 * 1024
 UNTRUSTED_BYTES = LOGIN_BYTES
@@ -92,9 +92,8 @@ def bound_for(scope: Scope) -> tuple[int | None, str]:
 
 
 def _refusal(scope: Scope, message: str) -> Response:
-    if scope["path"].startswith("/admin"):
-        return HTMLResponse("<!doctype html><title>GraphGate console</title><h1>Too large</h1>"
-                            f"<p>{message}</p>", status_code=413)
+    if is_console(scope):
+        return console_refusal(scope, 413, message)
     return error_response(scope["path"], 413, message)
 
 

@@ -11,6 +11,7 @@ import hmac
 import html
 import re
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
@@ -33,6 +34,30 @@ def is_public_read(scope: Scope) -> bool:
     return scope["path"] in PUBLIC_READS and scope["method"] in ("GET", "HEAD")
 
 
+def is_console(scope: Scope) -> bool:
+    return scope["path"] == "/admin" or scope["path"].startswith("/admin/")
+
+
+@runtime_checkable
+class ConsolePages(Protocol):
+    """How the console renders a refusal of one of its addresses (``admin.console.Console``)."""
+
+    def refusal(self, scope: Scope, status: int, message: str, *, back: tuple[str, str] | None = None,
+                standalone: bool = False) -> Response: ...
+
+
+def console_refusal(scope: Scope, status: int, message: str, *, back: tuple[str, str] | None = None,
+                    standalone: bool = False) -> Response:
+    """A guard's refusal of an /admin address as the console's own error page (styled, with a way
+    back); a plain page only before the console exists (no lifespan has run)."""
+    gateway = getattr(scope["app"].state, "gateway", None) if "app" in scope else None
+    console = getattr(gateway, "console", None)
+    if isinstance(console, ConsolePages):
+        return console.refusal(scope, status, message, back=back, standalone=standalone)
+    return HTMLResponse(f"<!doctype html><title>GraphGate console</title><p>{status}: {html.escape(message)}</p>",
+                        status_code=status)
+
+
 def _origin_pattern(origins: Sequence[str]) -> re.Pattern[str]:
     parts = [".*" if o == "*" else ".*".join(re.escape(piece) for piece in o.split("*")) for o in origins]
     return re.compile("|".join(f"(?:{p})" for p in parts) or "(?!)")
@@ -52,13 +77,23 @@ class HostCheckMiddleware:
         host = Headers(scope=scope).get("host", "")
         message = (f"host {host[:100]!r} is not allowed: open the gateway as localhost or 127.0.0.1, or add the "
                    "name to GRAPHGATE_ALLOWED_HOSTS")
-        if scope["path"] == "/admin" or scope["path"].startswith("/admin/"):
-            response: Response = HTMLResponse(
-                "<!doctype html><title>GraphGate console</title><h1>Not available under this name</h1>"
-                f"<p>{html.escape(message)}</p>", status_code=403)
+        if is_console(scope):
+            # standalone: the page's stylesheet, under this name, would be refused too
+            response = console_refusal(scope, 403, message, standalone=True,
+                                       back=(f"http://localhost:{_port(scope, host)}/admin/",
+                                             "Open the console as localhost"))
         else:
             response = error_response(scope["path"], 403, message)
         await response(scope, receive, send)
+
+
+def _port(scope: Scope, host: str) -> int:
+    """The port the browser used (the Host header's), else the one the connection reached."""
+    name, colon, port = host.rpartition(":")
+    if colon and port.isdigit() and not name.endswith(":"):
+        return int(port)
+    server = scope.get("server")
+    return server[1] if server and server[1] else 80
 
 
 class CORSMiddleware:
@@ -81,8 +116,9 @@ class CORSMiddleware:
         if origin is None:
             return await self.app(scope, receive, send)
         if not self.origin_allowed(origin, headers):
-            response = error_response(scope["path"], 403, f"origin {origin} is not allowed "
-                                      "(add it to GRAPHGATE_CORS_ORIGINS)")
+            message = f"origin {origin} is not allowed (add it to GRAPHGATE_CORS_ORIGINS)"
+            response = (console_refusal(scope, 403, message) if is_console(scope)
+                        else error_response(scope["path"], 403, message))
             return await response(scope, receive, send)
         if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
             return await self._preflight(scope, receive, send, origin, headers)

@@ -46,3 +46,15 @@ document.addEventListener("change", (event) => {
   const select = event.target.closest && event.target.closest("select[data-switch-on-change]");
   if (select && select.form) select.form.requestSubmit();
 });
+
+// A drawing wider than the screen scrolls inside its frame: start with its centre entity in view.
+function centreGraphs(root) {
+  for (const frame of root.querySelectorAll(".graph-frame")) {
+    const centre = frame.querySelector(".node.centre circle");
+    if (!centre || frame.scrollWidth <= frame.clientWidth) continue;
+    const box = centre.getBoundingClientRect();
+    const own = frame.getBoundingClientRect();
+    frame.scrollLeft += box.left + box.width / 2 - (own.left + own.width / 2);
+  }
+}
+document.addEventListener("DOMContentLoaded", () => centreGraphs(document));
