@@ -153,7 +153,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Upstream chat model for extraction and summaries; unset: the first model the upstream "
             "lists with the `completion` capability."),
     Setting("embed_model", "GRAPHGATE_EMBED_MODEL", "nomic-embed-text", str,
-            "Upstream embedding model. Changing it to one of another dimension requires `graphgate reindex`."),
+            "Upstream embedding model. Changing it needs `graphgate reindex`, which re-embeds everything with it "
+            "(resumable); until then new documents wait (pending) and questions are embedded by the model the "
+            "stored vectors come from."),
     Setting("embed_batch", "GRAPHGATE_EMBED_BATCH", "32", int_between(1, 1024),
             "Texts per upstream /api/embed call."),
     Setting("chunk_tokens", "GRAPHGATE_CHUNK_TOKENS", "1200", int_between(64, 32768),
