@@ -1,10 +1,10 @@
-"""The dashboard (counts, pipeline, models, disk), its live fragments, and the settings page."""
+"""The dashboard (counts, pipeline, models, disk) and its live fragments (the settings page is
+admin/routes_settings.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -54,15 +54,8 @@ async def health_fragment(request: Request) -> Response:
     return render(request, "_health.html", {"state": await watcher.latest(), "upstreams": watcher.members()})
 
 
-async def settings_page(request: Request) -> Response:
-    settings = request.app.state.gateway.settings
-    rows = await anyio.to_thread.run_sync(settings.describe)
-    return render(request, "settings.html", {"rows": rows})
-
-
 ROUTES = [
     Route("/", dashboard, methods=["GET"]),
     Route("/fragments/pipeline", pipeline_fragment, methods=["GET"]),
     Route("/fragments/health", health_fragment, methods=["GET"]),
-    Route("/settings", settings_page, methods=["GET"]),
 ]
