@@ -51,7 +51,7 @@ def test_ingest_and_status_without_a_running_gateway(tmp_path: Path, upstream: s
     assert "2 processed, 0 failed, 0 duplicate, 0 rejected" in result.stderr
     again = graphgate("ingest", str(folder / "team.txt"), env=env)
     assert "0 processed, 0 failed, 1 duplicate" in again.stderr
-    status = graphgate("status", env=env)
+    status = graphgate("status", "--json", env=env)
     assert status.returncode == 0, status.stderr
     stats = json.loads(status.stdout)["store"]
     assert stats["documents"]["processed"] == 2 and stats["entities"] == len(PEOPLE)
@@ -135,7 +135,7 @@ def test_ingest_of_same_named_files_keeps_the_later_one_and_finishes(tmp_path: P
     result = graphgate("ingest", str(docs), "--create", env=env)
     assert result.returncode == 0, result.stderr
     assert "1 superseded" in result.stderr or "2 processed" in result.stderr, result.stderr
-    stats = json.loads(graphgate("status", env=env).stdout)["store"]
+    stats = json.loads(graphgate("status", "--json", env=env).stdout)["store"]
     assert stats["documents"]["processed"] == 1 and sum(stats["documents"].values()) == 1
     chunks = json.loads(graphgate("query", "Berlin", "--mode", "naive", "--json", env=env).stdout)["chunks"]
     assert [c["content"] for c in chunks] == [CITY]  # the kept version is b/notes.txt (the city notes)

@@ -40,7 +40,7 @@ def test_ingest_status_and_query_on_a_named_base_through_a_gateway(
         status, _, err = graphgate(capsys, "ingest", str(tmp_path / "city.md"), *flags)
         assert status == 0 and "1 processed" in err, err
 
-        status, out, err = graphgate(capsys, "status", *flags, "--kb", "hr")
+        status, out, err = graphgate(capsys, "status", *flags, "--kb", "hr", "--json")
         assert status == 0, err
         assert json.loads(out)["store"]["documents"]["processed"] == 1
         status, out, err = graphgate(capsys, "query", "Who works at Acme Corp?", *flags, "--kb", "hr", "--json")
@@ -65,7 +65,7 @@ def test_an_unknown_base_stops_a_command_without_a_gateway(tmp_path: Path, upstr
     for command in (["status"], ["query", "Who?"], ["ingest", str(tmp_path / "team.txt")]):
         status, _, err = graphgate(capsys, *command, *flags, "--kb", "nope")
         assert status == 1 and "no knowledge base named 'nope'" in err, (command, err)
-    status, out, err = graphgate(capsys, "status", *flags)
+    status, out, err = graphgate(capsys, "status", *flags, "--json")
     assert status == 0 and json.loads(out)["store"]["documents"]["processed"] == 1   # default untouched
     status, _, err = graphgate(capsys, "status", *flags, "--kb", "Bad Name!")
     assert status == 1 and "knowledge base" in err, err
@@ -90,5 +90,5 @@ def test_reindex_a_named_base(settings: Settings, upstream: str, tmp_path: Path,
     assert int(sizes["chunks"]) == 0
     status, _, err = graphgate(capsys, "reindex", *flags, "--kb", "sales")
     assert status == 1 and "no knowledge base named 'sales'" in err, err
-    status, out, err = graphgate(capsys, "status", *flags, "--kb", "hr")   # hr still whole after its reindex
+    status, out, err = graphgate(capsys, "status", *flags, "--kb", "hr", "--json")   # hr still whole after its reindex
     assert status == 0 and json.loads(out)["store"]["documents"]["processed"] == 1, err

@@ -77,7 +77,7 @@ def test_without_gateway_or_store_the_cli_says_where_it_looked_and_creates_nothi
 def test_a_store_left_in_the_current_directory_is_used_with_a_warning(tmp_path: Path, home: dict[str, str]) -> None:
     legacy = tmp_path / "project" / "graphgate-data"
     make_store(legacy)
-    result = graphgate("status", env=home, cwd=tmp_path / "project")
+    result = graphgate("status", "--json", env=home, cwd=tmp_path / "project")
     assert result.returncode == 0, result.stderr
     assert sum(json.loads(result.stdout)["store"]["documents"].values()) == 0
     message = " ".join(result.stderr.split())

@@ -22,6 +22,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from proxy.cli.serving import store_in_use
 from proxy.core.data_dir import DATABASE_FILE, has_store
 from proxy.core.errors import BadRequest, GraphGateError, StoreUnavailable
 from proxy.core.hosts import local_url
@@ -77,6 +78,12 @@ async def rag_client(settings: Settings, *, create: bool = False, offer_create: 
             pass
     if not has_store(settings.data_dir) and not create:
         raise CommandError(no_store_message(settings, url, can_create=offer_create))
+    busy = store_in_use(settings)   # who has the store, said rather than DuckDB's lock error
+    if busy is not None:
+        gateway = busy.startswith("GraphGate is already running")
+        raise CommandError(f"no gateway answers at {url}, and the knowledge store at {settings.data_dir} cannot be "
+                           f"opened: {busy}" + ("; give that gateway's port with --port (GRAPHGATE_PORT)" if gateway
+                                                else ""))
     from proxy.app import create_app  # no gateway running: run one in this process
 
     app = create_app(settings, watch_seconds=0)  # a command's few calls say for themselves if the upstream is down
@@ -239,12 +246,56 @@ async def ingest(settings: Settings, paths: list[str], create: bool = False, met
     return 1 if counts["failed"] or counts["rejected"] else 0
 
 
-async def status(settings: Settings, kb: str | None = None) -> int:
+async def status(settings: Settings, kb: str | None = None, as_json: bool = False) -> int:
+    """A few lines for a person (``--json``: the store's counts and the pipeline's work, whole)."""
     async with rag_client(settings, kb=kb) as client:
         stats = (await client.get("/rag/stats")).json()
         pipeline = (await client.get("/rag/pipeline")).json()
-    print(json.dumps({"store": stats, "pipeline": pipeline}, indent=2))
+        health = None if as_json else (await client.get("/rag/health")).json()
+    if as_json or health is None:
+        print(json.dumps({"store": stats, "pipeline": pipeline}, indent=2))
+        return 0
+    print("\n".join(status_lines(kb or "default", stats, pipeline, health)))
     return 0
+
+
+def status_lines(kb: str, stats: dict[str, Any], pipeline: dict[str, Any], health: dict[str, Any]) -> list[str]:
+    """``graphgate status`` for a person: the documents, the graph, the work under way, what is wrong."""
+    documents = stats.get("documents") or {}
+    processed = documents.get("processed", 0)
+    others = [f"{n} {state}" for state, n in documents.items() if n and state != "processed"]
+    lines = [f"knowledge base {kb}: {plural(processed, 'document')} processed" + "".join(f", {o}" for o in others)]
+    communities = (stats.get("communities") or {}).get("count") or 0
+    lines.append(f"graph: {plural(stats.get('entities', 0), 'entity', 'entities')}, "
+                 f"{plural(stats.get('relations', 0), 'relation')}, {plural(stats.get('chunks', 0), 'chunk')}"
+                 + (f", {plural(communities, 'community summary', 'community summaries')}" if communities else ""))
+    queued, running = len(pipeline.get("queued") or []), len(pipeline.get("running") or [])
+    lines.append(f"pipeline: working ({queued} queued, {running} running, {pipeline.get('chunks_per_minute', 0)} "
+                 "chunks a minute)" if queued or running else "pipeline: idle")
+    if isinstance(stats.get("bytes_on_disk"), int):
+        lines.append(f"on disk: {size_in_words(stats['bytes_on_disk'])}")
+    problems = health.get("problems") or []
+    lines.append("health: ok" if not problems else f"health: {plural(len(problems), 'problem')}")
+    lines += [f"  - {problem}" for problem in problems]
+    if documents.get("failed"):
+        lines.append("the failed documents say why: GET /rag/documents?status=failed, or the console's Documents "
+                     "page; `graphgate status --json` gives every count")
+    return lines
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
+def size_in_words(size: int) -> str:
+    if size < 1024:
+        return f"{size:,} bytes"
+    scaled = size / 1024
+    for unit in ("KB", "MB", "GB"):
+        if scaled < 1024 or unit == "GB":
+            break
+        scaled /= 1024
+    return f"{scaled:.1f} {unit}"
 
 
 async def query(settings: Settings, request: dict[str, Any], as_json: bool, kb: str | None = None) -> int:

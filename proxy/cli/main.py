@@ -7,9 +7,10 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from proxy.core.hosts import bind_is_loopback
+from proxy.core.hosts import bind_is_loopback, local_url
 from proxy.core.settings import DEFAULTS_IN_WORDS, SETTINGS, Settings, SettingsError, settings_markdown
 
 log = logging.getLogger("graphgate")
@@ -29,8 +30,16 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(setting.flag, dest=setting.name, metavar=setting.env, help=text.replace("%", "%%"))
 
 
+def installed_version() -> str:
+    try:
+        return version("graphgate")
+    except PackageNotFoundError:   # run from a checkout that was never installed
+        return "(not installed: run from a checkout)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphgate", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"graphgate {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway (Ollama API on GRAPHGATE_HOST:GRAPHGATE_PORT)")
     _add_setting_flags(serve)
@@ -49,8 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one metadata value (repeatable; a number reads as a number, a key given again makes "
                              "a list; over --metadata's same key)")
     _add_setting_flags(ingest)
-    status = commands.add_parser("status", help="print the store's counts and the pipeline's work")
+    status = commands.add_parser("status", help="say what the knowledge base holds, what it is working on and "
+                                                "what is wrong")
     status.add_argument("--kb", metavar="NAME", help=KB_HELP)
+    status.add_argument("--json", action="store_true", help="print the store's counts and the pipeline's work as JSON")
     _add_setting_flags(status)
     query = commands.add_parser("query", help="retrieve for a question and print what chat augmentation would inject")
     query.add_argument("text", metavar="QUESTION")
@@ -110,8 +121,19 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.cli import serving
     from proxy.core.errors import GraphGateError
 
+    # the store and the port are this process's before anything starts, or one sentence says who has them
+    busy = serving.store_in_use(settings)
+    if busy is not None:
+        print(f"graphgate: {busy}: use it, or stop it before starting another", file=sys.stderr)
+        return 1
+    try:
+        sockets = serving.bind(settings.host, settings.port)
+    except OSError as exc:
+        print(f"graphgate: {serving.port_problem(settings.host, settings.port, exc)}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for notice in settings.notices:
         log.warning("%s", notice)
@@ -127,13 +149,18 @@ def serve(settings: Settings) -> int:
     try:
         app = create_app(settings)
     except GraphGateError as exc:  # e.g. an installation that lacks the console's files
+        for sock in sockets:
+            sock.close()
         print(f"graphgate: {exc.message}", file=sys.stderr)
         return 1
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                # uvicorn annotates an int, but hands the value to asyncio.wait_for, which takes seconds as a float
-                timeout_graceful_shutdown=settings.shutdown_grace,  # type: ignore[arg-type]
-                server_header=False, **forwarded_headers(settings))
-    return 0
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                            # uvicorn annotates an int, but hands the value to asyncio.wait_for (seconds, a float)
+                            timeout_graceful_shutdown=settings.shutdown_grace,  # type: ignore[arg-type]
+                            server_header=False, **forwarded_headers(settings))
+    with serving.serving_note(settings) as remove_note:
+        server = serving.Listening(config, local_url(settings.host, settings.port), stopped=remove_note)
+        server.run(sockets=sockets)
+    return 0 if server.started else 1
 
 
 def forwarded_headers(settings: Settings) -> dict[str, Any]:
@@ -153,6 +180,21 @@ def console_guard_notice(settings: Settings) -> str:
     return ("no GRAPHGATE_ADMIN_PASSWORD: the console at /admin/ answers clients on this machine without a login "
             "while no API key is stored; once one is, it asks for an admin key (a stored admin key limited to no "
             "knowledge base)")
+
+
+def missing_client(args: argparse.Namespace, settings: Settings) -> str | None:
+    """Why a command cannot reach the PostgreSQL store it names: this installation lacks the client
+    (the `postgresql` extra), said before anything starts rather than as a traceback from start-up."""
+    if args.command == "settings" or (settings.store == "embedded" and args.command != "migrate-store"):
+        return None
+    from proxy.store.preflight import EXTRA, missing_postgresql_client
+
+    module = missing_postgresql_client()
+    if module is None:
+        return None
+    named = ("GRAPHGATE_STORE names a PostgreSQL server" if settings.store != "embedded"
+             else "migrate-store copies to or from a PostgreSQL server")
+    return f"{named}, but PostgreSQL's client is not installed ({module} is missing): {EXTRA}"
 
 
 def given_knobs(settings: Settings) -> dict[str, Any]:
@@ -190,6 +232,10 @@ def _main(argv: Sequence[str] | None) -> int:
     except SettingsError as exc:
         print(f"graphgate: {exc}", file=sys.stderr)
         return 2
+    missing = missing_client(args, settings)
+    if missing is not None:
+        print(f"graphgate: {missing}", file=sys.stderr)
+        return 1
     if args.command == "serve":
         return serve(settings)
     if args.command == "settings":
@@ -211,7 +257,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return cli_commands.run(cli_commands.ingest, settings, args.paths, args.create, args.metadata, args.meta,
                                 args.kb)
     if args.command == "status":
-        return cli_commands.run(cli_commands.status, settings, args.kb)
+        return cli_commands.run(cli_commands.status, settings, args.kb, args.json)
     if args.command == "query":
         # --mode (GRAPHGATE_MODE) picks the retrieval mode, as it does for the gateway; the other knobs
         # go with the query when given (--max-total-tokens...): a running gateway would use its own
