@@ -165,7 +165,8 @@ def test_a_store_held_by_another_command_is_named(tmp_path: Path, upstream: str)
         result = graphgate("serve", env={**env, "GRAPHGATE_PORT": str(free_port())})
         assert result.returncode == 1
         sentence = one_sentence(result)
-        assert f"`graphgate mcp` (process {holder.pid}) is using the store at {tmp_path / 'data'}" in sentence
+        assert sentence == (f"graphgate: `graphgate mcp` (process {holder.pid}) is using the store at "
+                            f"{tmp_path / 'data'}: wait for it to finish, or stop it")
     finally:
         holder.kill()
         holder.wait(10)

@@ -127,7 +127,8 @@ def serve(settings: Settings) -> int:
     # the store and the port are this process's before anything starts, or one sentence says who has them
     busy = serving.store_in_use(settings)
     if busy is not None:
-        print(f"graphgate: {busy}: use it, or stop it before starting another", file=sys.stderr)
+        advice = ": use it, or stop it before starting another" if busy.startswith("GraphGate is already") else ""
+        print(f"graphgate: {busy}{advice}", file=sys.stderr)
         return 1
     try:
         sockets = serving.bind(settings.host, settings.port)
