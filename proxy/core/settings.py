@@ -221,9 +221,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("top_k", "GRAPHGATE_TOP_K", "40", Knob(int, 1, 1000), "Entities / relations taken from the vector search."),
     Setting("chunk_top_k", "GRAPHGATE_CHUNK_TOP_K", "20", Knob(int, 1, 1000), "Text chunks kept in the context."),
     Setting("max_entity_tokens", "GRAPHGATE_MAX_ENTITY_TOKENS", "6000", Knob(int, 0, 1_000_000),
-            "Token ceiling of the entities section."),
+            "Token ceiling of the entities section; scaled down with the total (the entities and relations "
+            "sections together take at most half of it)."),
     Setting("max_relation_tokens", "GRAPHGATE_MAX_RELATION_TOKENS", "8000", Knob(int, 0, 1_000_000),
-            "Token ceiling of the relations section."),
+            "Token ceiling of the relations section; scaled down with the total (the entities and relations "
+            "sections together take at most half of it)."),
     Setting("max_total_tokens", "GRAPHGATE_MAX_TOTAL_TOKENS", "30000", Knob(int, 100, 10_000_000),
             "Token ceiling of the whole injected context (instructions, sections and references)."),
     Setting("cosine_threshold", "GRAPHGATE_COSINE_THRESHOLD", "0.2", Knob(float, 0, 1),
