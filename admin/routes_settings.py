@@ -1,5 +1,5 @@
 """The settings page: every setting of the table, its value (never a secret's) and where it came from
-(admin/settings_rows.py), in a table whose long values wrap."""
+(proxy/core/settings_rows.py), in a table whose long values wrap."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from admin.rendering import render
-from admin.settings_rows import settings_rows
+from proxy.core.settings_rows import settings_rows
 
 
 async def settings_page(request: Request) -> Response:

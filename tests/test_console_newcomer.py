@@ -15,7 +15,7 @@ from starlette.requests import Request
 
 from admin.graph_svg import FONT_SIZE, Node, render_svg
 from admin.rendering import counted, noun
-from admin.settings_rows import settings_rows
+from proxy.core.settings_rows import settings_rows
 from proxy.app import create_app, on_graphgate_error, on_unexpected
 from proxy.core.errors import ServiceUnavailable
 from proxy.core.settings import Settings

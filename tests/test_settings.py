@@ -11,6 +11,7 @@ import pytest
 
 from proxy.cli.main import build_parser
 from proxy.core.settings import SETTINGS, Settings, SettingsError, settings_markdown
+from proxy.core.settings_rows import settings_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +80,7 @@ def test_sizes_accept_units() -> None:
 
 
 def test_secrets_are_masked_in_descriptions() -> None:
-    rows = Settings.load(environ={"GRAPHGATE_API_KEY": "s3cret-value"}).describe()
+    rows = settings_rows(Settings.load(environ={"GRAPHGATE_API_KEY": "s3cret-value"}))
     shown = " ".join(value for _, value, _ in rows)
     assert "s3cret-value" not in shown
     assert "(set, hidden)" in shown
@@ -112,3 +113,16 @@ def test_an_invalid_secret_is_refused_without_being_echoed() -> None:
         Settings.load({"GRAPHGATE_STORE": "postgress://graphgate:s3cret-pw@db:5432/graphgate"})
     assert "GRAPHGATE_STORE" in str(refused.value) and "s3cret-pw" not in str(refused.value)
     assert "expected embedded or a URI" in str(refused.value)
+
+
+def test_graphgate_settings_says_what_the_console_says() -> None:
+    """Issue 30, item 7, on the command line: a secret at its default is shown as it is (the store is
+    `embedded`, from "default"), a set one is hidden with its real source."""
+    result = subprocess.run([sys.executable, "-m", "proxy", "settings"], capture_output=True, text=True, cwd=ROOT,
+                            env={"PATH": "/usr/bin:/bin", "GRAPHGATE_API_KEY": "s3cret-value",
+                                 "GRAPHGATE_DATA_DIR": "/nonexistent/graphgate-settings-test"}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert "embedded" in lines["GRAPHGATE_STORE"] and "(default)" in lines["GRAPHGATE_STORE"]
+    assert "(set, hidden)" in lines["GRAPHGATE_API_KEY"] and "(environment)" in lines["GRAPHGATE_API_KEY"]
+    assert "s3cret-value" not in result.stdout

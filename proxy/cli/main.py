@@ -12,6 +12,7 @@ from typing import Any
 
 from proxy.core.hosts import bind_is_loopback, local_url
 from proxy.core.settings import DEFAULTS_IN_WORDS, SETTINGS, Settings, SettingsError, settings_markdown
+from proxy.core.settings_rows import settings_rows
 
 log = logging.getLogger("graphgate")
 
@@ -208,7 +209,7 @@ def print_settings(settings: Settings, *, markdown: bool) -> int:
     if markdown:
         print(settings_markdown(), end="")
         return 0
-    for setting, shown, source in settings.describe():
+    for setting, shown, source in settings_rows(settings):
         print(f"{setting.env:<30} {shown}  ({source})")
     return 0
 

@@ -456,22 +456,6 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
-    def describe(self) -> list[tuple[Setting, str, str]]:
-        """(setting, displayed value, source) rows with secrets masked."""
-        rows = []
-        for setting in SETTINGS:
-            value = getattr(self, setting.name)
-            if setting.secret:
-                shown = "(set, hidden)" if value else "(not set)"
-            elif value is None:
-                shown = "(not set)"
-            elif isinstance(value, tuple):
-                shown = ",".join(value)
-            else:
-                shown = str(value)
-            rows.append((setting, shown, self.sources.get(setting.name, "default")))
-        return rows
-
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"

@@ -1,5 +1,6 @@
-"""The settings page's rows: every setting of the table (proxy/core/settings.py) with its value as the
-page may show it and where it came from, truthfully.
+"""The settings as people are shown them (the console's settings page, ``graphgate settings``): every
+setting of the table (proxy/core/settings.py) with its value as it may be shown and where it came
+from, truthfully.
 
 - A secret is never shown: "(set, hidden)" when it is set, "(not set)" when it is not; a secret
   that is a URL (a PostgreSQL store) shows its address with the password masked. A secret at its
