@@ -15,10 +15,10 @@ from starlette.requests import Request
 
 from admin.graph_svg import FONT_SIZE, Node, render_svg
 from admin.rendering import counted, noun
-from proxy.core.settings_rows import settings_rows
 from proxy.app import create_app, on_graphgate_error, on_unexpected
 from proxy.core.errors import ServiceUnavailable
 from proxy.core.settings import Settings
+from proxy.core.settings_rows import settings_rows
 from proxy.guards.body_limit import CONSOLE_FORM_BYTES
 from tests.conftest import running
 from tests.console_auth_helpers import PASSWORD, console_client, log_in
