@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import httpx
 
+from tests.background import background_written
 from tests.corpus import CITY, TEAM
 from tests.fake_ollama import FakeOllama
 from tests.rag_helpers import settle, upload
@@ -31,5 +31,5 @@ def body(content: str = "Who works at Acme Corp?", **extra: Any) -> dict[str, An
 
 
 async def traces(client: httpx.AsyncClient) -> list[dict[str, Any]]:
-    await anyio.sleep(0.35)  # traces are written in the background
+    await background_written()  # traces are written in the background
     return (await client.get("/rag/traces")).json()["traces"]

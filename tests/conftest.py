@@ -13,6 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 from proxy.app import Settings, create_app
+from tests import background
 from tests.corpus import PEOPLE
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -33,6 +34,14 @@ os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="graphgate-test-xdg-")
 
 # The in-process upstream is never contacted over the network; the URL only names it.
 NOMINAL_UPSTREAM = "http://127.0.0.1:11434"
+
+# traces and cache entries written beside a request are followed until committed (tests/background.py)
+background.install()
+
+
+@pytest.fixture(autouse=True)
+def _background_writes_of_this_test() -> None:
+    background.forget()
 
 
 @pytest.fixture

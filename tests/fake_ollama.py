@@ -83,6 +83,37 @@ class StreamEvent:
     started: float  # time.monotonic()
     ended: float | None = None
     completed: bool = False  # False if cancelled, the client went away, or aborted
+    sent: int = 0  # lines handed to the server so far (a test knows which lines left after a moment it saw)
+
+
+class ThreadGate:
+    """``hold_structured`` for a test whose fake serves in a thread (``serve()``): an anyio.Event set from
+    the test's thread would not wake the server's event loop. The first ``pass_first`` structured answers
+    go through; the rest wait until ``open()``. ``passed`` and ``held`` (answers waiting right now) let
+    the test act at a known point of the work rather than after a guessed time."""
+
+    def __init__(self, pass_first: int = 0) -> None:
+        self.pass_first = pass_first
+        self.passed = 0
+        self.held = 0
+        self._opened = threading.Event()
+        self._lock = threading.Lock()
+
+    async def wait(self) -> None:
+        with self._lock:
+            if self.passed < self.pass_first or self._opened.is_set():
+                self.passed += 1
+                return
+            self.held += 1
+        try:
+            while not self._opened.is_set():
+                await anyio.sleep(0.005)
+        finally:
+            with self._lock:
+                self.held -= 1
+
+    def open(self) -> None:
+        self._opened.set()
 
 
 class InjectedDisconnect(httpx.RemoteProtocolError):
@@ -317,7 +348,7 @@ class FakeOllama(OpenAIEndpoints):
         self.version = version
         self.chunk_delay = chunk_delay
         self.reply_delay = 0.0  # seconds before a non-streamed chat answer (an LLM's thinking time)
-        self.hold_structured: anyio.Event | None = None  # when set, structured answers wait for it
+        self.hold_structured: anyio.Event | ThreadGate | None = None  # when set, structured answers wait for it
         self.reply = list(DEFAULT_REPLY if reply is None else reply)
         self.embed_dim = embed_dim
         self.embed_dims: dict[str, int] = {}
@@ -541,6 +572,7 @@ class FakeOllama(OpenAIEndpoints):
                         return
                     if isinstance(line, dict):
                         line = _line({**line, "created_at": now_rfc3339()} if "created_at" in line else line)
+                    event.sent += 1   # counted before it leaves: a line numbered ``sent`` or more has not
                     yield line
                 event.completed = True
             finally:

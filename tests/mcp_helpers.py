@@ -64,7 +64,7 @@ def wait_processed(url: str, ids: list[str], headers: dict[str, str], timeout: f
     deadline = time.monotonic() + timeout
     for document_id in ids:
         while True:
-            status = httpx.get(f"{url}/rag/documents/{document_id}", headers=headers, timeout=5).json()["status"]
+            status = httpx.get(f"{url}/rag/documents/{document_id}", headers=headers, timeout=30).json()["status"]
             if status == "processed":
                 break
             assert status != "failed" and time.monotonic() < deadline, f"{document_id}: {status}"
@@ -74,7 +74,7 @@ def wait_processed(url: str, ids: list[str], headers: dict[str, str], timeout: f
 async def settled(url: str, ids: list[str], headers: dict[str, str]) -> None:
     """``wait_processed`` for an async test (the gateway runs in another thread or process)."""
     with anyio.fail_after(30):
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=5) as http:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
             for document_id in ids:
                 while (status := (await http.get(f"/rag/documents/{document_id}")).json()["status"]) != "processed":
                     assert status != "failed", f"{document_id} failed"

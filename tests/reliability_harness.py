@@ -86,7 +86,7 @@ class Gateway:
     """One GraphGate server process on ``data_dir``; its stdout and stderr go to ``log_path``."""
 
     def __init__(self, data_dir: Path, upstream: str, *, log_path: Path | None = None,
-                 env: dict[str, str] | None = None, ready_timeout: float = 30, cwd: Path = ROOT) -> None:
+                 env: dict[str, str] | None = None, ready_timeout: float = 60, cwd: Path = ROOT) -> None:
         self.data_dir = data_dir
         self.cwd = cwd
         self.upstream = upstream

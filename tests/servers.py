@@ -24,21 +24,29 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, data_dir: Path, upstream: str, **settings: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "TIKTOKEN_CACHE_DIR": "", "GRAPHGATE_UPSTREAM": upstream,
-               "GRAPHGATE_PORT": str(self.port), "GRAPHGATE_DATA_DIR": str(data_dir), "GRAPHGATE_GLEANING": "0",
-               "GRAPHGATE_CHUNK_TOKENS": "64", "GRAPHGATE_CHUNK_OVERLAP": "0", "GRAPHGATE_LOG_LEVEL": "warning",
-               "GRAPHGATE_INDEX_SAVE_SECONDS": "0.5", "PYTHONPATH": str(ROOT), **settings}
-        self.process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env, cwd=ROOT)
-        deadline = time.monotonic() + 30
+        for _attempt in range(3):   # another process (a parallel test worker) may take the free port first
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            env = {**os.environ, "TIKTOKEN_CACHE_DIR": "", "GRAPHGATE_UPSTREAM": upstream,
+                   "GRAPHGATE_PORT": str(self.port), "GRAPHGATE_DATA_DIR": str(data_dir), "GRAPHGATE_GLEANING": "0",
+                   "GRAPHGATE_CHUNK_TOKENS": "64", "GRAPHGATE_CHUNK_OVERLAP": "0", "GRAPHGATE_LOG_LEVEL": "warning",
+                   "GRAPHGATE_INDEX_SAVE_SECONDS": "0.5", "PYTHONPATH": str(ROOT), **settings}
+            self.process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env, cwd=ROOT)
+            if self._started():
+                return
+        raise AssertionError("graphgate exited during start-up")
+
+    def _started(self) -> bool:
+        """Serving (True), or exited during start-up (False); 60 s only end a start that hangs."""
+        deadline = time.monotonic() + 60
         while True:
+            if self.process.poll() is not None:
+                return False
             try:
                 if httpx.get(self.url + "/", timeout=1).status_code == 200:  # served once started
-                    return
+                    return self.process.poll() is None   # ours, not another process's on that port
             except httpx.HTTPError:
                 pass
-            assert self.process.poll() is None, "graphgate exited during start-up"
             assert time.monotonic() < deadline, "graphgate did not start"
             time.sleep(0.1)
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from tests.background import background_written
 from tests.chat_helpers import MODEL, body, chats, ingest, traces
 from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
@@ -325,7 +326,7 @@ async def test_answer_cache_hits_and_invalidates(settings: Settings, fake: FakeO
     async with gateway_client(settings.replace(answer_cache=True), fake) as client:
         await ingest(client)
         first = await client.post("/api/chat", json=body())
-        await anyio.sleep(0.4)
+        await background_written()   # the answer is cached in the background
         upstream_calls = len(chats(fake))
         second = await client.post("/api/chat", json=body())
         assert second.headers.get("x-graphgate-cache") == "hit" and second.json() == first.json()
@@ -377,7 +378,7 @@ async def test_a_saturated_upstream_skips_the_keyword_call_instead_of_delaying_t
         await ingest(client)
         limiter = client._transport.app.state.gateway.knowledge.models.limiter  # type: ignore[attr-defined]
         async with limiter.slot(Priority.INGEST):  # an extraction call holds the only slot
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):   # a turn that waited for the slot would wait for good
                 response = await client.post("/api/chat", json=body("Who works at Acme Corp?"))
         assert response.status_code == 200
         system = chats(fake)[-1].json["messages"][0]

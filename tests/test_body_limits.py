@@ -146,7 +146,7 @@ def test_an_upload_is_bounded_in_all_even_with_the_key(server: tuple[Gateway, Pa
 
 def test_a_declared_length_over_the_bound_is_refused_before_any_byte(server: tuple[Gateway, Path]) -> None:
     gateway, _ = server
-    with socket.create_connection(("127.0.0.1", gateway.port), timeout=3) as sock:
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=30) as sock:
         sock.sendall(f"POST /admin/login HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
                      "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000000000\r\n\r\n".encode())
         try:

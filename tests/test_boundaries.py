@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from tests.background import background_written_sync
 from tests.chat_helpers import MODEL, body, chats, ingest, traces
 from tests.conftest import gateway_client
 from tests.corpus import CITY, TEAM
@@ -85,7 +86,7 @@ def test_a_lone_surrogate_is_a_400_everywhere_and_changes_nothing(live_gateway: 
         for name, text in (("team.txt", TEAM), ("city.md", CITY)):
             assert client.post("/rag/documents", json={"name": name, "text": text}).status_code == 202
         _processed(client)
-        time.sleep(0.4)  # traces of the setup are written in the background
+        background_written_sync()  # traces of the setup are written in the background
         for method, path, raw in LONE_SURROGATES:
             before = _state(client, fake)
             response = client.request(method, path, content=raw, headers={"content-type": "application/json"})

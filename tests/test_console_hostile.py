@@ -23,6 +23,7 @@ from markupsafe import escape
 
 from proxy.core.settings import Settings
 from proxy.parsing.files import safe_name
+from tests.background import background_written
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.extractor import KnownFacts
@@ -104,9 +105,7 @@ async def hostile(settings: Settings, fake: FakeOllama):
 
 
 async def kb_flush(client: httpx.AsyncClient) -> None:
-    import anyio
-
-    await anyio.sleep(0.4)  # traces and cache entries are written in the background
+    await background_written()  # traces and cache entries are written in the background
 
 
 async def test_no_payload_reaches_any_page_unescaped(hostile: httpx.AsyncClient) -> None:

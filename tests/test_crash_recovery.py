@@ -48,7 +48,7 @@ def upstream(fake: FakeOllama) -> Iterator[tuple[FakeOllama, KnownFacts]]:
 def wait_all_processed(url: str, expected: int, timeout: float = 60) -> list[dict]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        documents = httpx.get(url + "/rag/documents", params={"limit": 1000}, timeout=5).json()["documents"]
+        documents = httpx.get(url + "/rag/documents", params={"limit": 1000}, timeout=30).json()["documents"]
         if len(documents) == expected and all(d["status"] == "processed" for d in documents):
             return documents
         assert not any(d["status"] == "failed" for d in documents), documents
@@ -75,7 +75,7 @@ def test_sigkill_mid_ingestion_then_restart(tmp_path: Path, upstream, kill_at_ca
     server = Server(tmp_path / "data", fake.url)
     documents = wait_all_processed(server.url, len(docs))
     assert {d["name"]: d["id"] for d in documents} == acknowledged
-    stats = httpx.get(server.url + "/rag/stats", timeout=5).json()
+    stats = httpx.get(server.url + "/rag/stats", timeout=30).json()
     assert stats["index_sizes"] == {"chunks": stats["chunks"], "entities": stats["entities"],
                                     "relations": stats["relations"]}
     assert stats["graph"] == {"vertices": stats["entities"], "edges": stats["relations"]}

@@ -201,12 +201,13 @@ async def test_a_garbled_reply_is_a_protocol_error(answer: bytes, problem: str, 
 
 
 async def test_a_cancelled_call_does_not_leave_its_connection_in_the_pool() -> None:
-    closed = anyio.Event()
+    closed, received = anyio.Event(), anyio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             request = await read_request(reader)
             if b'"slow"' in request:
+                received.set()
                 await reader.read()  # returns once the client has closed the connection
                 closed.set()
                 return
@@ -224,8 +225,15 @@ async def test_a_cancelled_call_does_not_leave_its_connection_in_the_pool() -> N
             return connection, reused
 
         pool(upstream)._checkout = recorded_checkout  # type: ignore[method-assign]
-        with anyio.move_on_after(0.2):
-            await upstream.call_json("POST", "/api/chat", {"slow": 1})
+        with anyio.fail_after(30), anyio.CancelScope() as call:   # cancelled once the server has the request
+            async with anyio.create_task_group() as group:
+                async def cancel_once_sent() -> None:
+                    await received.wait()
+                    call.cancel()
+
+                group.start_soon(cancel_once_sent)
+                await upstream.call_json("POST", "/api/chat", {"slow": 1})
+        assert call.cancelled_caught
         assert pool(upstream)._idle == []  # its reply could still arrive: never reused
         assert opened[0].writer.is_closing()  # and its socket is closed at once, not left to the collector
         with anyio.fail_after(5):
@@ -236,6 +244,8 @@ async def test_a_cancelled_call_does_not_leave_its_connection_in_the_pool() -> N
 
 
 async def test_bytes_left_on_an_idle_connection_are_nobodys_reply() -> None:
+    unasked = anyio.Event()
+
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(reply(b'{"n": 1}'))
@@ -244,12 +254,15 @@ async def test_bytes_left_on_an_idle_connection_are_nobodys_reply() -> None:
         # unasked for: a server giving up on the connection says so, then closes
         writer.write(b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
         await writer.drain()
+        unasked.set()
         await anyio.sleep(5)  # ... and lingers before closing
 
     async with raw_server(handler) as (url, accepted):
         upstream = upstream_at(url)
         assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}
-        await anyio.sleep(0.3)  # the 408 is in the connection's buffer now
+        with anyio.fail_after(30):
+            await unasked.wait()
+        await anyio.sleep(0.05)  # the 408 is in the connection's buffer now (written: loopback delivers at once)
         assert await upstream.call_json("POST", "/api/chat", {}) == {"n": 1}  # a new connection's reply
         await upstream.aclose()
     assert len(accepted) == 2
@@ -298,10 +311,11 @@ async def test_a_request_the_server_held_for_a_while_is_never_sent_twice(monkeyp
 
 
 async def test_connections_in_use_when_the_client_closes_are_closed_when_their_call_ends() -> None:
-    release = anyio.Event()
+    release, asked = anyio.Event(), anyio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
+        asked.set()
         await release.wait()
         writer.write(reply(b'{"late": true}'))
         await writer.drain()
@@ -316,7 +330,8 @@ async def test_connections_in_use_when_the_client_closes_are_closed_when_their_c
 
         async with anyio.create_task_group() as group:
             group.start_soon(call)
-            await anyio.sleep(0.2)
+            with anyio.fail_after(30):   # the call is out: its request has reached the server
+                await asked.wait()
             await upstream.aclose()
             release.set()
         assert results == [{"late": True}] and pool(upstream)._idle == []

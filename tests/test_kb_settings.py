@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.app import Settings
 from proxy.knowledge.bases import BASES_DIR, REGISTRY_FILE
+from tests.background import background_written
 from tests.conftest import NOMINAL_UPSTREAM, gateway_client
 from tests.corpus import CLUB, TEAM
 from tests.extractor import KnownFacts
@@ -176,7 +177,7 @@ async def test_a_change_reaches_an_open_base_once_no_request_holds_it(settings: 
             assert changed.status_code == 200 and changed.json()["open"] is True
             assert bases.bases["hr"].knowledge is held   # the request's service is not closed under it
             assert await held.stats()   # and still answers
-        with anyio.fail_after(5):
+        with anyio.fail_after(30):
             while bases.bases["hr"].knowledge is not None:
                 await anyio.sleep(0.01)
         start = len(fake.requests)
@@ -227,7 +228,7 @@ async def test_the_metrics_of_each_base_carry_its_name(settings: Settings, fake:
         for kb, question in (("hr", "Who leads Orion?"), ("legal", "Who plays chess?")):
             answered = await client.post("/rag/query", params={"kb": kb}, json={"query": question, "mode": "local"})
             assert answered.status_code == 200, answered.text
-        await anyio.sleep(0.4)   # the traces, which the latencies follow, are kept in the background
+        await background_written()   # the traces, which the latencies follow, are kept in the background
         bases = registry_of(client)
         opened = bases.opened
         samples = samples_of((await client.get("/metrics")).text)

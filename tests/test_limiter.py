@@ -112,8 +112,9 @@ async def test_a_bounded_wait_gives_up_at_once_when_the_queue_is_already_full() 
     async with anyio.create_task_group() as group, limiter.slot(Priority.INGEST):
         group.start_soon(_hold, limiter)  # one chat-time call already queued: as many as there are slots
         await anyio.sleep(0.01)
-        with anyio.fail_after(0.05), pytest.raises(Busy, match="already wait"):
-            async with limiter.slot(Priority.CHAT, wait=10):
+        # at once: a wait of its 60 s would be ended by the guard's 10 s (it would raise TimeoutError)
+        with anyio.fail_after(10), pytest.raises(Busy, match="already wait"):
+            async with limiter.slot(Priority.CHAT, wait=60):
                 pass
         assert limiter.waiting == 1
 

@@ -289,7 +289,7 @@ async def test_an_open_gateway_serves_mcp_without_a_key(tmp_path: Path, fake: Fa
 
 async def test_what_stateless_serving_refuses_it_refuses_at_once_in_json_rpcs_shape(world: dict[str, Any]) -> None:
     """A GET would open an event stream nothing is ever sent on; a body that is no JSON is no message."""
-    async with httpx.AsyncClient(base_url=world["url"], headers=AUTH, timeout=5) as http:
+    async with httpx.AsyncClient(base_url=world["url"], headers=AUTH, timeout=30) as http:
         get = await http.get("/mcp", headers={"accept": "text/event-stream"})
         delete = await http.delete("/mcp")
         text = await http.post("/mcp", content=b"hello", headers={"content-type": "text/plain"})

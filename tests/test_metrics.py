@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.core.settings import Settings
 from proxy.monitoring.reasons import reason_label
+from tests.background import background_written
 from tests.chat_helpers import MODEL, body, ingest
 from tests.conftest import NOMINAL_UPSTREAM, gateway_client
 from tests.corpus import TEAM
@@ -51,7 +52,10 @@ async def test_an_ingest_moves_the_counts_and_the_freshness(settings: Settings, 
         assert value(before, "graphgate_index_freshness_seconds", kb="default") == 0
 
         document = await upload(client, "team.txt", TEAM)
-        await anyio.sleep(1.1)
+        await anyio.sleep(1.1)   # the freshness is at least this old
+        with anyio.fail_after(30):   # and the extraction call is out, held by the fake
+            while "extract" not in facts.calls:
+                await anyio.sleep(0.01)
         held = await scrape(client)
         assert value(held, "graphgate_documents", kb="default", status="pending") + value(
             held, "graphgate_documents", kb="default", status="processing") == 1
@@ -234,7 +238,7 @@ async def test_completions_and_cache_misses_are_relays_too(settings: Settings, f
         await ingest(client)
         generated = await client.post("/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False})
         first = await client.post("/api/chat", json=body("Who works at Acme Corp?"))   # augmented, cache miss
-        await anyio.sleep(0.4)   # the answer is cached in the background
+        await background_written()   # the answer is cached in the background
         again = await client.post("/api/chat", json=body("Who works at Acme Corp?"))   # the cached answer
         assert generated.status_code == first.status_code == again.status_code == 200
         assert again.headers.get("x-graphgate-cache") == "hit"
@@ -252,7 +256,7 @@ async def test_a_chat_whose_filter_matches_nothing_is_skipped_and_no_query_laten
         chat = await client.post("/api/chat", json=body("Who works at Acme Corp?"),
                                  headers={"X-GraphGate-Filter": '{"category": "none"}'})
         assert chat.status_code == 200
-        await anyio.sleep(0.35)   # the trace, which the counters follow, is kept in the background
+        await background_written()   # the trace, which the counters follow, is kept in the background
         after = await scrape(client)
 
     def moved(name: str, **labels: str) -> float:

@@ -29,11 +29,11 @@ async def queue(pg_server: str, pg_schema: str) -> AsyncIterator[tuple[PgDocumen
 async def test_a_claimed_document_is_no_other_replicas_until_its_lease_runs_out(
         queue: tuple[PgDocuments, PgDocumentQueue]) -> None:
     _, jobs = queue
-    assert await jobs.claim("d00", "a", 0.5)
-    assert await jobs.claim("d00", "a", 0.5)          # its own claim: renewed
+    assert await jobs.claim("d00", "a", 30)
+    assert await jobs.claim("d00", "a", 30)           # its own claim: renewed
     assert not await jobs.claim("d00", "b", 30)
-    assert await jobs.renew("a", ["d00", "d01"], 0.5) == ["d00"]   # d01 is not a's
-    await anyio.sleep(0.7)                              # a stopped renewing (killed)
+    assert await jobs.renew("a", ["d00", "d01"], 0.2) == ["d00"]   # d01 is not a's; d00's lease now ends soon
+    await anyio.sleep(0.4)                              # a stopped renewing (killed)
     assert await jobs.claim("d00", "b", 30)
     assert await jobs.renew("a", ["d00"], 30) == []     # a learns it lost it
 

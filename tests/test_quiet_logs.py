@@ -124,7 +124,7 @@ async def test_only_an_index_that_really_was_out_of_step_is_reported(
 # --- the relay: "client went away during /api/chat; closing the upstream request" ---
 
 
-def wait_for(condition, seconds: float = 3.0) -> bool:
+def wait_for(condition, seconds: float = 30.0) -> bool:   # the seconds only end a wait that would never end
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if condition():
@@ -154,11 +154,10 @@ def test_completed_ollama_python_streams_are_not_a_client_going_away(
             lines = response.iter_lines()
             next(lines)
             next(lines)
-        left = time.monotonic()
     assert wait_for(lambda: records(caplog, WENT_AWAY))
     event = fake.stream_events[-1]
     assert wait_for(lambda: event.ended is not None)
-    assert event.completed is False and event.ended is not None and event.ended - left < 2.0
+    assert event.completed is False and event.ended is not None   # closed, not run to its end (6 s)
     time.sleep(0.2)  # anything the earlier streams would log is long out
     assert [r.getMessage() for r in records(caplog, WENT_AWAY)] == [
         "client went away during /api/chat; closing the upstream request"]
@@ -171,6 +170,7 @@ class LingeringUpstream:
     def __init__(self, fake: FakeOllama) -> None:
         self.fake = fake
         self.ended: float | None = None
+        self.ran_out = False   # the body ended on its own rather than being closed by the gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/api/chat":
@@ -183,7 +183,8 @@ class LingeringUpstream:
                                       "done": False}).encode() + b"\n"
                 yield json.dumps({"model": MODEL, "message": {"role": "assistant", "content": ""},
                                   "done_reason": "stop", "done": True}).encode() + b"\n"
-                await anyio.sleep(5)
+                await anyio.sleep(60)
+                self.ran_out = True
             finally:
                 self.ended = time.monotonic()
 
@@ -204,8 +205,7 @@ def test_a_client_that_hangs_up_after_the_done_line_did_not_go_away(
             for line in response.iter_lines():
                 if json.loads(line)["done"]:
                     break
-        left = time.monotonic()
         assert wait_for(lambda: upstream.ended is not None)
-        assert upstream.ended is not None and upstream.ended - left < 2.0
+        assert not upstream.ran_out   # closed by the gateway, long before its body would end
         time.sleep(0.2)
     assert records(caplog, WENT_AWAY) == []

@@ -15,6 +15,7 @@ from proxy.core.settings import Settings
 from proxy.core.tokens import get_tokenizer
 from proxy.retrieval.select import round_robin, weighted_quota
 from proxy.store.postgres.connection import vector_array
+from tests.background import background_written
 from tests.conftest import gateway_client
 from tests.corpus import CITY, CLUB, TEAM
 from tests.extractor import KnownFacts
@@ -122,8 +123,7 @@ async def test_keywords_come_from_the_model_and_are_cached(kb: httpx.AsyncClient
     first = await query(kb, query="What does Acme Corp do?", mode="local")
     assert first["keywords"] == {"high_level": [], "low_level": ["Acme Corp"], "source": "llm"}
     await store_of(kb).save()
-    import anyio
-    await anyio.sleep(0.4)  # the cache entry is written in the background
+    await background_written()  # the cache entry is written in the background
     second = await query(kb, query="What  does Acme Corp do?", mode="local")  # same after normalising
     assert second["keywords"]["source"] == "cache"
     assert facts.calls.count("keywords") == 1

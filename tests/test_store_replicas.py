@@ -13,6 +13,7 @@ from psycopg import sql
 
 from proxy.store.backends import postgresql
 from proxy.store.changes import Changeset, ChunkRow
+from proxy.store.postgres import follow
 from proxy.store.store import KnowledgeStore
 from tests.invariants import check_open_store, in_memory
 from tests.test_store import entity, relation, sample_changes, vec
@@ -85,15 +86,28 @@ async def test_commits_of_both_replicas_interleave_in_generation_order(tmp_path:
         await second.close()
 
 
-async def test_a_replica_follows_the_other_by_notification(tmp_path: Path, pg_server: str, pg_schema: str) -> None:
+async def test_a_replica_follows_the_other_by_notification(tmp_path: Path, pg_server: str, pg_schema: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = await two_replicas(tmp_path, pg_server, pg_schema)
+    monkeypatch.setattr(follow, "POLL_SECONDS", 3600.0)   # no poll during the test: only a notification wakes it
+    reads = 0
+    read_log = second.follow
+
+    async def counted() -> int:
+        nonlocal reads
+        reads += 1
+        return await read_log()
+
+    monkeypatch.setattr(second, "follow", counted)
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(second.follow_forever)
-            await anyio.sleep(0.3)   # listening
+            with anyio.fail_after(30):   # listening: it reads the log once, right after its LISTEN
+                while not reads:
+                    await anyio.sleep(0.01)
             for seed in range(5):
                 await first.apply(Changeset(chunks_added=[ChunkRow(f"n{seed}", f"text {seed}", 2, vec(100 + seed))]))
-            with anyio.fail_after(1.5):   # well under the 2 s poll: the notifications woke it
+            with anyio.fail_after(30):   # the poll is an hour away: the notifications woke it
                 while second.generation != first.generation:
                     await anyio.sleep(0.01)
             group.cancel_scope.cancel()

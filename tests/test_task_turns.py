@@ -18,11 +18,11 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from tests.background import background_written
 from tests.chat_helpers import MODEL, body, chats, ingest, traces
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
@@ -461,7 +461,7 @@ async def test_skipped_turns_show_their_reason_in_the_console(gw: httpx.AsyncCli
                                                               facts: KnownFacts) -> None:
     await send(gw, fake, facts, user_task(fill(EMOJI)))
     await gw.post("/api/chat", json={**body(), "model": "mystery-model:7b"})
-    await anyio.sleep(0.35)
+    await background_written()   # the traces are kept in the background
     page = (await gw.get("/admin/chats")).text
     assert "background task (emoji, recognised by its template)" in page
     assert "/api/show failed for model &#39;mystery-model:7b&#39;" in page
