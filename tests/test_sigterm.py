@@ -17,6 +17,7 @@ with a chat open, about a second without).
 
 from __future__ import annotations
 
+import signal
 import threading
 from pathlib import Path
 
@@ -160,3 +161,19 @@ async def test_a_cancelled_batch_writer_commits_what_it_was_handed() -> None:
         group.cancel_scope.cancel()
     assert db.committed == [1, 2]
     await pending.wait()
+
+
+def test_ctrl_c_shuts_down_and_exits_cleanly_without_a_traceback(tmp_path: Path) -> None:
+    """Ctrl-C in the terminal that runs ``graphgate serve`` is SIGINT: a graceful shutdown, exit 0,
+    no traceback (uvicorn re-raises the signal once it has shut down)."""
+    upstream = ScriptedUpstream()
+    with upstream.serve():
+        gateway = Gateway(tmp_path / "data", upstream.url, log_path=tmp_path / "gateway.log").start()
+        with gateway:
+            assert gateway.process is not None
+            gateway.process.send_signal(signal.SIGINT)
+            code = gateway.process.wait(60)
+    log = gateway.log_tail(200)
+    assert code == 0, log
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert not (tmp_path / "data" / "serving.json").exists()   # removed by the shutdown, not left behind

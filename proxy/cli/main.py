@@ -161,7 +161,10 @@ def serve(settings: Settings) -> int:
                             server_header=False, **forwarded_headers(settings))
     with serving.serving_note(settings) as remove_note:
         server = serving.Listening(config, local_url(settings.host, settings.port), stopped=remove_note)
-        server.run(sockets=sockets)
+        try:
+            server.run(sockets=sockets)
+        except KeyboardInterrupt:   # uvicorn re-raises the Ctrl-C it has handled, once shut down
+            pass
     return 0 if server.started else 1
 
 
