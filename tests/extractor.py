@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def _unspaced(name: str) -> bool:
+    return any("\u3040" <= c <= "\u9fff" or "\uac00" <= c <= "\ud7af" for c in name)
+
+
 def _passage(text: str) -> str:
     match = re.search(r"<<<\n(.*)\n>>>", text, re.S)
     return match.group(1) if match else text
@@ -45,10 +49,13 @@ class KnownFacts:
         return json.dumps(self.extract(_passage(user), gleaning=gleaning))
 
     def sentences(self, passage: str) -> list[str]:
-        return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", passage) if s.strip()]
+        return [s.strip() for s in re.split(r"(?<=[.!?])\s+|(?<=[。！？])|\n+", passage) if s.strip()]
 
     def names_in(self, sentence: str) -> list[str]:
-        return [n for n in self.entities if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", sentence)]
+        """The declared names the sentence holds as words; a name in a script written without spaces
+        (Chinese) is found wherever it appears."""
+        return [n for n in self.entities if (re.search(rf"(?<!\w){re.escape(n)}(?!\w)", sentence)
+                                             or (_unspaced(n) and n in sentence))]
 
     def extract(self, passage: str, *, gleaning: bool) -> dict[str, list[dict[str, Any]]]:
         entities: list[dict[str, Any]] = []

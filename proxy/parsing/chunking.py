@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from proxy.core.tokens import Tokenizer
+from proxy.text.sentences import SENTENCE_END, first_clause_start, first_sentence_start
+from proxy.text.words import first_word_start
 
 _HEADING = re.compile(r"#{1,6}[ \t]")
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})")
 _MIN_WINDOW = 16   # smallest token window cut from a blob to top up a chunk
-# A sentence ends at . ! ? (then closing quotes/brackets) before whitespace, or at CJK stops.
-_SENTENCE_END = re.compile(r"[.!?]+[\"'’”)\]]*(\s+)|[。！？；]+[”’」』）]*(\s*)")
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def _sentences(line: str, ids: list[int], sep: str, heading: bool,
     it or its separator), not encoded again: a long paragraph has dozens of sentences, and the
     packer counts every chunk exactly anyway."""
     bounds: list[tuple[int, int]] = []      # (end of a sentence, start of the next)
-    for m in _SENTENCE_END.finditer(line):
+    for m in SENTENCE_END.finditer(line):
         if m.end() < len(line):
             bounds.append((m.start(1) if m.group(1) is not None else m.start(2), m.end()))
     bounds.append((len(line), len(line)))
@@ -203,17 +203,22 @@ def _join(pieces: list[_Piece]) -> str:
 
 
 def _tail(tok: Tokenizer, prev: str, prev_ids: list[int], k: int) -> str:
-    """About the last ``k`` tokens of ``prev``, starting at a word boundary where possible."""
+    """About the last ``k`` tokens of ``prev``, starting where a sentence starts if one does in them,
+    else where a clause does, else at the start of a word (a dictionary word in scripts written
+    without spaces), so that an overlap begins where a reader could."""
     raw = tok.decode_bytes(prev_ids[-k:])
     cut = 0
     while cut < len(raw) and 0x80 <= raw[cut] < 0xC0:
         cut += 1                        # drop the rest of a character cut by the token window
     tail = raw[cut:].decode("utf-8", errors="replace")
     if len(tail) < len(prev):
-        if not (prev[len(prev) - len(tail) - 1].isspace() or tail[:1].isspace()):
-            m = re.search(r"\s", tail)
-            if m and tail[m.end():].strip():
-                tail = tail[m.end():]
+        start = first_sentence_start(tail)
+        if start is None:
+            start = first_clause_start(tail)
+        if start is not None:
+            tail = tail[start:]
+        elif not (prev[len(prev) - len(tail) - 1].isspace() or tail[:1].isspace()):
+            tail = tail[first_word_start(prev[:len(prev) - len(tail)], tail):]
     return tail.lstrip()
 
 

@@ -19,6 +19,7 @@ from proxy.retrieval.found import FoundEntity, FoundRelation
 from proxy.retrieval.relevance import cosines, relation_relevance
 from proxy.retrieval.select import word_stems
 from proxy.retrieval.stages import Question
+from proxy.text.words import split_words
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -75,7 +76,7 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
 def residual_text(question: Question, answered: FoundRelation) -> str:
     """The question (and its themes) without the words a relation already answers (by their stems)."""
     done = answered_words(question, answered)
-    words = [w for w in question.asked.split() if not (word_stems(w) & done)]
+    words = [w for w in split_words(question.asked) if not (word_stems(w) & done)]
     return " ".join(words)
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+
+from proxy.text.words import stems
 
 T = TypeVar("T")
 
@@ -40,16 +40,9 @@ def rank_relations(items: list[T], degree: Callable[[T], int], weight: Callable[
     return sorted(items, key=lambda r: (-degree(r), -weight(r)))
 
 
-STEM = 5  # word prefixes compared: "headquartered" ~ "headquarters", "develop" ~ "develops"
-FUNCTION_WORDS = frozenset({"which", "where", "what", "when", "does", "that", "this", "with", "from", "have",
-                            "there", "their", "they", "them", "were", "about", "into", "also", "been"})
-
-
-@functools.lru_cache(maxsize=65536)  # keywords, names and descriptions recur from query to query
 def word_stems(text: str) -> frozenset[str]:
-    """The prefixes of ``text``'s words of four letters or more (shorter ones are mostly function
-    words), without the common function words."""
-    return frozenset(word[:STEM] for word in re.findall(r"[a-z]{4,}", text.lower()) if word not in FUNCTION_WORDS)
+    """The words a question's relation words meet a relation's by, in any script (``proxy.text.words.stems``)."""
+    return stems(text)
 
 
 def keyword_match(stems: frozenset[str], keywords: Sequence[str]) -> float:

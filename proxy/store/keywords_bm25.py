@@ -30,18 +30,20 @@ from pathlib import Path
 import bm25s
 import numpy as np
 
+from proxy.text.words import terms
+
 K1, B = 1.5, 0.75          # bm25s' defaults (method "lucene")
-STOPWORDS = "en"           # bm25s' English list: "the", "is", "of" ... match everything
+# how texts are cut into terms (``proxy.text.words.terms``); a main part saved under another is rebuilt
+TERMS_VERSION = 2          # 1: bm25s' tokenizer (English words only); 2: every script, folded
 REBUILD_MIN = 2_000        # changed rows held outside the main part before a rebuild pays off
 REBUILD_SHARE = 0.1        # ... or this share of the main part, whichever is larger
 MAIN, STATE = "main", "state.json"
 
 
 def words(texts: list[str]) -> list[list[str]]:
-    """Lower-cased words of two or more letters or digits, stopwords left out: "ERR-4711" is
-    "err" and "4711"."""
-    tokens = bm25s.tokenize(texts, return_ids=False, stopwords=STOPWORDS, show_progress=False)
-    return [[t for t in doc if t] for doc in tokens]
+    """Each text's terms: words of two or more letters or digits and bigrams of scripts written
+    without spaces, folded, stopwords left out ("ERR-4711" is "err" and "4711")."""
+    return [terms(text) for text in texts]
 
 
 def idf(documents: int, frequency: int) -> float:
@@ -184,6 +186,8 @@ class KeywordIndex:
             main = bm25s.BM25.load(str(main_dir), show_progress=False) if built else None
             removed = np.isin(keys, np.asarray(state["removed"], dtype=np.uint64))
             length, generation = int(state["length"]), int(state["generation"])
+            if state.get("terms") != TERMS_VERSION:
+                return False
         except (OSError, ValueError, KeyError, TypeError):
             return False
         self._set_main(main, keys.astype(np.uint64), removed, length)
@@ -198,7 +202,7 @@ class KeywordIndex:
             self.path.mkdir(parents=True, exist_ok=True)
             if not self._main_saved:
                 self._save_main()
-            state = {"generation": generation, "length": self._main_length,
+            state = {"generation": generation, "length": self._main_length, "terms": TERMS_VERSION,
                      "removed": self._main_keys[self._removed].tolist()}
             tmp = self.path / f"{STATE}.tmp"
             tmp.write_text(json.dumps(state))

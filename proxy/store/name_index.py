@@ -4,7 +4,10 @@ without the model (``KnowledgeStore.link_sync``).
 Names are compared by their core (``proxy.core.names``): "ACME Corp." and "acme" are one name.
 A question is cut into word spans, longest first and never overlapping, and each span is looked
 up as a whole name: exactly, then with one typo (an insertion, deletion, substitution or swap of
-neighbours) for names of ``TYPO_MIN`` characters or more.
+neighbours) for names of ``TYPO_MIN`` characters or more. A script written without spaces is one
+token a character (``proxy.core.names``), so its names are found as substrings of an unspaced
+question, and the typo a character-written name tolerates is one wrong character, in names of four
+characters or more (their core "奥 巴 尼 克" is seven long: shorter ones must match exactly).
 
 One typo at a million names without a million-fold neighbourhood: a name of length L within one
 edit of a span keeps either its first half or its second half intact (the edit falls in the
@@ -24,9 +27,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from proxy.core.names import name_words, normalised
+from proxy.text.scripts import is_unspaced
+from proxy.text.stopwords import stopwords
 
 TYPO_MIN = 6          # shorter names must match exactly: one edit turns "paris" into "parts"
-MAX_SPAN_WORDS = 8    # longer names are linked by their own entity search, not by a span
+MAX_SPAN_WORDS = 16   # tokens (a word, or a character of an unspaced script); longer names are linked
+                      # by their own entity search, not by a span
 EXACT, ALIAS, TYPO = 1.0, 0.95, 0.8   # confidence of a name, a merged-away name, a name with one typo
 ALIAS_TYPO = TYPO * ALIAS
 
@@ -39,7 +45,15 @@ himself his how i if in into is it its itself just me more most my myself no nor
 other our ours ourselves out over own same she should so some such than that their theirs them themselves then
 there these they this those through to too under until up very was we were what when where which while who whom
 why will with would you your yours yourself yourselves tell know many much list name named give show find
-""".split())
+""".split()) | stopwords()   # and every language's stopwords: "的", "是", "什么"
+
+
+def _names_nothing(tokens: list[str]) -> bool:
+    """Whether a span cannot be a name: function words only, or a lone character of an unspaced
+    script (one character names too much to link by itself)."""
+    if len(tokens) == 1 and len(tokens[0]) == 1 and is_unspaced(tokens[0]):
+        return True
+    return FUNCTION_WORDS.issuperset(tokens) or "".join(tokens) in FUNCTION_WORDS
 
 # one value (the usual case: no list per name), a few, or many: a typo bucket of a numbered series
 # ("Invoice 10001"...) holds thousands of names, where growing a tuple would cost O(n) per name filed
@@ -224,7 +238,7 @@ class NameIndex:
         first: dict[str, int] = {}   # where the text first names each entity
         for width in range(min(self.max_words, len(words)), 0, -1):
             spans = [(i, " ".join(words[i:i + width])) for i in range(len(words) - width + 1)
-                     if not any(taken[i:i + width]) and not FUNCTION_WORDS.issuperset(words[i:i + width])]
+                     if not any(taken[i:i + width]) and not _names_nothing(words[i:i + width])]
             for lookup in (self.resolve, self.near):
                 for i, span in spans:
                     if any(taken[i:i + width]):

@@ -1,0 +1,119 @@
+"""Cutting text into words, for every script.
+
+Spaced scripts are cut at what is not a letter or digit. Runs of a script written without spaces
+are cut by what each use needs:
+
+- ``name_tokens``: one token a character, so that a name is found as any substring of a question
+  (``proxy/store/name_index.py`` matches spans of tokens);
+- ``terms`` (the keyword index): character bigrams, which find invented and transliterated names a
+  dictionary does not know, the way search engines index Chinese and Japanese;
+- ``stems`` (how relation words of a question meet a relation's keywords): Han runs by jieba's
+  dictionary (rjieba), other unspaced runs by bigrams.
+
+Every function folds first (``proxy.text.fold``): full-width forms, case, traditional Chinese."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import rjieba
+
+from proxy.text.fold import fold, unaccented
+from proxy.text.scripts import HAN, UNSPACED, has_unspaced, is_unspaced
+from proxy.text.stopwords import keyword_stopwords, stopwords
+
+STEM = 5  # prefixes of alphabetic words compared: "headquartered" ~ "headquarters", "develop" ~ "develops"
+
+# a run of an unspaced script, or a spaced word (letters, digits and joining marks)
+_PIECES = re.compile(f"([{UNSPACED}\U00020000-\U0003134f]+)|((?:(?![{UNSPACED}])[\\w\\u0300-\\u036f])+)")
+_HAN_RUN = re.compile(f"[{HAN}]")
+_LETTERS = re.compile(r"[^\W\d_]{4,}")
+
+
+def _pieces(folded: str) -> list[tuple[str, bool]]:
+    """``folded``'s words and unspaced runs in order, each with whether it is an unspaced run."""
+    return [(run, True) if run else (word, False) for run, word in _PIECES.findall(folded)]
+
+
+def _bigrams(run: str) -> list[str]:
+    return [run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)]
+
+
+def name_tokens(text: str) -> list[str]:
+    """``text``'s tokens as names are compared: folded and unaccented words, and each character of an
+    unspaced run on its own."""
+    tokens: list[str] = []
+    for piece, unspaced in _pieces(unaccented(fold(text))):
+        if unspaced:
+            tokens.extend(piece)
+        else:
+            tokens.extend(w for w in piece.split("_") if w)
+    return tokens
+
+
+def terms(text: str) -> list[str]:
+    """The keyword index's terms: words of two characters or more and bigrams of unspaced runs, less
+    the stopwords ("ERR-4711" is "err" and "4711")."""
+    stop = keyword_stopwords()
+    found: list[str] = []
+    for piece, unspaced in _pieces(fold(text)):
+        if unspaced:
+            found.extend(t for t in _bigrams(piece) if t not in stop)
+        else:
+            found.extend(w for w in piece.split("_") if len(w) > 1 and w not in stop)
+    return found
+
+
+@functools.lru_cache(maxsize=65536)   # keywords, names and descriptions recur from query to query
+def stems(text: str) -> frozenset[str]:
+    """The words a question's relation words are compared by: prefixes of alphabetic words of four
+    letters or more (shorter ones are mostly function words), dictionary words of Han text, bigrams
+    of other unspaced scripts; no stopwords."""
+    stop = stopwords()
+    found: set[str] = set()
+    for piece, unspaced in _pieces(fold(text)):
+        if not unspaced:
+            found.update(w[:STEM] for w in _LETTERS.findall(piece) if w not in stop)
+        elif _HAN_RUN.match(piece):
+            found.update(w for w in rjieba.cut(piece) if len(w) > 1 and w not in stop)
+        else:
+            found.update(_bigrams(piece))
+    return frozenset(found)
+
+
+def split_words(text: str) -> list[str]:
+    """``text``'s words as written (not folded), for dropping some and joining the rest with spaces:
+    what spaces separate, and within it the dictionary words of unspaced runs ("总部在哪里" is
+    "总部", "在", "哪里")."""
+    found: list[str] = []
+    for piece in text.split():
+        if has_unspaced(piece):
+            found.extend(w for w in rjieba.cut(piece) if w.strip())
+        else:
+            found.append(piece)
+    return found
+
+
+_SPACE = re.compile(r"\s")
+
+
+def first_word_start(before: str, text: str) -> int:
+    """Where in ``text``, which follows ``before``, the first word that begins inside it begins: 0 when
+    ``text`` starts a word; within an unspaced run, at the next dictionary word boundary; otherwise
+    after the next whitespace (or 0 when there is none)."""
+    if not text or not before or before[-1].isspace() or text[0].isspace():
+        return 0
+    unspaced_before, unspaced_after = is_unspaced(before[-1]), is_unspaced(text[0])
+    if unspaced_before != unspaced_after:
+        return 0                        # a change of script is a word boundary
+    if unspaced_after:
+        context = before[-12:]
+        position = 0
+        for word in rjieba.cut(context + text[:48]):
+            position += len(word)
+            if position >= len(context):
+                return position - len(context)
+        return 0
+    m = _SPACE.search(text)
+    return m.end() if m and text[m.end():].strip() else 0
