@@ -7,27 +7,56 @@ two names together in any other sentence (one cut by a chunk boundary, say) are 
 as a model would. Summaries keep every distinct note, as the summary prompt asks. Keyword calls
 get the names in the latest question (the bench gives its oracle keywords in the request, so they
 are rarely asked).
+
+It writes in the documents' language (the world's keywords; the descriptions are the passage's own
+sentences) and reads unspaced text too: a Chinese sentence ends at its full-width stop, and a name
+in Chinese characters is found wherever it stands (the world's Chinese names are never inside one
+another, nor spelt by other words), while a Latin name must not continue a Latin word. A chunk may
+begin or end anywhere, even inside a name: the cut sentence states no fact, and a cut name is no name.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from itertools import pairwise
 from typing import Any
 
-from bench.multihop_world import RELATIONS, World
+from bench.multihop_world import World
 
 PASSAGE = re.compile(r"<<<\n(.*)\n>>>", re.S)
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
+UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")  # CJK scripts
+NOT_AFTER, NOT_BEFORE = r"(?<![^\W\u3040-\u9fff\uac00-\ud7af])", r"(?![^\W\u3040-\u9fff\uac00-\ud7af])"
+FULL_STOPS = ("。", "！", "？")
+
+
+def name_pattern(names: list[str]) -> re.Pattern[str]:
+    """One group, the longest name first: an end in a CJK script needs no boundary, a Latin end must not
+    touch another letter or digit of a spaced script (CJK text may follow: "Kazor Systems的总部")."""
+    def one(name: str) -> str:
+        return ("" if UNSPACED.match(name[0]) else NOT_AFTER) + re.escape(name) + (
+            "" if UNSPACED.match(name[-1]) else NOT_BEFORE)
+    return re.compile("(" + "|".join(one(n) for n in sorted(names, key=len, reverse=True)) + ")")
+
+
+@functools.lru_cache(maxsize=100_000)
+def _one_name(name: str) -> re.Pattern[str]:
+    return name_pattern([name])
+
+
+def holds(text: str, name: str) -> bool:
+    """Whether ``name`` stands in ``text`` as a name (not inside a longer Latin word)."""
+    return _one_name(name).search(text) is not None
 
 
 class OracleExtractor:
     def __init__(self, world: World) -> None:
         self.types = world.types
         self.facts = world.by_sentence()
-        names = sorted(world.types, key=len, reverse=True)
-        self.pattern = re.compile(r"(?<!\w)(" + "|".join(map(re.escape, names)) + r")(?!\w)")
+        self.keywords, self.loose = world.relation_keywords, list(world.loose_keywords)
+        self.pattern = name_pattern(list(world.types))
 
     def __call__(self, request: dict[str, Any]) -> str:
         properties = (request.get("format") or {}).get("properties") or {}
@@ -55,13 +84,14 @@ class OracleExtractor:
             fact = self.facts.get(sentence)
             if fact is not None:
                 relations.append({"source": fact.source, "target": fact.target,
-                                  "keywords": list(RELATIONS[fact.kind][1]), "description": sentence, "weight": 8})
+                                  "keywords": list(self.keywords[fact.kind]), "description": sentence, "weight": 8})
             else:
-                relations.extend({"source": a, "target": b, "keywords": ["mentioned together"],
+                relations.extend({"source": a, "target": b, "keywords": self.loose,
                                   "description": sentence, "weight": 2} for a, b in pairwise(names))
         return {"entities": list(entities.values()), "relations": relations}
 
     @staticmethod
     def summary(user: str) -> str:
         notes = [line[2:].strip() for line in user.splitlines() if line.startswith("- ")]
-        return " ".join(dict.fromkeys(notes))
+        unspaced = bool(notes) and all(note.endswith(FULL_STOPS) for note in notes)   # Chinese: joined without spaces
+        return ("" if unspaced else " ").join(dict.fromkeys(notes))

@@ -13,6 +13,12 @@ questions of three kinds whose gold answers the facts give.
 
 Every name is made of words no other name uses, so that a name found in a context is that
 entity and no other. Nothing here imports GraphGate: the world is plain data.
+
+``build_world(..., language=...)`` gives the same world in other languages (bench/multihop_zh.py):
+``zh`` its exact Chinese translation, ``zh-on-en`` Chinese questions over the English documents,
+``en-on-zh`` English questions over the Chinese documents. The builder keeps what a translation
+needs (each fact's template and year, each document's layout, each question's shape and slots)
+without drawing one more random number, so the English world is what it always was.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ SYLLABLES = ("ka", "zor", "vel", "mir", "tan", "quo", "rex", "lun", "dra", "pel"
              "gor", "yas", "fen", "hul", "isk", "jav", "wob", "cre", "plo", "stu", "ven", "oth", "dul", "mak", "ser")
 COMPANY_SUFFIXES = ("Systems", "Dynamics", "Holdings", "Labs", "Industries", "Works", "Group", "Networks")
 PRODUCT_SUFFIXES = ("Pro", "One", "Max", "Core", "Edge", "Flow", "Prime", "Lite")
+
+LANGUAGES = ("en", "zh", "zh-on-en", "en-on-zh")   # "questions-on-documents" when they differ
 
 # relation kind -> (sentence templates with {s} source and {t} target, the keywords an extractor gives it)
 RELATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -44,6 +52,22 @@ RELATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
              ("event", "trade fair")),
     "spoke": (("{s} spoke about {t} at an industry panel.", "{s} wrote a column praising {t}."),
               ("commentary",)),
+}
+LOOSE_KEYWORDS = ("mentioned together",)   # two names in a sentence that states no fact of the world
+
+# question shape -> (its kind, the English question with {x} for its one slot, the oracle's themes)
+QUESTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "hq": ("1-hop", "Where is {x} headquartered?", ("headquarters",)),
+    "founder": ("1-hop", "Who founded {x}?", ("founder",)),
+    "developer": ("1-hop", "Which company develops {x}?", ("product", "developer")),
+    "acquirer": ("1-hop", "Which company acquired {x}?", ("acquisition",)),
+    "acquirer-hq": ("2-hop", "Where is the company that acquired {x} headquartered?", ("acquisition", "headquarters")),
+    "acquirer-founder": ("2-hop", "Who founded the company that acquired {x}?", ("acquisition", "founder")),
+    "developer-hq": ("2-hop", "Where is the company that develops {x} headquartered?", ("product", "headquarters")),
+    "products": ("list", "Which products does {x} develop?", ("products", "develops")),
+    "acquisitions": ("list", "Which companies has {x} acquired?", ("acquisitions", "acquired companies")),
+    "suppliers": ("list", "Which companies supply {x}?", ("suppliers", "supply chain")),
+    "staff": ("list", "Who works at {x}?", ("employees", "staff")),
 }
 
 PROSE = (
@@ -71,6 +95,8 @@ class Fact:
     source: str
     target: str
     sentence: str
+    template: int = 0   # which of the kind's templates the sentence is (a translation uses the same one)
+    year: int = 0       # the year a template may name
 
 
 @dataclass(frozen=True)
@@ -80,6 +106,8 @@ class Question:
     gold: tuple[str, ...]      # every name the context must hold
     low: tuple[str, ...]       # oracle keywords: the names the question gives
     high: tuple[str, ...]      # oracle keywords: its themes
+    shape: str = ""            # a key of QUESTIONS: what a translation asks
+    slot: str = ""             # the name the question gives, in English
 
 
 @dataclass
@@ -89,6 +117,15 @@ class World:
     documents: list[tuple[str, str]] = field(default_factory=list)    # (name, text)
     questions: list[Question] = field(default_factory=list)
     hubs: list[str] = field(default_factory=list)
+    language: str = "en"            # the documents' language (the extractor writes in it)
+    question_language: str = "en"
+    relation_keywords: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: {kind: keywords for kind, (_, keywords) in RELATIONS.items()})
+    loose_keywords: tuple[str, ...] = LOOSE_KEYWORDS
+    # what a translation needs: each document's layout (facts, and prose as (template, number)) in order,
+    # and each name's words as syllables
+    layouts: list[list[Fact | tuple[int, int]]] = field(default_factory=list)
+    syllables: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def by_sentence(self) -> dict[str, Fact]:
         return {fact.sentence: fact for fact in self.facts}
@@ -103,14 +140,16 @@ class World:
 class _Names:
     """Names built from words used once in the whole world."""
 
-    def __init__(self, rng: random.Random) -> None:
-        self.rng, self.used = rng, set[str]()
+    def __init__(self, rng: random.Random, syllables: dict[str, tuple[str, ...]]) -> None:
+        self.rng, self.used, self.syllables = rng, set[str](), syllables
 
     def word(self) -> str:
         while True:
-            word = "".join(self.rng.choice(SYLLABLES) for _ in range(self.rng.choice((2, 3, 3)))).capitalize()
+            parts = tuple(self.rng.choice(SYLLABLES) for _ in range(self.rng.choice((2, 3, 3))))
+            word = "".join(parts).capitalize()
             if word not in self.used:
                 self.used.add(word)
+                self.syllables[word] = parts
                 return word
 
     def company(self) -> str:
@@ -126,8 +165,8 @@ class _Names:
 class _Builder:
     def __init__(self, doc_count: int, seed: int) -> None:
         self.rng = random.Random(seed)
-        self.names = _Names(self.rng)
         self.world = World()
+        self.names = _Names(self.rng, self.world.syllables)
         self.doc_count = doc_count
 
     def entity(self, name: str, kind: str) -> str:
@@ -135,16 +174,24 @@ class _Builder:
         return name
 
     def fact(self, kind: str, source: str, target: str) -> Fact:
-        template = self.rng.choice(RELATIONS[kind][0])
-        fact = Fact(kind, source, target, template.format(s=source, t=target, year=self.rng.randint(1975, 2024)))
+        templates = RELATIONS[kind][0]
+        template = self.rng.choice(templates)
+        year = self.rng.randint(1975, 2024)
+        fact = Fact(kind, source, target, template.format(s=source, t=target, year=year), templates.index(template),
+                    year)
         self.world.facts.append(fact)
         return fact
 
     def document(self, prefix: str, facts: list[Fact]) -> None:
-        prose = [self.rng.choice(PROSE).format(n=self.rng.randint(2, 99)) for _ in range(self.rng.randint(14, 26))]
+        layout: list[Fact | tuple[int, int]] = []
+        for _ in range(self.rng.randint(14, 26)):
+            template = self.rng.randrange(len(PROSE))   # what rng.choice(PROSE) draws
+            layout.append((template, self.rng.randint(2, 99)))
         for fact in facts:
-            prose.insert(self.rng.randint(0, len(prose)), fact.sentence)
-        self.world.documents.append((f"{prefix}-{len(self.world.documents):04d}.txt", " ".join(prose)))
+            layout.insert(self.rng.randint(0, len(layout)), fact)
+        self.world.layouts.append(layout)
+        self.world.documents.append((f"{prefix}-{len(self.world.documents):04d}.txt", " ".join(
+            part.sentence if isinstance(part, Fact) else PROSE[part[0]].format(n=part[1]) for part in layout)))
 
     def build(self) -> World:
         rng, names = self.rng, self.names
@@ -210,39 +257,33 @@ class _Builder:
         def founder(company: str) -> str:
             return world.sources("founded", company)[0]
 
+        def ask(shape: str, slot: str, gold: tuple[str, ...]) -> Question:
+            kind, text, themes = QUESTIONS[shape]
+            return Question(kind, text.format(x=slot), gold, (slot,), themes, shape, slot)
+
         def one_hop(i: int) -> Question:
             company, deal, product = rng.choice(companies), rng.choice(acquired), rng.choice(made)
             return [
-                Question("1-hop", f"Where is {company} headquartered?", (city(company),), (company,),
-                         ("headquarters",)),
-                Question("1-hop", f"Who founded {company}?", (founder(company),), (company,), ("founder",)),
-                Question("1-hop", f"Which company develops {product.target}?", (product.source,),
-                         (product.target,), ("product", "developer")),
-                Question("1-hop", f"Which company acquired {deal.target}?", (deal.source,), (deal.target,),
-                         ("acquisition",)),
+                ask("hq", company, (city(company),)),
+                ask("founder", company, (founder(company),)),
+                ask("developer", product.target, (product.source,)),
+                ask("acquirer", deal.target, (deal.source,)),
             ][i % 4]
 
         def two_hop(i: int) -> Question:
             deal, product = rng.choice(acquired), rng.choice(made)
             return [
-                Question("2-hop", f"Where is the company that acquired {deal.target} headquartered?",
-                         (deal.source, city(deal.source)), (deal.target,), ("acquisition", "headquarters")),
-                Question("2-hop", f"Who founded the company that acquired {deal.target}?",
-                         (deal.source, founder(deal.source)), (deal.target,), ("acquisition", "founder")),
-                Question("2-hop", f"Where is the company that develops {product.target} headquartered?",
-                         (product.source, city(product.source)), (product.target,), ("product", "headquarters")),
+                ask("acquirer-hq", deal.target, (deal.source, city(deal.source))),
+                ask("acquirer-founder", deal.target, (deal.source, founder(deal.source))),
+                ask("developer-hq", product.target, (product.source, city(product.source))),
             ][i % 3]
 
         def lists(hub: str) -> list[Question]:
             return [
-                Question("list", f"Which products does {hub} develop?", tuple(world.targets("develops", hub)),
-                         (hub,), ("products", "develops")),
-                Question("list", f"Which companies has {hub} acquired?", tuple(world.targets("acquired", hub)),
-                         (hub,), ("acquisitions", "acquired companies")),
-                Question("list", f"Which companies supply {hub}?", tuple(world.sources("supplies", hub)),
-                         (hub,), ("suppliers", "supply chain")),
-                Question("list", f"Who works at {hub}?", tuple(world.sources("employs", hub)), (hub,),
-                         ("employees", "staff")),
+                ask("products", hub, tuple(world.targets("develops", hub))),
+                ask("acquisitions", hub, tuple(world.targets("acquired", hub))),
+                ask("suppliers", hub, tuple(world.sources("supplies", hub))),
+                ask("staff", hub, tuple(world.sources("employs", hub))),
             ]
 
         count = max(1, len(world.documents) // 10)
@@ -252,6 +293,15 @@ class _Builder:
         world.questions.extend([q for kind in by_kind for q in kind][:count])
 
 
-def build_world(doc_count: int, seed: int = 18) -> World:
-    """The world of ``doc_count`` documents or a few more (every hub's news items are kept whole)."""
-    return _Builder(doc_count, seed).build()
+def build_world(doc_count: int, seed: int = 18, language: str = "en") -> World:
+    """The world of ``doc_count`` documents or a few more (every hub's news items are kept whole),
+    in one of LANGUAGES: the same facts and questions, translated (bench/multihop_zh.py)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {', '.join(LANGUAGES)}, not {language!r}")
+    world = _Builder(doc_count, seed).build()
+    if language == "en":
+        return world
+    from bench.multihop_zh import translate  # it builds on this module's types
+
+    questions, _, documents = language.partition("-on-")
+    return translate(world, documents or questions, questions, seed)
