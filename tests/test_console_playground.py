@@ -106,7 +106,7 @@ async def test_a_run_shows_every_step_and_is_traced(corpus: httpx.AsyncClient) -
     trace = traces[0]
     assert (trace["api"], trace["mode"], trace["query"], trace["augmented"]) == (
         "console", "mix", "Who leads the Orion project?", True)
-    assert set(trace["detail"]) == {"keywords", "tokens", "timings", "budget", "channels"}
+    assert set(trace["detail"]) == {"keywords", "tokens", "language", "timings", "budget", "channels"}
 
 
 async def test_htmx_gets_the_fragment_only(corpus: httpx.AsyncClient) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from proxy.core.data_dir import default_data_dir, user_data_dir
 from proxy.core.hosts import parse_allowed_hosts
+from proxy.core.language_setting import parse_language
 from proxy.core.modes import MODES
 from proxy.core.setting_parsers import (  # noqa: F401 - re-exported: parsers are part of the settings API
     choice,
@@ -165,8 +166,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("entity_types", "GRAPHGATE_ENTITY_TYPES",
             "Person,Creature,Organization,Location,Event,Concept,Method,Content,Data,Artifact,NaturalObject",
             parse_names, "Comma-separated entity types the extraction asks for (others become `Other`)."),
-    Setting("language", "GRAPHGATE_LANGUAGE", "English", str,
-            "Language of extracted descriptions and summaries."),
+    Setting("language", "GRAPHGATE_LANGUAGE", "auto", parse_language,
+            "Language of extracted descriptions and summaries, and of the instructions and headings around a "
+            "chat turn's context. `auto`: each text's own (a chunk is extracted in the language it is written "
+            "in, a description summarised in its notes' language, a context worded in the question's); a "
+            "language's name (`English`, `Chinese`, ...) makes them all use it (a context is worded in English for a "
+            "language its wording table has no entry for)."),
     Setting("gleaning", "GRAPHGATE_GLEANING", "1", int_between(0, 3),
             "Extra extraction passes per chunk that ask only for what was missed (0-3)."),
     Setting("summary_fragments", "GRAPHGATE_SUMMARY_FRAGMENTS", "8", int_between(2, 1000),
@@ -365,7 +370,7 @@ class Settings:
     chunk_overlap: int = 100
     entity_types: tuple[str, ...] = ("Person", "Creature", "Organization", "Location", "Event", "Concept",
                                      "Method", "Content", "Data", "Artifact", "NaturalObject")
-    language: str = "English"
+    language: str = "auto"
     gleaning: int = 1
     summary_fragments: int = 8
     summary_tokens: int = 1200

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy.core.errors import GraphGateError
+from proxy.core.language_setting import language_for
 from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.extraction.prompts import extraction_messages, extraction_schema, gleaning_messages
@@ -44,7 +45,8 @@ async def extract_chunk(models: ModelClient, settings: Settings, chunk: Chunk, *
     not lost to a crash before the chunk's record is stored. ``resumed`` (a document begun before:
     after a restart, a retry) looks those replies up first, so a kill repeats at most the calls in
     flight."""
-    types, language = settings.entity_types, settings.language
+    # written in the chunk's own language unless the setting names one (not translated into English)
+    types, language = settings.entity_types, language_for(settings.language, chunk.content)
     schema = extraction_schema()
     messages = extraction_messages(chunk.content, entity_types=types, language=language)
     raw: list[str] = []

@@ -21,6 +21,7 @@ import anyio
 from starlette.responses import Response
 
 from proxy.core.errors import GraphGateError, UpstreamError
+from proxy.core.language_setting import language_for
 from proxy.core.responses import json_bytes
 from proxy.gateway.budget_window import window_for
 from proxy.gateway.chat import ChatTurn
@@ -32,6 +33,7 @@ from proxy.retrieval.budget import Budget, conversation_tokens, message_text, pl
 from proxy.retrieval.context import context_summary, inject
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.retriever import Retrieval
+from proxy.retrieval.wording import wording_for
 from proxy.upstream.model_calls import cache_key
 
 if TYPE_CHECKING:
@@ -50,8 +52,6 @@ class AugmenterGateway(Protocol):
     metrics: Metrics
 
 log = logging.getLogger("graphgate.augment")
-
-NO_CONTEXT = "(The knowledge base has nothing relevant to this question.)"
 
 
 # --- Open WebUI's background tasks -------------------------------------------------------------
@@ -252,11 +252,11 @@ class Augmenter:
         knowledge = self._knowledge(turn)
         if knowledge is None and grounding is not None and grounding.reason:
             self._skip(turn, grounding.reason, mode)
-            return self._context_reply(turn, NO_CONTEXT, time.perf_counter()) if control.context_only else turn
+            return self._nothing_found(turn, control.text, time.perf_counter()) if control.context_only else turn
         if knowledge is None or not knowledge.has_chunks():
             # the knowledge base is empty or unavailable
             self._skip(turn, "the knowledge base is empty (no processed documents)", mode)
-            return self._context_reply(turn, NO_CONTEXT, time.perf_counter()) if control.context_only else turn
+            return self._nothing_found(turn, control.text, time.perf_counter()) if control.context_only else turn
         try:
             info = await knowledge.model_info.get(turn.model)
         except GraphGateError as exc:
@@ -267,6 +267,14 @@ class Augmenter:
             capabilities = ", ".join(info.capabilities) or "none"
             return self._skip(turn, f"model {turn.model!r} cannot chat (capabilities: {capabilities})", mode)
         return await self._augment(turn, control, mode, info, at, cache=not whole_turn_only)
+
+    def _nothing_found(self, turn: ChatTurn, question: str, started: float, language: str | None = None) -> Response:
+        """A ``/context`` turn's reply when there is no context to give: said in the turn's language
+        (the context's, else the knowledge base's ``language`` setting, else the question's)."""
+        knowledge = self._knowledge(turn)
+        setting = (knowledge.retriever.settings if knowledge is not None else self.gateway.settings).language
+        return self._context_reply(turn, wording_for(language or language_for(setting, question)).nothing_found,
+                                   started)
 
     def _knowledge(self, turn: ChatTurn) -> Knowledge | None:
         """The knowledge base of the turn (its grounding; ``default`` for a turn no stage grounded)."""
@@ -307,7 +315,7 @@ class Augmenter:
         if budget.reason:
             log.info("not augmenting a %s turn: %s", turn.model, budget.reason)
             self._finish(turn, trace, budget.reason)
-            return self._context_reply(turn, NO_CONTEXT, started) if control.context_only else turn
+            return self._nothing_found(turn, query, started) if control.context_only else turn
         params = QueryParams.from_settings(settings, mode=mode, instructions=control.instructions,
                                            filters=control.filters)
         try:
@@ -326,9 +334,11 @@ class Augmenter:
             return self._context_reply(turn, "(Retrieval failed.)", started) if control.context_only else turn
         self._describe(trace, retrieval)
         if control.context_only:
-            text = retrieval.context.text if retrieval.context and not retrieval.empty else NO_CONTEXT
             self._finish(turn, trace, "context requested (/context)")
-            return self._context_reply(turn, text, started)
+            if retrieval.context is None or retrieval.empty:
+                worded = retrieval.context.language if retrieval.context else None
+                return self._nothing_found(turn, query, started, worded)
+            return self._context_reply(turn, retrieval.context.text, started)
         if retrieval.empty:   # the context says why when the budget could not hold its instructions
             reason = retrieval.skipped or (retrieval.context.skipped if retrieval.context else None)
             return self._finish(turn, trace, reason or "nothing relevant found")

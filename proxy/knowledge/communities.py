@@ -36,6 +36,7 @@ import anyio.to_thread
 
 from proxy.core import json_text
 from proxy.core.errors import GraphGateError
+from proxy.core.language_setting import language_for
 from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.ingest.pipeline import Pipeline
@@ -298,7 +299,10 @@ class CommunitySummaries:
             reads.descriptions_sync, "entities", [(vector_key, key) for vector_key, key, _, _ in plan.described])
         relation_texts = await anyio.to_thread.run_sync(
             reads.descriptions_sync, "relations", [(vector_key, pair) for vector_key, pair, _ in plan.relations])
-        messages = summary_messages(plan, descriptions, relation_texts, self.settings.language)
+        # in the language of the descriptions summarised unless the setting names one (members' names left out)
+        language = language_for(self.settings.language, "\n".join([*descriptions.values(), *relation_texts.values()]),
+                                names=[name for _, _, name, _ in plan.described])
+        messages = summary_messages(plan, descriptions, relation_texts, language)
         try:
             reply = await self.models.structured("community", messages, SCHEMA, priority=Priority.BACKGROUND)
             if not reply.cached:

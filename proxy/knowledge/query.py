@@ -33,7 +33,7 @@ class Knowledge(Protocol):
 
 ROLES = ("user", "assistant", "system")
 # what a query's trace keeps of its result
-TRACED = ("keywords", "tokens", "timings", "budget", "rerank", "channels", "shed", "filtered")
+TRACED = ("keywords", "tokens", "language", "timings", "budget", "rerank", "channels", "shed", "filtered")
 
 
 @dataclass
@@ -95,6 +95,7 @@ def describe(retrieval: Retrieval, budget: Budget) -> dict[str, Any]:
         "references": [{"id": n, "document": name} for n, name in (context.references if context else [])],
         "context": context.text if context else "",
         "tokens": context.tokens if context else {},
+        "language": context.language if context else None,   # the context's wording (proxy/retrieval/wording.py)
         "timings": retrieval.timings, "budget": budget.as_dict(),
     }
     if retrieval.rerank is not None:  # there is a reranker: what it did, or why its order was not used

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from proxy.core import json_text
+from proxy.core.language_setting import language_for
 from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
@@ -261,7 +262,9 @@ class Integrator:
 
     async def _summarise(self, subject: str, fragments: list[str], out: GraphChanges) -> str:
         joined = SEPARATOR.join(fragments)
-        reply = await self.models.structured("summary", summary_messages(subject, fragments, self.settings.language),
+        # in the notes' own language unless the setting names one (the subject's name left out)
+        language = language_for(self.settings.language, joined, names=(subject,))
+        reply = await self.models.structured("summary", summary_messages(subject, fragments, language),
                                              SUMMARY_SCHEMA, priority=Priority.SUMMARY)
         try:
             summary = str(json_text.loads(reply.content, max_depth=json_text.BODY_DEPTH)["summary"]).strip()

@@ -1,6 +1,7 @@
 """The context given to the model: instructions, entities, relations, chunks and references,
 fitted to the token budget. Ranking first, truncation second: the best items survive a small
-budget, and every section keeps at least one item when it has any."""
+budget, and every section keeps at least one item when it has any. The instructions and headings
+are the turn's language's (``wording.py``), and counted as such."""
 
 from __future__ import annotations
 
@@ -11,14 +12,7 @@ from typing import Any
 
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, FoundRelation
-
-INSTRUCTIONS = """You answer questions using the knowledge base context below: facts from a knowledge \
-graph (entities and their relations) and passages from the user's documents.
-- Base the answer on this context. If the context does not contain the answer, say so plainly \
-instead of guessing; you may then add what you know in general, clearly marked as not from the documents.
-- Answer in the language of the user's question.
-- Cite the passages you use as [n], with n from the reference list, and end with a short "References" \
-list of the documents you cited."""
+from proxy.retrieval.wording import ENGLISH, Wording
 
 
 @dataclass
@@ -31,6 +25,7 @@ class Context:
     tokens: dict[str, int] = field(default_factory=dict)
     communities: list[FoundCommunity] = field(default_factory=list)
     skipped: str | None = None   # why nothing could be given (the budget cannot hold the instructions)
+    language: str = ENGLISH.language   # the language it is worded in (``wording.py``)
 
 
 def entity_line(e: FoundEntity) -> str:
@@ -70,16 +65,18 @@ def references_for(chunks: list[FoundChunk]) -> list[tuple[int, str]]:
     return [(n, name) for n, name in enumerate(ranked, start=1)]
 
 
-def header_text(instructions: str | None) -> str:
-    return INSTRUCTIONS + (f"\n\nAdditional instructions from the user:\n{instructions}" if instructions else "")
+def header_text(instructions: str | None, wording: Wording = ENGLISH) -> str:
+    extra = f"\n\n{wording.user_instructions}\n{instructions}" if instructions else ""
+    return wording.instructions + extra
 
 
 def build_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
                   entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
-                  instructions: str | None = None, communities: list[FoundCommunity] | None = None) -> Context:
+                  instructions: str | None = None, communities: list[FoundCommunity] | None = None,
+                  wording: Wording = ENGLISH) -> Context:
     """The ``sections`` layout: entities, relations and passages, each up to its own ceiling (the
     community summaries, when there are any, from the entity budget first)."""
-    header = header_text(instructions)
+    header = header_text(instructions, wording)
     header_tokens = tokenizer.count(header)
     communities = communities or []
     c_lines = [json.dumps({"community": c.title, "summary": c.summary}, ensure_ascii=False) for c in communities]
@@ -90,14 +87,14 @@ def build_context(entities: list[FoundEntity], relations: list[FoundRelation], c
     r_lines = [relation_line(r) for r in relations]
     r_keep, r_used = fit(r_lines, relation_budget, tokenizer)
     cut_first(r_lines, r_keep, r_used, tokenizer)
-    kept_entities = Section("entities", "## Entities (knowledge graph)", [entities[i] for i in e_keep],
+    kept_entities = Section("entities", wording.entities, [entities[i] for i in e_keep],
                             [e_lines[i] for i in e_keep], e_used)
-    kept_relations = Section("relations", "## Relations (knowledge graph)", [relations[i] for i in r_keep],
+    kept_relations = Section("relations", wording.relations, [relations[i] for i in r_keep],
                              [r_lines[i] for i in r_keep], r_used)
-    kept_communities = Section("communities", "## Communities (summaries of related entities)",
+    kept_communities = Section("communities", wording.communities,
                                [communities[i] for i in c_keep], [c_lines[i] for i in c_keep], c_used)
     return assemble(header, header_tokens, [kept_communities, kept_entities, kept_relations], chunks, total_budget,
-                    tokenizer)
+                    tokenizer, wording)
 
 
 @dataclass
@@ -116,8 +113,6 @@ SEPARATOR = 1   # "\n\n" between two parts of the context is one token
 # (cl100k: rarely one token more than the parts counted apart), and the whole text is never
 # counted again (recounting 30,000 tokens costs ~18 ms a turn; the parts' counts are cached)
 BREAK_SLACK = 1
-PASSAGES = "## Document passages"
-REFERENCES = "## References"
 MIN_PASSAGE_TOKENS = 16   # a passage cut shorter than this says nothing: none is given instead
 
 
@@ -155,11 +150,13 @@ def reference_line(number: int, name: str) -> str:
     return f"[{number}] {name}"
 
 
-def fit_passages(chunks: list[FoundChunk], room: int, tokenizer: Tokenizer) -> list[FoundChunk]:
+def fit_passages(chunks: list[FoundChunk], room: int, tokenizer: Tokenizer,
+                 wording: Wording = ENGLISH) -> list[FoundChunk]:
     """The leading chunks whose passages, with the reference list they need, fit ``room`` (both
     headings included). When not even the first fits whole, it is cut to fit (a section keeps one
     item when it has any), unless what would be left of it is too short to say anything."""
-    base = 2 * (SEPARATOR + BREAK_SLACK) + tokenizer.count(PASSAGES) + tokenizer.count(REFERENCES)
+    base = (2 * (SEPARATOR + BREAK_SLACK) + tokenizer.count(wording.passages)
+            + tokenizer.count(wording.references))
     used, cited = base, set[str | None]()
     kept: list[FoundChunk] = []
     for chunk in chunks:
@@ -202,7 +199,7 @@ def line_cost(line: str, tokenizer: Tokenizer) -> int:
 
 
 def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list[FoundChunk],
-             total_budget: int, tokenizer: Tokenizer) -> Context:
+             total_budget: int, tokenizer: Tokenizer, wording: Wording = ENGLISH) -> Context:
     """The context: the header, the graph sections in order, then the passages that fit what is
     left with the references they cite. The whole text is held to ``total_budget`` as the
     tokenizer counts it: every part is counted (lines, headings, separators, a token of slack per
@@ -211,10 +208,10 @@ def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list
     if header_tokens > total_budget:
         return Context("", [], [], [], [], {"instructions": header_tokens, "total": 0},
                        skipped=f"the context budget ({total_budget} tokens) cannot hold the instructions "
-                               f"({header_tokens} tokens): raise max_total_tokens")
+                               f"({header_tokens} tokens): raise max_total_tokens", language=wording.language)
     graph = fit_graph(graph, total_budget - header_tokens, tokenizer)
     graph_tokens = sum(block_tokens(s.heading, s.lines, tokenizer) for s in graph)
-    kept_chunks = fit_passages(chunks, total_budget - header_tokens - graph_tokens, tokenizer)
+    kept_chunks = fit_passages(chunks, total_budget - header_tokens - graph_tokens, tokenizer, wording)
     references = references_for(kept_chunks)
     number = {name: n for n, name in references}
     passage_lines = [passage_line(c, number.get(c.documents[0]) if c.documents else None) for c in kept_chunks]
@@ -222,9 +219,9 @@ def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list
     sections = [header]
     sections += [f"{section.heading}\n" + "\n".join(section.lines) for section in graph]
     if kept_chunks:
-        sections.append(f"{PASSAGES}\n" + "\n".join(passage_lines))
+        sections.append(f"{wording.passages}\n" + "\n".join(passage_lines))
     if references:
-        sections.append(f"{REFERENCES}\n" + "\n".join(reference_lines))
+        sections.append(f"{wording.references}\n" + "\n".join(reference_lines))
     text = "\n\n".join(sections)
     # counted by parts (each line's count is cached): recounting 10k+ tokens per turn costs ~10 ms
     chunk_tokens = sum(c + 1 for c in tokenizer.count_many(passage_lines))
@@ -236,15 +233,17 @@ def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list
               **({"communities": communities.tokens} if communities.items else {}), "chunks": chunk_tokens}
     parts = [block_tokens(s.heading, s.lines, tokenizer) - BREAK_SLACK * (len(s.lines) + 1) for s in graph]
     parts += [SEPARATOR + tokenizer.count(heading) + sum(c + 1 for c in tokenizer.count_many(lines))
-              for heading, lines in ((PASSAGES, passage_lines), (REFERENCES, reference_lines)) if lines]
+              for heading, lines in ((wording.passages, passage_lines), (wording.references, reference_lines))
+              if lines]
     tokens["total"] = header_tokens + sum(parts)   # the text's tokens, counted by parts
-    return Context(text, entities.items, relations.items, kept_chunks, references, tokens, communities.items)
+    return Context(text, entities.items, relations.items, kept_chunks, references, tokens, communities.items,
+                   language=wording.language)
 
 
 def context_summary(context: Context) -> dict[str, Any]:
     return {"entities": [e.name for e in context.entities],
             "relations": [[r.source_name, r.target_name] for r in context.relations],
-            "chunks": [c.id for c in context.chunks], "tokens": context.tokens}
+            "chunks": [c.id for c in context.chunks], "tokens": context.tokens, "language": context.language}
 
 
 def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ import anyio.to_thread
 import numpy as np
 
 from proxy.core.errors import UpstreamError
+from proxy.core.language_setting import language_for
 from proxy.core.modes import Mode
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
@@ -54,6 +55,7 @@ from proxy.retrieval.scoped_store import ScopedStore
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.sources import graph_sources
 from proxy.retrieval.stages import KEYWORD_VECTORS, Channel, Question, Reranker
+from proxy.retrieval.wording import wording_for
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
@@ -221,7 +223,8 @@ class Retriever:
             with timer.step("rerank"):
                 chunks, rerank = await self._rerank(question, chunks)
         with timer.step("context"):
-            context = await anyio.to_thread.run_sync(self._build_context, graph, chunks, params, budget)
+            context = await anyio.to_thread.run_sync(self._build_context, graph, chunks, params, budget,
+                                                     question, finds.get("linked"))
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
         counted = {name: {"entities": len(f.entities), "relations": len(f.relations), "chunks": len(f.chunks),
                           "communities": len(f.communities)} for name, f in finds.items()}
@@ -357,17 +360,27 @@ class Retriever:
         self._narrow(question, [], chunks)
         return chunks
 
+    def _language(self, question: Question, linked: Found | None, finds: GraphFinds) -> str:
+        """The language the context is worded in: the ``language`` setting's, or the question's,
+        the names it spells of the entities it links to or that were found left out (a Chinese
+        question about "Zorvel Systems" is Chinese, an English one about "奥巴尼克斯" English)."""
+        asked = question.text.casefold()
+        entities = [*(linked.entities if linked is not None else ()), *finds.entities]
+        names = {e.name for e in entities if e.name and e.name.casefold() in asked}
+        return language_for(self.settings.language, question.text, names)
+
     def _build_context(self, finds: GraphFinds, chunks: list[FoundChunk], params: QueryParams,
-                       budget: Budget) -> Context:
+                       budget: Budget, question: Question, linked: Found | None) -> Context:
+        wording = wording_for(self._language(question, linked, finds))
         if params.context_layout == "evidence":
             return build_evidence_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                                           relation_budget=budget.relation, total_budget=budget.total,
                                           tokenizer=self.tokenizer, instructions=params.instructions,
-                                          communities=finds.communities)
+                                          communities=finds.communities, wording=wording)
         return build_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                              relation_budget=budget.relation, total_budget=budget.total,
                              tokenizer=self.tokenizer, instructions=params.instructions,
-                             communities=finds.communities)
+                             communities=finds.communities, wording=wording)
 
 
 def found_by(named: dict[str, Found], order: list[str], entities: list[FoundEntity],
