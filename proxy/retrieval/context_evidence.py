@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.context import Context, Section, assemble, header_text
 from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, FoundRelation
+from proxy.retrieval.wording import ENGLISH, Wording
 
 RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first notes carry its gist
 ENTITY_TOKENS = 48     # an entity's line is a pointer (type, gist); its facts are the relations'
@@ -80,9 +81,9 @@ def cut(tokenizer: Tokenizer, line: str, limit: int) -> str:
 
 def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
                            entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
-                           instructions: str | None = None, communities: list[FoundCommunity] | None = None
-                           ) -> Context:
-    header = header_text(instructions)
+                           instructions: str | None = None, communities: list[FoundCommunity] | None = None,
+                           wording: Wording = ENGLISH) -> Context:
+    header = header_text(instructions, wording)
     header_tokens = tokenizer.count(header)
     communities = communities or []
     # facts: each distinct statement once
@@ -108,8 +109,7 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
                                  tokenizer)
     kept_entities = entities[:len(e_lines)]
     return assemble(header, header_tokens, [
-        Section("relations", "## Facts (knowledge graph relations)", kept_relations, r_lines, r_used),
-        Section("communities", "## Communities (summaries of related entities)", communities[:len(c_lines)],
-                c_lines, c_used),
-        Section("entities", "## Entities (knowledge graph)", kept_entities, e_lines, e_used),
-    ], chunks, total_budget, tokenizer)
+        Section("relations", wording.facts, kept_relations, r_lines, r_used),
+        Section("communities", wording.communities, communities[:len(c_lines)], c_lines, c_used),
+        Section("entities", wording.entities, kept_entities, e_lines, e_used),
+    ], chunks, total_budget, tokenizer, wording)
