@@ -15,13 +15,14 @@ not use goes to the passages. The references still name each passage's document.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Iterator
 
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.context import Context, Section, assemble, header_text
 from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, FoundRelation
 from proxy.retrieval.wording import ENGLISH, Wording
+from proxy.text.fold import fold
+from proxy.text.sentences import split_notes
 
 RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first notes carry its gist
 ENTITY_TOKENS = 48     # an entity's line is a pointer (type, gist); its facts are the relations'
@@ -31,8 +32,7 @@ CHARS_PER_TOKEN_MAX = 12  # more characters than a line's token limit can ever t
 
 def notes(description: str) -> list[str]:
     """A description's notes: its lines and sentences, normalised for comparison."""
-    parts = re.split(r"\n+|(?<=[.!?])\s+", description)
-    return [" ".join(p.split()).casefold().rstrip(".") for p in parts if p.strip()]
+    return [fold(" ".join(p.split())).rstrip(".。") for p in split_notes(description)]
 
 
 def relation_text(r: FoundRelation) -> str:
