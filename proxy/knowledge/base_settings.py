@@ -6,7 +6,8 @@ The overridable settings are those that shape what a base's ingestion makes of i
 - ``llm_model``: the extraction (and summary) model, e.g. a model that knows the base's language;
 - ``entity_types``: what the extraction looks for (an HR handbook's people and policies, a
   codebase's modules and functions);
-- ``language``: the language of the extracted descriptions and summaries;
+- ``language``: the language of the extracted descriptions and summaries and of the words around its
+  chats' context (``auto``, the default: each document's and question's own);
 - ``chunk_tokens`` and ``chunk_overlap``: how documents are cut (applies to documents ingested
   afterwards; ``graphgate reindex`` does not re-cut);
 - ``gleaning``: extra extraction passes (a dense base is worth a second pass, a large one is not).
