@@ -18,6 +18,7 @@ from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
 from proxy.core.settings import Settings
+from proxy.parsing.workers import ParsePool
 from tests.conftest import gateway_client
 from tests.fake_ollama import FakeOllama
 
@@ -129,3 +130,18 @@ async def test_a_document_over_the_time_bound_is_refused_with_that_reason(settin
         assert response.status_code == 413, response.text
         assert response.json()["error"] == "'nested.html' took more than 1 s to parse (GRAPHGATE_PARSE_SECONDS)"
         assert (await client.get("/rag/documents")).json()["documents"] == []
+
+
+def test_a_new_workers_start_is_not_counted_as_the_documents_parse_time(tmp_path, monkeypatch) -> None:
+    """A worker's start (a Python start and the parsers' imports) can take seconds on a busy machine;
+    the parse clock starts once the worker says it is ready, so an ordinary document is not refused
+    as 'took more than 1 s' because its worker was slow to start (here: 3 s, by a sitecustomize)."""
+    (tmp_path / "sitecustomize.py").write_text("import time\ntime.sleep(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    pool = ParsePool(size=1)
+    try:
+        parsed = pool.parse("fine.docx", docx_bytes("Berlin is the capital of Germany."), max_bytes=10**6,
+                            seconds=SECONDS, memory=MEMORY, max_chars=10**6)
+    finally:
+        pool.close()
+    assert "Berlin is the capital of Germany." in parsed.text

@@ -42,7 +42,9 @@ from proxy.core.settings import Settings
 from proxy.parsing.files import ParsedDocument, safe_name
 
 WORKERS = 2
+STARTUP_SECONDS = 120   # a new worker's start (a Python start and the parsers' imports) may take this long
 _HEADER = struct.Struct("!Q")
+_READY = b"R"           # what a worker writes once its imports are done: the parse clock starts after
 _MB = 1024 * 1024
 
 
@@ -76,6 +78,7 @@ class _Worker:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         self.process = subprocess.Popen([sys.executable, "-m", "proxy.parsing.workers"], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.started = False
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -86,15 +89,25 @@ class _Worker:
                 stream.close()
 
     def run(self, request: tuple[Any, ...], seconds: float) -> tuple[Any, ...] | None:
-        """The worker's reply, or None when it died; TimeoutError past ``seconds``."""
+        """The worker's reply, or None when it died; TimeoutError past ``seconds`` of parsing (a new
+        worker's start is not the document's time: on a busy machine it alone can take seconds)."""
+        if self.process.stdout is None:
+            raise RuntimeError("the parse worker was started without a pipe for its replies")
+        fd = self.process.stdout.fileno()
+        if not self.started:
+            try:
+                ready = _read_exact(fd, len(_READY), time.monotonic() + STARTUP_SECONDS)
+            except TimeoutError:
+                ready = None
+            if ready != _READY:
+                self.process.kill()   # it never got going: the document fails as a stopped parser
+                return None
+            self.started = True
         try:
             _write(self.process.stdin, request)
         except (BrokenPipeError, OSError):
             return None
         deadline = time.monotonic() + seconds
-        if self.process.stdout is None:
-            raise RuntimeError("the parse worker was started without a pipe for its replies")
-        fd = self.process.stdout.fileno()
         header = _read_exact(fd, _HEADER.size, deadline)
         if header is None:
             return None
@@ -250,6 +263,8 @@ def _serve() -> None:
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the replies
+    stdout.write(_READY)     # imported: the gateway starts a document's clock from here
+    stdout.flush()
     base = _vm_size()
     _, hard_as = resource.getrlimit(resource.RLIMIT_AS)
     _, hard_cpu = resource.getrlimit(resource.RLIMIT_CPU)
