@@ -7,8 +7,12 @@ are cut by what each use needs:
   (``proxy/store/name_index.py`` matches spans of tokens);
 - ``terms`` (the keyword index): character bigrams, which find invented and transliterated names a
   dictionary does not know, the way search engines index Chinese and Japanese;
-- ``stems`` (how relation words of a question meet a relation's keywords): Han runs by jieba's
-  dictionary (rjieba), other unspaced runs by bigrams.
+- ``stems`` (how relation words of a question meet a relation's keywords): the characters of the
+  content words of Han runs (words by jieba's dictionary, rjieba; stopwords left out), other
+  unspaced runs by bigrams. A Chinese character is a morpheme, as an English prefix is a stem:
+  收购方 (acquirer) meets 收购 (acquisition), 创办 (founded) meets 创始人 (founder). Measured on the
+  Chinese bench world (bench/multihop_recall.py --language zh, 4k tokens): 2-hop recall 0.87 with
+  characters, 0.53 with the dictionary words themselves, 0.53 with their bigrams.
 
 Every function folds first (``proxy.text.fold``): full-width forms, case, traditional Chinese."""
 
@@ -68,15 +72,17 @@ def terms(text: str) -> list[str]:
 @functools.lru_cache(maxsize=65536)   # keywords, names and descriptions recur from query to query
 def stems(text: str) -> frozenset[str]:
     """The words a question's relation words are compared by: prefixes of alphabetic words of four
-    letters or more (shorter ones are mostly function words), dictionary words of Han text, bigrams
-    of other unspaced scripts; no stopwords."""
+    letters or more (shorter ones are mostly function words), the characters of Han content words,
+    bigrams of other unspaced scripts; no stopwords."""
     stop = stopwords()
     found: set[str] = set()
     for piece, unspaced in _pieces(fold(text)):
         if not unspaced:
             found.update(w[:STEM] for w in _LETTERS.findall(piece) if w not in stop)
         elif _HAN_RUN.match(piece):
-            found.update(w for w in rjieba.cut(piece) if len(w) > 1 and w not in stop)
+            for word in rjieba.cut(piece):
+                if len(word) > 1 and word not in stop:
+                    found.update(word)
         else:
             found.update(_bigrams(piece))
     return frozenset(found)
