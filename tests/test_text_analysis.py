@@ -203,3 +203,13 @@ async def test_hostile_text_gets_a_context_or_nothing_never_an_error(
         chat = await client.post("/api/chat", json={"model": "llama3.2", "stream": False,
                                                     "messages": [{"role": "user", "content": question}]})
         assert chat.status_code == 200, chat.text
+
+
+def test_japanese_and_thai_names_are_linked_and_their_passages_found(tmp_path) -> None:
+    names = index("東京タワー", "กรุงเทพ")
+    assert linked(names, "東京タワーはどこにありますか？") == [("東京タワー".casefold(), EXACT)]
+    assert linked(names, "ไปกรุงเทพอย่างไร") == [("กรุงเทพ", EXACT)]
+    keywords = KeywordIndex(tmp_path / "kw")
+    keywords.rebuild([1, 2], ["東京タワーは東京都港区にある電波塔です。", "กรุงเทพเป็นเมืองหลวงของประเทศไทย"])
+    assert [key for key, _ in keywords.search("東京タワーの高さ", 2)][:1] == [1]
+    assert [key for key, _ in keywords.search("เมืองหลวงไทย", 2)][:1] == [2]
