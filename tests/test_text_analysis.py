@@ -213,3 +213,15 @@ def test_japanese_and_thai_names_are_linked_and_their_passages_found(tmp_path) -
     keywords.rebuild([1, 2], ["東京タワーは東京都港区にある電波塔です。", "กรุงเทพเป็นเมืองหลวงของประเทศไทย"])
     assert [key for key, _ in keywords.search("東京タワーの高さ", 2)][:1] == [1]
     assert [key for key, _ in keywords.search("เมืองหลวงไทย", 2)][:1] == [2]
+
+
+async def test_the_console_finds_a_chinese_entity_typed_in_traditional_or_full_width(
+        settings: Settings, fake: FakeOllama, zh_facts: KnownFacts) -> None:
+    async with gateway_client(settings, fake) as client:
+        await ingest_zh(client)
+        for typed in ("奧巴尼克斯實驗室", "奥巴尼克斯实验室", "凯斯翠", "維多利亞港"):
+            page = await client.get("/admin/entities", params={"q": typed})
+            assert page.status_code == 200
+            wanted = {"奧巴尼克斯實驗室": "奥巴尼克斯实验室", "維多利亞港": "维多利亚港"}.get(typed, typed)
+            assert f">{wanted}</a>" in page.text, typed
+        assert "No entities match" in (await client.get("/admin/entities", params={"q": "不存在的名字"})).text

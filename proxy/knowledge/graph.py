@@ -68,6 +68,9 @@ class GraphService:
             found = await self.store.read_memory(functools.partial(graph_reads.metas_with_degrees, keys))
         elif search or kind:
             keys = await self.tables.matching_keys(search, kind)
+            if search and not kind:   # a name as the name index folds it: traditional or full-width, one typo
+                named = await anyio.to_thread.run_sync(self.store.link_sync, search)
+                keys += [key for key, _ in named if key not in set(keys)]
             found, total = await anyio.to_thread.run_sync(graph_reads.rank_matching, self.store, keys, descending,
                                                           limit, offset)
         else:
