@@ -204,7 +204,8 @@ def test_status_is_a_short_summary_and_json_on_demand(tmp_path: Path, upstream: 
     assert counts["entities"] == len(PEOPLE) and "pipeline: idle" in lines and lines[-1].startswith("health: ")
     # a failed document is counted, and the summary says where to read why
     fake.fail_paths["/api/chat"] = 500   # the extraction model fails
-    assert graphgate("ingest", str(write(tmp_path / "more.txt", "Dora Grey visits Berlin.")), env=env).returncode == 1
+    once = {**env, "GRAPHGATE_LLM_RETRIES": "1"}   # the failure is the point, not its retries
+    assert graphgate("ingest", str(write(tmp_path / "more.txt", "Dora Grey visits Berlin.")), env=once).returncode == 1
     failed = graphgate("status", env=env).stdout.splitlines()
     assert failed[0] == "knowledge base default: 3 documents processed, 1 failed", failed
     assert any("GET /rag/documents?status=failed" in line for line in failed), failed
