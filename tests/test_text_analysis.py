@@ -215,7 +215,7 @@ def test_japanese_and_thai_names_are_linked_and_their_passages_found(tmp_path) -
     assert [key for key, _ in keywords.search("เมืองหลวงไทย", 2)][:1] == [2]
 
 
-async def test_the_console_finds_a_chinese_entity_typed_in_traditional_or_full_width(
+async def test_the_console_finds_a_chinese_entity_typed_in_traditional_characters(
         settings: Settings, fake: FakeOllama, zh_facts: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:
         await ingest_zh(client)

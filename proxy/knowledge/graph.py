@@ -27,6 +27,7 @@ from proxy.store.changes import pair_key
 from proxy.store.graph_igraph import force_layout
 from proxy.store.rows_memory import EntityMeta
 from proxy.store.store import KnowledgeStore
+from proxy.text.fold import fold
 
 SHOWN_CHUNKS = 20  # an entity's page shows its first source chunks
 
@@ -68,7 +69,8 @@ class GraphService:
             found = await self.store.read_memory(functools.partial(graph_reads.metas_with_degrees, keys))
         elif search or kind:
             keys = await self.tables.matching_keys(search, kind)
-            if search and not kind:   # a name as the name index folds it: traditional or full-width, one typo
+            if search and not kind and fold(search) != search.casefold():
+                # typed in another form of its script (traditional, full-width): the name index folds it
                 named = await anyio.to_thread.run_sync(self.store.link_sync, search)
                 keys += [key for key, _ in named if key not in set(keys)]
             found, total = await anyio.to_thread.run_sync(graph_reads.rank_matching, self.store, keys, descending,
