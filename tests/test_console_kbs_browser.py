@@ -34,7 +34,10 @@ def _switcher(page: Page):
 
 
 def _switch(page: Page, name: str, url: str) -> None:
-    _switcher(page).select_option(name)   # console.js submits the switcher when a base is picked
+    # console.js submits the switcher when a base is picked: once the page has run it (on a busy
+    # machine a pick can come before the deferred script, and only the Switch button would then work)
+    page.wait_for_load_state("load")
+    _switcher(page).select_option(name)
     expect(page).to_have_url(re.compile(url))
     expect(_switcher(page)).to_have_value(name)
 
