@@ -1,6 +1,7 @@
-"""The cache and trace tables over either backend's SQL: the adapters were the same line for line
-in DuckDB and PostgreSQL, only the functions they run differ. Each backend binds its own functions
-(``duckdb/cache.py``, ``postgres/cache.py``, ``duckdb/traces.py``, ``postgres/traces.py``)."""
+"""The cache, trace and re-embedding tables over either backend's SQL: the adapters were the same
+line for line in DuckDB and PostgreSQL, only the functions they run differ. Each backend binds its
+own functions (``duckdb/cache.py``, ``postgres/cache.py``, ``duckdb/traces.py``, ``postgres/traces.py``,
+``duckdb/reembed.py``, ``postgres/reembed.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from proxy.store.batching import BatchedReader, BatchWriter, Database
 from proxy.store.protocols.cache import CacheEntry, KindTotals
+from proxy.store.protocols.reembed import ToEmbed
 from proxy.store.protocols.traces import Trace
+from proxy.store.vector_models import REEMBEDDED, TableModel
 
 
 @dataclass(frozen=True)
@@ -81,3 +86,52 @@ class SqlTraces:
 
     async def one(self, trace_id: int) -> dict[str, Any] | None:
         return await self.db.read(self.queries.one, trace_id)
+
+
+@dataclass(frozen=True)
+class ReembedQueries:
+    """One backend's re-embedding statements: each ``fn(connection, *args)``."""
+    models: Callable[..., dict[str, TableModel]]
+    to_embed: Callable[..., list[ToEmbed]]
+    progress: Callable[..., tuple[int, int]]
+    staged_models: Callable[..., dict[str, int]]
+    discard_staged: Callable[..., int]
+    stage: Callable[..., None]
+    swap: Callable[..., bool]
+
+
+class SqlReembed:
+    """``ReembedTables`` (proxy/store/protocols/reembed.py) over a backend's statements."""
+
+    def __init__(self, db: Database, queries: ReembedQueries) -> None:
+        self.db = db
+        self.queries = queries
+
+    async def models(self) -> dict[str, TableModel]:
+        return await self.db.read(self.queries.models)
+
+    async def to_embed(self, table: str, model: str, after: str | None, limit: int) -> list[ToEmbed]:
+        return await self.db.read(self.queries.to_embed, _reembedded(table), model, after, limit)
+
+    async def progress(self, table: str, model: str) -> tuple[int, int]:
+        return await self.db.read(self.queries.progress, _reembedded(table), model)
+
+    async def staged_models(self) -> dict[str, int]:
+        return await self.db.read(self.queries.staged_models)
+
+    async def discard_staged(self, keep: str | None, dim: int | None = None) -> int:
+        return await self.db.write(self.queries.discard_staged, keep, dim)
+
+    async def stage(self, table: str, model: str, rows: list[ToEmbed], vectors: np.ndarray,
+                    hashes: list[str] | None) -> None:
+        await self.db.write(self.queries.stage, _reembedded(table), model, rows, vectors, hashes)
+
+    async def swap(self, model: str, dim: int) -> bool:
+        return await self.db.write(self.queries.swap, model, dim)
+
+
+def _reembedded(table: str) -> str:
+    """``table`` when it holds vectors to re-embed (its name goes into the statements)."""
+    if table not in REEMBEDDED:
+        raise ValueError(f"no vectors to re-embed in table {table}")
+    return table

@@ -10,6 +10,7 @@ import pyarrow as pa
 from proxy.store.duckdb.commit import vectors_column
 from proxy.store.duckdb.connection import Con, Database, bump_generation, get_meta, set_meta
 from proxy.store.protocols.reembed import ToEmbed
+from proxy.store.sql_subjects import ReembedQueries, SqlReembed
 from proxy.store.vector_models import REEMBEDDED, VECTOR_TABLES, TableModel, dim_key, model_key, read_models
 
 _ID = {"chunks": "id", "entities": "name_key", "relations": "pair_key"}
@@ -102,37 +103,10 @@ def swap(con: Con, model: str, dim: int) -> bool:
     return True
 
 
-class DuckDBReembed:
-    """``ReembedTables`` over DuckDB."""
+QUERIES = ReembedQueries(models=models, to_embed=to_embed, progress=progress, staged_models=staged_models,
+                         discard_staged=discard_staged, stage=stage, swap=swap)
 
+
+class DuckDBReembed(SqlReembed):
     def __init__(self, db: Database) -> None:
-        self.db = db
-
-    async def models(self) -> dict[str, TableModel]:
-        return await self.db.read(models)
-
-    async def to_embed(self, table: str, model: str, after: str | None, limit: int) -> list[ToEmbed]:
-        return await self.db.read(to_embed, _known(table), model, after, limit)
-
-    async def progress(self, table: str, model: str) -> tuple[int, int]:
-        return await self.db.read(progress, _known(table), model)
-
-    async def staged_models(self) -> dict[str, int]:
-        return await self.db.read(staged_models)
-
-    async def discard_staged(self, keep: str | None, dim: int | None = None) -> int:
-        return await self.db.write(discard_staged, keep, dim)
-
-    async def stage(self, table: str, model: str, rows: list[ToEmbed], vectors: np.ndarray,
-                    hashes: list[str] | None) -> None:
-        await self.db.write(stage, _known(table), model, rows, vectors, hashes)
-
-    async def swap(self, model: str, dim: int) -> bool:
-        return await self.db.write(swap, model, dim)
-
-
-def _known(table: str) -> str:
-    if table not in _ID:
-        raise ValueError(f"no vectors to re-embed in table {table}")
-    return table
-
+        super().__init__(db, QUERIES)

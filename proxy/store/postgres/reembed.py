@@ -12,6 +12,8 @@ reload their rows and graph (the change log's ``reload``).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from psycopg import sql
 
@@ -19,6 +21,7 @@ from proxy.store.clock import now
 from proxy.store.postgres.commit import VECTOR_TABLES, log_change, type_embeddings
 from proxy.store.postgres.connection import Con, PgDatabase, bump_generation, get_meta, set_meta
 from proxy.store.protocols.reembed import ToEmbed
+from proxy.store.sql_subjects import ReembedQueries, SqlReembed
 from proxy.store.vector_models import REEMBEDDED, TableModel, dim_key, model_key, read_models
 
 _ID = {"chunks": "id", "entities": "name_key", "relations": "pair_key"}
@@ -142,38 +145,11 @@ def swap(con: Con, model: str, dim: int, dtype: str) -> bool:
     return True
 
 
-class PgReembed:
-    """``ReembedTables`` over PostgreSQL. ``dtype`` (the store's vector element type) decides the
-    kind of vector index built again once the new model's vectors are swapped in."""
+class PgReembed(SqlReembed):
+    """``dtype`` (the store's vector element type) decides the kind of vector index built again once
+    the new model's vectors are swapped in."""
 
     def __init__(self, db: PgDatabase, dtype: str) -> None:
-        self.db = db
-        self.dtype = dtype
-
-    async def models(self) -> dict[str, TableModel]:
-        return await self.db.read(models)
-
-    async def to_embed(self, table: str, model: str, after: str | None, limit: int) -> list[ToEmbed]:
-        return await self.db.read(to_embed, _known(table), model, after, limit)
-
-    async def progress(self, table: str, model: str) -> tuple[int, int]:
-        return await self.db.read(progress, _known(table), model)
-
-    async def staged_models(self) -> dict[str, int]:
-        return await self.db.read(staged_models)
-
-    async def discard_staged(self, keep: str | None, dim: int | None = None) -> int:
-        return await self.db.write(discard_staged, keep, dim)
-
-    async def stage(self, table: str, model: str, rows: list[ToEmbed], vectors: np.ndarray,
-                    hashes: list[str] | None) -> None:
-        await self.db.write(stage, _known(table), model, rows, vectors, hashes)
-
-    async def swap(self, model: str, dim: int) -> bool:
-        return await self.db.write(swap, model, dim, self.dtype)
-
-
-def _known(table: str) -> str:
-    if table not in _ID:
-        raise ValueError(f"no vectors to re-embed in table {table}")
-    return table
+        super().__init__(db, ReembedQueries(
+            models=models, to_embed=to_embed, progress=progress, staged_models=staged_models,
+            discard_staged=discard_staged, stage=stage, swap=functools.partial(swap, dtype=dtype)))
