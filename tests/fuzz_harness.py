@@ -256,6 +256,17 @@ async def quiesce(h: Harness) -> None:
     check_alive(h)
 
 
+async def settled_then_removed(h: Harness, doc_id: str) -> None:
+    """A document the fuzzer got accepted ends processed or failed with a readable reason (never an
+    internal error), and is removed again so that the next example starts from the same store."""
+    await quiesce(h)
+    document = (await h.client.get(f"/rag/documents/{doc_id}")).json()
+    assert document["status"] in ("processed", "failed"), document
+    assert "internal error" not in (document.get("error") or ""), document["error"]
+    assert (await h.client.delete(f"/rag/documents/{doc_id}")).status_code == 200
+    await quiesce(h)
+
+
 VOLATILE_TABLES = ("traces", "llm_cache")  # what an upstream-rejected but augmented chat may write
 
 

@@ -54,6 +54,7 @@ from tests.fuzz_harness import (
     fuzz_app_settings,
     fuzz_settings,
     quiesce,
+    settled_then_removed,
     snapshot,
     started,
 )
@@ -444,13 +445,7 @@ async def _shaped_exchange(h: Harness, kind: str, n: int) -> None:
     if response.status_code > 500:
         assert response.status_code in (502, 504) and "upstream" in response.json()["error"], response.text[:300]
     if kind == "upload" and response.status_code == 202:
-        doc_id = response.json()["documents"][0]["id"]
-        await quiesce(h)
-        document = (await h.client.get(f"/rag/documents/{doc_id}")).json()
-        assert document["status"] in ("processed", "failed"), document
-        assert "internal error" not in (document.get("error") or ""), document["error"]
-        assert (await h.client.delete(f"/rag/documents/{doc_id}")).status_code == 200
-        await quiesce(h)
+        await settled_then_removed(h, response.json()["documents"][0]["id"])
 
 
 @fuzz_settings(60)

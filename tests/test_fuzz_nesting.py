@@ -48,6 +48,7 @@ from tests.fuzz_harness import (
     fuzz_app_settings,
     fuzz_settings,
     quiesce,
+    settled_then_removed,
     started,
 )
 from tests.fuzz_values import (
@@ -611,13 +612,7 @@ async def _upstream_exchange(h: Harness, method: str, path: str, body: dict[str,
     if method == "PUT" and response.status_code in (200, 201):
         await h.client.delete(path)
     if method == "UPLOAD" and response.status_code == 202:
-        doc_id = response.json()["documents"][0]["id"]
-        await quiesce(h)
-        document = (await h.client.get(f"/rag/documents/{doc_id}")).json()
-        assert document["status"] in ("processed", "failed"), document
-        assert "internal error" not in (document.get("error") or ""), document["error"]
-        assert (await h.client.delete(f"/rag/documents/{doc_id}")).status_code == 200
-        await quiesce(h)
+        await settled_then_removed(h, response.json()["documents"][0]["id"])
 
 
 async def _still_serving(h: Harness, where: str) -> None:
