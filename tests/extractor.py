@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-
-def _unspaced(name: str) -> bool:
-    return any("\u3040" <= c <= "\u9fff" or "\uac00" <= c <= "\ud7af" for c in name)
+# a word character of a spaced script: CJK characters are \w too, but no boundary is needed against them
+_SPACED_WORD = r"[^\W\u3040-\u30ff\u3400-\u9fff]"
+_NOT_IN_A_WORD_BEFORE = rf"(?<!{_SPACED_WORD})"
+_NOT_IN_A_WORD_AFTER = rf"(?!{_SPACED_WORD})"
 
 
 def _passage(text: str) -> str:
@@ -52,10 +53,11 @@ class KnownFacts:
         return [s.strip() for s in re.split(r"(?<=[.!?])\s+|(?<=[。！？])|\n+", passage) if s.strip()]
 
     def names_in(self, sentence: str) -> list[str]:
-        """The declared names the sentence holds as words; a name in a script written without spaces
-        (Chinese) is found wherever it appears."""
-        return [n for n in self.entities if (re.search(rf"(?<!\w){re.escape(n)}(?!\w)", sentence)
-                                             or (_unspaced(n) and n in sentence))]
+        """The declared names the sentence holds as words: not inside a longer word of a spaced script
+        ("Bob" is not in "Bobby"); a script written without spaces (Chinese) is no boundary to need, so
+        "奥巴尼克斯" is in "奥巴尼克斯创立了…" and "Zorvel Systems" in "Zorvel Systems的总部"."""
+        return [n for n in self.entities if re.search(rf"{_NOT_IN_A_WORD_BEFORE}{re.escape(n)}{_NOT_IN_A_WORD_AFTER}",
+                                                      sentence)]
 
     def extract(self, passage: str, *, gleaning: bool) -> dict[str, list[dict[str, Any]]]:
         entities: list[dict[str, Any]] = []

@@ -36,20 +36,9 @@ EN_TEXT = f"{ZORVEL} was founded by {OBANIX}.\nLindqvist runs the research lab o
 HEADINGS = ("entities", "facts", "passages", "references")
 
 
-class AnyScript(KnownFacts):
-    """A perfect extractor on texts in any script: a sentence ends at a line break too, and a name
-    is found wherever it is spelt (Chinese is written without spaces)."""
-
-    def sentences(self, passage: str) -> list[str]:
-        return [s.strip() for s in re.split(r"\n+|(?<=[.!?。！？])", passage) if s.strip()]
-
-    def names_in(self, sentence: str) -> list[str]:
-        return [name for name in self.entities if name in sentence]
-
-
 @pytest.fixture
-def extractor(fake: FakeOllama) -> AnyScript:
-    fake.structured = AnyScript(dict(ENTITIES))
+def extractor(fake: FakeOllama) -> KnownFacts:
+    fake.structured = KnownFacts(dict(ENTITIES))
     return fake.structured
 
 
@@ -70,7 +59,7 @@ async def ingest(client: httpx.AsyncClient, name: str, text: str, kb: str = "def
 
 
 @pytest.fixture
-async def gw(settings: Settings, fake: FakeOllama, extractor: AnyScript) -> AsyncIterator[httpx.AsyncClient]:
+async def gw(settings: Settings, fake: FakeOllama, extractor: KnownFacts) -> AsyncIterator[httpx.AsyncClient]:
     async with gateway_client(settings, fake) as client:
         await ingest(client, "zh.txt", ZH_TEXT)
         await ingest(client, "en.txt", EN_TEXT)
@@ -163,7 +152,7 @@ async def test_the_budget_counts_the_chosen_wording(gw: httpx.AsyncClient) -> No
 
 
 async def test_a_context_turn_with_nothing_found_is_told_so_in_its_language(
-        settings: Settings, fake: FakeOllama, extractor: AnyScript) -> None:
+        settings: Settings, fake: FakeOllama, extractor: KnownFacts) -> None:
     async with gateway_client(settings, fake) as client:   # an empty knowledge base
         for question, wording in (("柏林在哪里？", CHINESE), ("Where is Berlin?", ENGLISH)):
             reply = await client.post("/api/chat", json=body(f"/context {question}"))
@@ -190,7 +179,7 @@ async def test_a_base_s_language_setting_words_every_turn_of_it(
 
 
 async def test_the_gateway_s_language_setting_words_chats(
-        settings: Settings, fake: FakeOllama, extractor: AnyScript) -> None:
+        settings: Settings, fake: FakeOllama, extractor: KnownFacts) -> None:
     async with gateway_client(settings.replace(language="Chinese"), fake) as client:
         await ingest(client, "en.txt", EN_TEXT)
         assert_worded(await chat_context(client, fake, "Who is Lindqvist?"), CHINESE)
@@ -259,7 +248,7 @@ def summary_languages(fake: FakeOllama) -> dict[str, str]:
 
 
 async def test_a_document_is_extracted_and_summarised_in_its_own_language(
-        settings: Settings, fake: FakeOllama, extractor: AnyScript) -> None:
+        settings: Settings, fake: FakeOllama, extractor: KnownFacts) -> None:
     async with gateway_client(settings.replace(summary_fragments=2), fake) as client:
         await ingest(client, "zh.txt", ZH_TEXT)
         await ingest(client, "en.txt", EN_TEXT)
@@ -277,7 +266,7 @@ async def test_a_document_is_extracted_and_summarised_in_its_own_language(
 
 @pytest.mark.parametrize("where", ["gateway", "base"])
 async def test_an_explicit_language_setting_overrides_the_document_s(
-        settings: Settings, fake: FakeOllama, extractor: AnyScript, where: str) -> None:
+        settings: Settings, fake: FakeOllama, extractor: KnownFacts, where: str) -> None:
     kb = "default" if where == "gateway" else "deutsch"
     if where == "gateway":
         settings = settings.replace(language="German")
@@ -296,7 +285,7 @@ class WithCommunities:
     """The fake's structured answers: community summaries (their prompts kept), everything else as
     the perfect extractor."""
 
-    def __init__(self, extractor: AnyScript) -> None:
+    def __init__(self, extractor: KnownFacts) -> None:
         self.extractor = extractor
         self.prompts: list[str] = []
 
@@ -311,7 +300,7 @@ class WithCommunities:
     (ZH_TEXT, "auto", "Chinese"), (EN_TEXT, "auto", "English"), (ZH_TEXT, "German", "German"),
 ], ids=["chinese", "english", "set-to-german"])
 async def test_a_community_is_summarised_in_its_descriptions_language(
-        settings: Settings, fake: FakeOllama, extractor: AnyScript, text: str, setting: str, language: str) -> None:
+        settings: Settings, fake: FakeOllama, extractor: KnownFacts, text: str, setting: str, language: str) -> None:
     fake.structured = summaries = WithCommunities(extractor)
     async with gateway_client(settings.replace(community_summaries=True, language=setting), fake) as client:
         await ingest(client, "doc.txt", text)
