@@ -24,6 +24,7 @@ every commit under the store's memory lock.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from proxy.core.names import name_words, normalised
@@ -45,7 +46,13 @@ himself his how i if in into is it its itself just me more most my myself no nor
 other our ours ourselves out over own same she should so some such than that their theirs them themselves then
 there these they this those through to too under until up very was we were what when where which while who whom
 why will with would you your yours yourself yourselves tell know many much list name named give show find
-""".split()) | stopwords()   # and every language's stopwords: "的", "是", "什么"
+""".split())
+
+
+@functools.cache
+def _function_words() -> frozenset[str]:
+    """``FUNCTION_WORDS`` and every language's stopwords ("的", "是", "什么"), made on first use."""
+    return FUNCTION_WORDS | stopwords()
 
 
 def _names_nothing(tokens: list[str]) -> bool:
@@ -53,7 +60,8 @@ def _names_nothing(tokens: list[str]) -> bool:
     script (one character names too much to link by itself)."""
     if len(tokens) == 1 and len(tokens[0]) == 1 and is_unspaced(tokens[0]):
         return True
-    return FUNCTION_WORDS.issuperset(tokens) or "".join(tokens) in FUNCTION_WORDS
+    function_words = _function_words()
+    return function_words.issuperset(tokens) or "".join(tokens) in function_words
 
 # one value (the usual case: no list per name), a few, or many: a typo bucket of a numbered series
 # ("Invoice 10001"...) holds thousands of names, where growing a tuple would cost O(n) per name filed

@@ -24,6 +24,7 @@ _SCRIPTS = {
 }
 _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+")
 _SPACED = ("Korean", "Russian", "Arabic")   # counted in words, like Latin
+_RUNS = {language: re.compile(f"(?:{pattern.pattern})+") for language, pattern in _SCRIPTS.items()}
 CHARACTERS_PER_WORD = 1.6   # a Chinese or Japanese word is one to two characters
 SAMPLE = 2000   # characters looked at: a document's language shows in its start
 
@@ -32,13 +33,12 @@ def detect(text: str, names: Iterable[str] = (), default: str = "English") -> st
     """The language most of ``text``'s words are written in, ``names`` (found in it) left out;
     ``default`` when it has no words."""
     sample = text[:SAMPLE]
-    for name in sorted(names, key=len, reverse=True):
-        if name:
-            sample = re.sub(re.escape(name), " ", sample, flags=re.IGNORECASE)
+    known = sorted({name for name in names if name}, key=len, reverse=True)   # the longest first
+    if known:   # one pass, however many names
+        sample = re.sub("|".join(map(re.escape, known)), " ", sample, flags=re.IGNORECASE)
     words: dict[str, float] = {"English": len(_LATIN_WORD.findall(sample))}
-    for language, pattern in _SCRIPTS.items():
-        found = pattern.findall(sample)
-        words[language] = len(found) if language not in _SPACED else len(re.findall(f"(?:{pattern.pattern})+", sample))
+    for language, pattern in _SCRIPTS.items():   # characters, or words where words are spaced
+        words[language] = len((_RUNS[language] if language in _SPACED else pattern).findall(sample))
     if words["Japanese"]:
         words["Japanese"] += words.pop("Chinese")   # kanji are Han: with kana, they are Japanese
     for language in ("Chinese", "Japanese", "Thai"):
