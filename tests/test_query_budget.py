@@ -107,7 +107,9 @@ def test_the_plan_scales_the_sections_into_the_total() -> None:
 @pytest.mark.parametrize("layout", ["evidence", "sections"])
 def test_rag_query_never_exceeds_max_total_tokens(world: dict[str, Any], layout: str) -> None:
     unbounded = rag_query(world, context_layout=layout, max_total_tokens=30000)
-    assert count(unbounded["context"]) > 2 * max(BUDGETS)   # the budgets below bind
+    # the budgets below bind (how much the evidence layout gathers unbounded depends on the order in which the
+    # documents finished: ~11k tokens here, 9.8k on a busy CI machine; the claim is only that it exceeds them)
+    assert count(unbounded["context"]) > max(BUDGETS) + 1000
     for budget in BUDGETS:
         result = rag_query(world, context_layout=layout, max_total_tokens=budget)
         assert 0 < count(result["context"]) <= budget, (budget, result["tokens"])
