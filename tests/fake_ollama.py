@@ -349,6 +349,8 @@ class FakeOllama(OpenAIEndpoints):
         self.chunk_delay = chunk_delay
         self.reply_delay = 0.0  # seconds before a non-streamed chat answer (an LLM's thinking time)
         self.hold_structured: anyio.Event | ThreadGate | None = None  # when set, structured answers wait for it
+        # per request: the gate a structured answer waits for (None: none), when the kind of call decides
+        self.hold_for: Callable[[dict[str, Any]], anyio.Event | None] | None = None
         self.reply = list(DEFAULT_REPLY if reply is None else reply)
         self.embed_dim = embed_dim
         self.embed_dims: dict[str, int] = {}
@@ -647,6 +649,9 @@ class FakeOllama(OpenAIEndpoints):
                 await anyio.sleep(self.reply_delay)
             if self.hold_structured is not None and req.get("format"):
                 await self.hold_structured.wait()
+            gate = self.hold_for(req) if self.hold_for is not None and req.get("format") else None
+            if gate is not None:
+                await gate.wait()
             final["message"] = _aggregate_message(steps)
             return self._reply(final, mode)
         lines = [{"model": name, "created_at": "", "message": _step_message(kind, value), "done": False}

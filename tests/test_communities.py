@@ -180,14 +180,33 @@ async def test_an_upload_that_leaves_a_community_alone_does_not_summarise_it_aga
 async def test_documents_arriving_stop_the_job_which_resumes_when_idle(
         on: Settings, fake: FakeOllama, summaries: Summaries) -> None:
     """An upload does not wait for the summaries: the call in flight ends, the job stops, the
-    document is extracted, and the next idle moment summarises the rest, nothing twice."""
+    document is extracted, and the next idle moment summarises the rest, nothing twice. The fake
+    holds the calls so that each step happens at a known point, whatever the machine's load: the
+    first summary until the new document is queued, its extraction until the job has stopped."""
+    summary_gate = anyio.Event()
+    extraction = {"gate": anyio.Event()}   # the first two documents' extractions wait until both are queued
+
+    def hold(request: dict[str, Any]) -> anyio.Event | None:
+        if "title" in ((request.get("format") or {}).get("properties") or {}):
+            return summary_gate
+        return extraction["gate"]
+
+    fake.hold_for = hold
     async with gateway(on, fake) as (client, kb):
-        fake.reply_delay = 0.3   # every non-streamed call (summaries, extraction) takes this long
         uploads = [await upload(client, name, text) for name, text in (("nimbus.txt", NIMBUS), ("harbor.txt", HARBOR))]
+        extraction["gate"].set()
         for document in uploads:
             assert (await settle(client, document["id"]))["status"] == "processed"
         await until(lambda: len(summaries.calls) == 1)   # the first summary is in flight
-        await ingest(client, "orchid.txt", ORCHID)
+        extraction_gate = extraction["gate"] = anyio.Event()
+        orchid = await upload(client, "orchid.txt", ORCHID)
+        await until(lambda: kb.pipeline.busy)
+        runs = kb.communities.status.runs
+        summary_gate.set()
+        await until(lambda: kb.communities.status.runs == runs + 1)   # the run ended: stopped for the document
+        assert len(summaries.calls) == 1 and kb.communities.status.pending > 0
+        extraction_gate.set()
+        assert (await settle(client, orchid["id"]))["status"] == "processed"
         await summarised(kb)
         assert summaries.order.index("extract", summaries.order.index("community")) < \
             [i for i, kind in enumerate(summaries.order) if kind == "community"][1]
