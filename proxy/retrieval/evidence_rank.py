@@ -6,7 +6,8 @@ A relation scores its relevance to the question (``relation_relevance``: the que
 words in its keywords and description, plus a little of its vector's cosine), plus ``ANCHOR`` when
 one of its entities is one the question names (the linked entities). A relation that touches no
 named entity is the question's next hop: it is judged by the words the named entities' best
-relation has not answered yet. So in "where is the company that acquired X headquartered?", X's
+relation has not answered yet, and inherits the anchor in the measure that relation answers the
+question (the chain answers more of it than a named entity's unasked-for facts). So in "where is the company that acquired X headquartered?", X's
 acquisition answers "acquired", and the acquirer's headquarters outranks its other acquisitions;
 in "which products does Y develop?", Y's products come before anyone else's.
 """
@@ -49,28 +50,40 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
         bonus = [ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0)) for r in relations]
         top = sorted(range(len(relations)), key=lambda i: (-(quick[i] + bonus[i]), i))[:shortlist]
         relations = [relations[i] for i in sorted(top)]   # the fused order among them, for the ties
-    relevance = relation_relevance(store, question, relations, similarity=sims)
-    scores = {r.pair: score + ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0))
-              for r, score in zip(relations, relevance, strict=True)}
+    relevance = dict(zip((r.pair for r in relations), relation_relevance(store, question, relations, similarity=sims),
+                         strict=True))
+    scores = {r.pair: relevance[r.pair] + ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0))
+              for r in relations}
     # a next hop: judged by what the hop reaching it left unanswered
     hops: dict[str, FoundRelation] = {}   # entity one hop from a named one -> the best relation reaching it
     for r in sorted((r for r in relations if (r.source in anchors) != (r.target in anchors)),
                     key=lambda r: -scores[r.pair]):
         hops.setdefault(r.target if r.source in anchors else r.source, r)
     by_rest: dict[str, list[FoundRelation]] = {}
+    reached_by: dict[str, FoundRelation] = {}   # a next hop -> the named entity's best relation reaching it
     for r in relations:
         if r.source in anchors or r.target in anchors:
             continue
         reaching = [hops[key] for key in (r.source, r.target) if key in hops]
         if reaching:
-            best = max(reaching, key=lambda h: scores[h.pair])
+            best = reached_by[r.pair] = max(reaching, key=lambda h: scores[h.pair])
             by_rest.setdefault(residual_text(question, best), []).append(r)
     for rest, onward in by_rest.items():
         hop = (relation_relevance(store, _with_text(question, rest), onward, similarity=sims) if rest.strip()
                else [0.0] * len(onward))
-        scores.update({r.pair: score for r, score in zip(onward, hop, strict=True)})
+        for r, score in zip(onward, hop, strict=True):
+            best = reached_by[r.pair]
+            scores[r.pair] = score + chain_anchor(best, anchors, relevance[best.pair])
     order = {r.pair: i for i, r in enumerate(relations)}
     return sorted(relations, key=lambda r: (-scores[r.pair], order[r.pair]))
+
+
+def chain_anchor(reaching: FoundRelation, anchors: dict[str, float], relevance: float) -> float:
+    """The anchor a next hop inherits from the named entity's relation reaching it, in the measure
+    that relation answers the question: the bridge's fact comes before the named entity's facts
+    that answer nothing, a hop through an unasked-for relation does not."""
+    anchor = max(anchors.get(reaching.source, 0.0), anchors.get(reaching.target, 0.0))
+    return ANCHOR * anchor * min(1.0, relevance)
 
 
 def residual_text(question: Question, answered: FoundRelation) -> str:

@@ -50,17 +50,26 @@ def relation_relevance(store: KnowledgeStore, question: Question, relations: lis
 
 
 def edge_relevance(store: KnowledgeStore, question: Question,
-                   facts: dict[str, tuple[tuple[str, ...], str, str, int]]) -> dict[str, float]:
+                   facts: dict[str, tuple[tuple[str, ...], str, str, int]], *, asked: str | None = None,
+                   similarity: dict[str, float] | None = None) -> dict[str, float]:
     """``relation_relevance`` without descriptions, from ``search.edge_facts``: the expansion weighs
-    hundreds of edges per turn, and building a record for each cost more than the walk."""
+    hundreds of edges per turn, and building a record for each cost more than the walk. ``asked``:
+    the words to judge them by, when not the question's own; ``similarity``: the cosines, when read."""
     if not facts:
         return {}
     pairs = list(facts)
+    if similarity is None:
+        similarity = edge_cosines(store, question, facts)
+    stems = word_stems(question.asked if asked is None else asked)
+    return {pair: relation_match(stems, facts[pair][0], "", facts[pair][1:3]) + COSINE_SHARE * similarity.get(pair, 0.0)
+            for pair in pairs}
+
+
+def edge_cosines(store: KnowledgeStore, question: Question,
+                 facts: dict[str, tuple[tuple[str, ...], str, str, int]]) -> dict[str, float]:
+    """Each edge's cosine to the question's vector (none when the index is out of step)."""
+    pairs = list(facts)
     cosines = store.similarities_sync("relations", [facts[p][3] for p in pairs], question.vectors["query"])
-    if len(cosines) == len(pairs):
-        similarity = np.clip(cosines, 0.0, None).tolist()
-    else:
-        similarity = [0.0] * len(pairs)
-    stems = word_stems(question.asked)
-    return {pair: relation_match(stems, facts[pair][0], "", facts[pair][1:3]) + COSINE_SHARE * sim
-            for pair, sim in zip(pairs, similarity, strict=True)}
+    if len(cosines) != len(pairs):
+        return {}
+    return dict(zip(pairs, np.clip(cosines, 0.0, None).tolist(), strict=True))

@@ -15,9 +15,11 @@ from proxy.retrieval import search
 from proxy.retrieval.channels.linked import linked_keys
 from proxy.retrieval.found import Found, FoundEntity, FoundRelation
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.relevance import edge_relevance
+from proxy.retrieval.relevance import edge_cosines, edge_relevance
+from proxy.retrieval.select import word_stems
 from proxy.retrieval.stages import Question
 from proxy.store.changes import pair_key, split_pair
+from proxy.text.words import split_words
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -45,12 +47,52 @@ def seeds_of(store: KnowledgeStore, question: Question) -> dict[str, float]:
 
 
 def edge_weights(store: KnowledgeStore, question: Question, pairs: list[tuple[str, str]],
-                 known: dict[str, float]) -> list[float]:
+                 known: dict[str, float], seeds: dict[str, float]) -> list[float]:
     """Each edge's relevance to the question (``edge_relevance``), never below ``EDGE_FLOOR``;
-    ``known`` keeps them by pair key (the joining relations are ranked by them too)."""
+    ``known`` keeps them by pair key (the joining relations are ranked by them too). An edge one
+    hop beyond a seed is judged by what the best seed edge reaching it left unanswered (``onward``)."""
     keys = [pair_key(source, target) for source, target in pairs]
-    known.update(edge_relevance(store, question, search.edge_facts(store, list(dict.fromkeys(keys)))))
+    facts = search.edge_facts(store, list(dict.fromkeys(keys)))
+    similarity = edge_cosines(store, question, facts)
+    relevance = edge_relevance(store, question, facts, similarity=similarity)
+    for rest, group in onward(question, facts, relevance, seeds).items():
+        if rest.strip():
+            relevance.update(edge_relevance(store, question, {pair: facts[pair] for pair in group}, asked=rest,
+                                            similarity=similarity))
+        else:
+            relevance.update(dict.fromkeys(group, 0.0))
+    known.update(relevance)
     return [EDGE_FLOOR + known.get(key, 0.0) for key in keys]
+
+
+def onward(question: Question, facts: dict[str, tuple[tuple[str, ...], str, str, int]],
+           relevance: dict[str, float], seeds: dict[str, float]) -> dict[str, list[str]]:
+    """The edges touching no seed but an entity a seed edge reaches, grouped by the question's words
+    that the best such seed edge's keywords leave unanswered. In "where is the company that acquired
+    X headquartered?", X's acquisition answers "acquired": the acquirer's headquarters is then the
+    edge that matters, not its own acquisitions (which would spread the walk over every company the
+    acquirer touches)."""
+    reaching: dict[str, str] = {}   # an entity one hop from a seed -> the most relevant seed edge to it
+    for pair in sorted(facts, key=lambda p: -relevance.get(p, 0.0)):
+        a, b = split_pair(pair)
+        if (a in seeds) != (b in seeds):
+            reaching.setdefault(b if a in seeds else a, pair)
+    groups: dict[str, list[str]] = {}
+    for pair in facts:
+        ends = split_pair(pair)
+        if any(key in seeds for key in ends):
+            continue
+        hops = [reaching[key] for key in ends if key in reaching]
+        if hops:
+            best = max(hops, key=lambda p: relevance.get(p, 0.0))
+            groups.setdefault(unanswered(question, facts[best][0]), []).append(pair)
+    return groups
+
+
+def unanswered(question: Question, keywords: tuple[str, ...]) -> str:
+    """The question's words (and themes) whose stems none of ``keywords`` holds."""
+    done = word_stems(" ".join(keywords))
+    return " ".join(word for word in split_words(question.asked) if not (word_stems(word) & done))
 
 
 class ExpansionChannel:
@@ -66,7 +108,7 @@ class ExpansionChannel:
         if not seeds:
             return Found()
         relevance: dict[str, float] = {}
-        ranked = dict(store.expand_sync(seeds, lambda pairs: edge_weights(store, question, pairs, relevance),
+        ranked = dict(store.expand_sync(seeds, lambda pairs: edge_weights(store, question, pairs, relevance, seeds),
                                         hops=HOPS, cap=CAP, damping=DAMPING, limit=params.top_k,
                                         edge_cap=EDGE_CAP))
         entities = self.entities(store, ranked)
@@ -91,8 +133,12 @@ class ExpansionChannel:
         (Discounting each kind's later relations was measured: it cost 2-hop and list recall.)"""
         pairs = [pair for pair in search.incident_pairs(store, list(ranked))
                  if all(key in ranked for key in split_pair(pair))]   # only the edges among them
-        score = {pair: sum(ranked[key] for key in split_pair(pair)) * (EDGE_FLOOR + relevance.get(pair, 0.0))
-                 for pair in pairs}
+        strength: dict[str, float] = {}   # each entity's weighed edges, summed: how its walk splits
+        for pair, weight in relevance.items():
+            for key in split_pair(pair):
+                strength[key] = strength.get(key, 0.0) + EDGE_FLOOR + weight
+        score = {pair: sum(ranked[key] / strength.get(key, 1.0) for key in split_pair(pair))
+                 * (EDGE_FLOOR + relevance.get(pair, 0.0)) for pair in pairs}
         best = heapq.nsmallest(question.params.top_k, range(len(pairs)), key=lambda i: (-score[pairs[i]], i))
         relations = list(search.relations_by_pairs(store, [pairs[i] for i in sorted(best)]).values())
         search.set_relation_degrees(store, relations)
