@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 
 from proxy.core.settings import Settings
+from proxy.retrieval.relevance import standing_out
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -104,3 +106,15 @@ async def test_the_bridges_answer_comes_before_the_named_entitys_other_facts(
         assert all(answer < i for i, pair in enumerate(relations) if pair & world.suppliers), relations
         # the walk reached the answer through the bridge
         assert "expansion" in result["channels"] and result["channels"]["expansion"]["relations"] > 0
+
+
+def test_the_walk_weighs_what_stands_out_of_an_embedders_cosines() -> None:
+    """A neural embedder gives any question and any fact a cosine of 0.8-0.9: the expansion weighs the
+    part above the neighbourhood's median, so a hub's edges do not all weigh alike."""
+    anisotropic = np.asarray([0.84, 0.85, 0.86, 0.85, 0.95], dtype=np.float32)
+    weights = standing_out(anisotropic)
+    assert weights[:4].max() <= 0.1 and weights[4] == pytest.approx((0.95 - 0.85) / 0.15, abs=1e-5)
+    spread = np.asarray([0.0, 0.1, 0.2, 0.6], dtype=np.float32)   # a lexical embedder's: the order stays
+    assert list(np.argsort(standing_out(spread))[-1:]) == [3] and standing_out(spread)[0] == 0.0
+    assert standing_out(np.asarray([1.0, 1.0], dtype=np.float32)).tolist() == [0.0, 0.0]   # no division by zero
+    assert standing_out(np.asarray([], dtype=np.float32)).size == 0

@@ -7,9 +7,10 @@ words in its keywords and description, plus a little of its vector's cosine), pl
 one of its entities is one the question names (the linked entities). A relation that touches no
 named entity is the question's next hop: it is judged by the words the named entities' best
 relation has not answered yet, and inherits the anchor in the measure that relation answers the
-question (the chain answers more of it than a named entity's unasked-for facts). So in "where is the company that acquired X headquartered?", X's
-acquisition answers "acquired", and the acquirer's headquarters outranks its other acquisitions;
-in "which products does Y develop?", Y's products come before anyone else's.
+question (the chain answers more of it than a named entity's unasked-for facts). So in "where is
+the company that acquired X headquartered?", X's acquisition answers "acquired", and the acquirer's
+headquarters outranks its other acquisitions and X's facts that answer nothing; in "which products
+does Y develop?", Y's products come before anyone else's.
 """
 
 from __future__ import annotations
@@ -43,18 +44,27 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
     relations' vectors are not read (their cosine counts for little)."""
     if not relations:
         return relations
-    # read once, for the three passes below (without ``vectors``, under a burst: words alone)
+    # read once, for both passes below (without ``vectors``, under a burst: words alone)
     sims = cosines(store, question, relations) if vectors else {}
     if shortlist is not None and len(relations) > shortlist:
-        quick = relation_relevance(store, question, relations, descriptions=False, similarity=sims)
-        bonus = [ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0)) for r in relations]
-        top = sorted(range(len(relations)), key=lambda i: (-(quick[i] + bonus[i]), i))[:shortlist]
+        quick = evidence_scores(store, question, relations, anchors, sims, descriptions=False)
+        top = sorted(range(len(relations)), key=lambda i: (-quick[relations[i].pair], i))[:shortlist]
         relations = [relations[i] for i in sorted(top)]   # the fused order among them, for the ties
-    relevance = dict(zip((r.pair for r in relations), relation_relevance(store, question, relations, similarity=sims),
+    scores = evidence_scores(store, question, relations, anchors, sims, descriptions=True)
+    order = {r.pair: i for i, r in enumerate(relations)}
+    return sorted(relations, key=lambda r: (-scores[r.pair], order[r.pair]))
+
+
+def evidence_scores(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
+                    anchors: dict[str, float], sims: dict[str, float], *, descriptions: bool) -> dict[str, float]:
+    """Each relation's evidence score by pair: its relevance plus the anchor of a named entity it
+    touches; a next hop's by what the hop reaching it left unanswered, plus the anchor it inherits.
+    Without ``descriptions``, what is in memory alone (keywords, vectors): the shortlist's pass."""
+    relevance = dict(zip((r.pair for r in relations),
+                         relation_relevance(store, question, relations, descriptions=descriptions, similarity=sims),
                          strict=True))
     scores = {r.pair: relevance[r.pair] + ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0))
               for r in relations}
-    # a next hop: judged by what the hop reaching it left unanswered
     hops: dict[str, FoundRelation] = {}   # entity one hop from a named one -> the best relation reaching it
     for r in sorted((r for r in relations if (r.source in anchors) != (r.target in anchors)),
                     key=lambda r: -scores[r.pair]):
@@ -69,13 +79,12 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
             best = reached_by[r.pair] = max(reaching, key=lambda h: scores[h.pair])
             by_rest.setdefault(residual_text(question, best), []).append(r)
     for rest, onward in by_rest.items():
-        hop = (relation_relevance(store, _with_text(question, rest), onward, similarity=sims) if rest.strip()
-               else [0.0] * len(onward))
+        hop = (relation_relevance(store, _with_text(question, rest), onward, descriptions=descriptions,
+                                  similarity=sims) if rest.strip() else [0.0] * len(onward))
         for r, score in zip(onward, hop, strict=True):
             best = reached_by[r.pair]
             scores[r.pair] = score + chain_anchor(best, anchors, relevance[best.pair])
-    order = {r.pair: i for i, r in enumerate(relations)}
-    return sorted(relations, key=lambda r: (-scores[r.pair], order[r.pair]))
+    return scores
 
 
 def chain_anchor(reaching: FoundRelation, anchors: dict[str, float], relevance: float) -> float:
