@@ -179,6 +179,9 @@ def test_unset_settings_print_not_set(tmp_path: Path) -> None:
     for name in ("GRAPHGATE_INBOX_DIR", "GRAPHGATE_LLM_MODEL", "GRAPHGATE_KEYWORD_MODEL", "GRAPHGATE_API_KEY"):
         assert "(not set)" in rows[name], rows[name]
     assert "None" not in result.stdout
+    # one column of values: each starts where the longest name ends, plus one space
+    width = max(map(len, rows))
+    assert all(line[width] == " " and line[width + 1] != " " for line in rows.values()), result.stdout
 
 
 def test_a_guarded_gateway_asks_the_command_for_its_key(tmp_path: Path, upstream: str) -> None:

@@ -212,8 +212,10 @@ def print_settings(settings: Settings, *, markdown: bool) -> int:
     if markdown:
         print(settings_markdown(), end="")
         return 0
-    for setting, shown, source in settings_rows(settings):
-        print(f"{setting.env:<30} {shown}  ({source})")
+    rows = settings_rows(settings)
+    width = max((len(setting.env) for setting, _, _ in rows), default=0)   # the longest name sets the column
+    for setting, shown, source in rows:
+        print(f"{setting.env:<{width}} {shown}  ({source})")
     return 0
 
 
