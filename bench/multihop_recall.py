@@ -41,12 +41,15 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
+from starlette.applications import Starlette
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -213,47 +216,63 @@ def print_silent(table: Table, count: int) -> None:
         print(f"- linking silent: {question}")
 
 
+@asynccontextmanager
+async def gateway(fake: FakeOllama, data_dir: Path) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
+    """The app on a store in ``data_dir`` with ``fake`` as its upstream (its request log kept empty),
+    and an in-process client of it."""
+    fake.requests = Forgetful()
+    await anyio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    settings = Settings.load(environ={"GRAPHGATE_DATA_DIR": str(data_dir), "GRAPHGATE_GLEANING": "0"})
+    app = create_app(settings, upstream_transport=fake.transport())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=None) as client:
+            yield app, client
+
+
+async def ingest(app: Starlette, client: httpx.AsyncClient, documents: list[tuple[str, str]],
+                 data_dir: Path) -> tuple[dict[str, Any], str]:
+    """``documents`` uploaded and processed, unless ``data_dir`` holds them from an earlier run (--store):
+    the store's /rag/stats, and how it came to be."""
+    marker = anyio.Path(data_dir / "ingested")
+    reuse = await marker.exists()
+    started = time.perf_counter()
+    for name, text in [] if reuse else documents:
+        (await client.post("/rag/documents", json={"name": name, "text": text})).raise_for_status()
+    await app.state.gateway.knowledge.documents.wait_idle()
+    await marker.touch()
+    stats = (await client.get("/rag/stats")).json()
+    return stats, f"reused from {data_dir}" if reuse else f"ingested in {time.perf_counter() - started:.0f} s"
+
+
 async def run_embedder(worlds: dict[str, World], embedder: str, args: argparse.Namespace,
                        knobs: dict[str, Any]) -> list[Table]:
     """One gateway and store for the documents the ``worlds`` share (by language), each world's questions asked."""
     world = next(iter(worlds.values()))
     fake = upstream(embedder)
     fake.structured = OracleExtractor(world)
-    fake.requests = Forgetful()
     # --store keeps each embedder's ingested world for the next run (the same --docs): only the questions rerun
     store_name = f"{embedder}-{args.docs}" if world.language == "en" else f"{embedder}-{world.language}-{args.docs}"
     data_dir = args.store / store_name if args.store else Path(tempfile.mkdtemp(prefix="gg-multihop-"))
-    reuse = (data_dir / "ingested").exists()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    settings = Settings.load(environ={"GRAPHGATE_DATA_DIR": str(data_dir), "GRAPHGATE_GLEANING": "0"})
-    app = create_app(settings, upstream_transport=fake.transport())
     tables = []
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=None) as client:
-            started = time.perf_counter()
-            for name, text in [] if reuse else world.documents:
-                (await client.post("/rag/documents", json={"name": name, "text": text})).raise_for_status()
-            await app.state.gateway.knowledge.documents.wait_idle()
-            (data_dir / "ingested").touch()
-            stats = (await client.get("/rag/stats")).json()
-            how = f"reused from {data_dir}" if reuse else f"ingested in {time.perf_counter() - started:.0f} s"
-            documents = "" if world.language == "en" else f", documents in {world.language}"
-            print(f"\n## embedder {embedder}{documents}: {how}: "
-                  f"{stats.get('chunks')} chunks, {stats.get('entities')} entities, "
-                  f"{stats.get('relations')} relations", flush=True)
-            for language, asked in worlds.items():
-                for keywords in args.keywords:
-                    table = Table(embedder, keywords, language)
-                    await ask(client, asked, table, knobs, args.budgets)
-                    cell = "" if language == "en" else f", {language}"
-                    print(f"\n### {embedder}{cell}, keywords {keywords} ({table.seconds:.0f} s of queries)\n",
-                          flush=True)
-                    print(table.markdown(), flush=True)
-                    print(f"\n{table.linking.line()}", flush=True)
-                    print_misses(table, args.misses)
-                    print_silent(table, args.misses)
-                    tables.append(table)
+    async with gateway(fake, data_dir) as (app, client):
+        stats, how = await ingest(app, client, world.documents, data_dir)
+        documents = "" if world.language == "en" else f", documents in {world.language}"
+        print(f"\n## embedder {embedder}{documents}: {how}: "
+              f"{stats.get('chunks')} chunks, {stats.get('entities')} entities, "
+              f"{stats.get('relations')} relations", flush=True)
+        for language, asked in worlds.items():
+            for keywords in args.keywords:
+                table = Table(embedder, keywords, language)
+                await ask(client, asked, table, knobs, args.budgets)
+                cell = "" if language == "en" else f", {language}"
+                print(f"\n### {embedder}{cell}, keywords {keywords} ({table.seconds:.0f} s of queries)\n",
+                      flush=True)
+                print(table.markdown(), flush=True)
+                print(f"\n{table.linking.line()}", flush=True)
+                print_misses(table, args.misses)
+                print_silent(table, args.misses)
+                tables.append(table)
     return tables
 
 
