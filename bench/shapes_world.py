@@ -522,7 +522,7 @@ class _Builder:
     # -- the world ---------------------------------------------------------------------------------
     def build(self) -> ShapesWorld:
         rng, world = self.rng, self.world
-        per_sector = max(2, round(self.doc_count / 31))   # 96 plain companies in 250 documents
+        per_sector = max(2, round(self.doc_count / 36))   # 84 companies beside the hubs in 250 documents
         # a head office's city is no other company's and hosts no plant or fair: found in a context, it
         # answers for that company alone; plants and fairs are in other towns
         venues = [self.city() for _ in range(max(12, self.doc_count // 10))]
@@ -541,7 +541,7 @@ class _Builder:
             company.hq, company.chair = self.city(), self.person()
             company.headcount = self.unique(20_000, 99_000) if company.hub else self.unique(1_000, 19_999)
             company.revenue = self.revenue()
-        for company in rng.sample(makers, max(2, min(20, len(makers) // 4))):
+        for company in rng.sample(makers, max(2, min(20, len(makers) // 3))):
             company.alias = self.acronym(company.name)
             world.aliases[company.alias] = company.name
         plain = [c for c in makers if not c.alias]
@@ -549,17 +549,17 @@ class _Builder:
             company.products = [self.product(company.sector) for _ in range(rng.choice((1, 2, 2, 3, 3, 4, 5)))]
             company.staff = [self.person() for _ in range(rng.choice((0, 1, 1, 2)))]
         for hub in hubs:
-            hub.products = [self.product(hub.sector) for _ in range(rng.randint(10, 14))]
-            hub.staff = [self.person() for _ in range(rng.randint(8, 12))]
+            hub.products = [self.product(hub.sector) for _ in range(rng.randint(16, 20))]
+            hub.staff = [self.person() for _ in range(rng.randint(14, 18))]
         self.deals(hubs, plain)
         for company in everyone:
             self.leaders(company)
         for hub in hubs:
             others = [c.name for c in plain]
-            hub.suppliers = self.some(others, 6, 9)
-            hub.partners = self.some([c for c in others if c not in hub.suppliers], 6, 9)
-            hub.plants = self.some(venues, 3, 5)
-            hub.fairs = self.some([c for c in venues if c not in hub.plants], 3, 4)
+            hub.suppliers = self.some(others, 10, 14)
+            hub.partners = self.some([c for c in others if c not in hub.suppliers], 10, 14)
+            hub.plants = self.some(venues, 4, 6)
+            hub.fairs = self.some([c for c in venues if c not in hub.plants], 4, 6)
         for hub, bank, auditor in zip(hubs, self.spread(banks, len(hubs)), self.spread(auditors, len(hubs)),
                                       strict=True):   # each hub its own bank and auditor while there are enough
             hub.lender, hub.auditor = bank.name, auditor.name
@@ -650,7 +650,7 @@ class _Builder:
                 *(say("supplies", c=s, o=h) for s in hub.suppliers),
                 *(say("partner", c=h, o=o) for o in hub.partners),
                 *(say("plant", c=h, city=city) for city in hub.plants),
-                *(say("fair", c=h, city=city) for city in hub.fairs)], (5, 7))
+                *(say("fair", c=h, city=city) for city in hub.fairs)], (7, 9))
         self.documents("deal", (2021, 2024), [
             say("acquired", a=c.name, t=t, year=str(rng.randint(1985, 2022)))
             for c in regular if not c.hub for t in c.acquisitions], (2, 2))
@@ -842,7 +842,7 @@ class _Questions:
         value = self.world.value
         asked = [self.question("attributes", [value(c.name, "founded"), value(c.name, "headcount"),
                                               value(c.name, "revenue")], x=c.name)
-                 for c in self.draw([c for c in self.plain if not c.stale])]
+                 for c in self.draw([c for c in self.plain + self.hubs if not c.stale])]
         self.take(asked)
 
     def updates(self) -> None:
