@@ -203,11 +203,11 @@ async def ask(client: httpx.AsyncClient, world: World, table: Table, knobs: dict
     table.seconds = time.perf_counter() - started
 
 
-def print_misses(table: Table, count: int) -> None:
-    """A few questions the context missed at 4k tokens (the issue's target row), with what it lacked."""
+def print_misses(table: Table, count: int, budget: int = 4000) -> None:
+    """A few questions the context missed at ``budget`` tokens (4k: the issue's target row), with what it lacked."""
     for column in COLUMNS[1:] if count else ():
-        for question, missing in table.cell(4000, column).missed[:count]:
-            print(f"- missed at 4,000 ({column}): {question} lacks {', '.join(missing)}")
+        for question, missing in table.cell(budget, column).missed[:count]:
+            print(f"- missed at {budget:,} ({column}): {question} lacks {', '.join(missing)}")
 
 
 def print_silent(table: Table, count: int) -> None:
@@ -270,7 +270,7 @@ async def run_embedder(worlds: dict[str, World], embedder: str, args: argparse.N
                       flush=True)
                 print(table.markdown(), flush=True)
                 print(f"\n{table.linking.line()}", flush=True)
-                print_misses(table, args.misses)
+                print_misses(table, args.misses, 4000 if 4000 in args.budgets else args.budgets[0])
                 print_silent(table, args.misses)
                 tables.append(table)
     return tables
