@@ -4,8 +4,8 @@ spent on the facts that carry the answer before long passages.
     facts      one short line per relation, best evidence first (``evidence_rank``): its
                description alone when it names both entities, else "A — B: description"
     communities  the community summaries found (global questions), from the entity budget first
-    entities   one short line each: name, type and the description cut to its first sentences,
-               without the description when it says nothing the facts above do not (nothing twice)
+    entities   one short line each: name, type and the notes of its description the facts above
+               do not state (nothing twice), those about what the question asks first, cut short
     passages   the chunks, with what the facts and entities left of the budget
 
 The sections keep their ceilings (``max_relation_tokens``, ``max_entity_tokens``); what they do
@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.context import Context, Section, assemble, header_text
 from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, FoundRelation
+from proxy.retrieval.select import word_stems
 from proxy.retrieval.wording import ENGLISH, Wording
 from proxy.text.fold import fold
 from proxy.text.sentences import split_notes
@@ -48,12 +49,19 @@ def community_text(c: FoundCommunity) -> str:
     return f"- {c.title}: {summary}" if c.title else f"- {summary}"
 
 
-def entity_text(e: FoundEntity, stated: set[str]) -> str:
-    """Name and type; the description too unless every note of it is a fact already given."""
-    description = " ".join(e.description.split())
-    if not description or set(notes(e.description)) <= stated:
+def entity_text(e: FoundEntity, stated: set[str], asked: frozenset[str] = frozenset()) -> str:
+    """Name and type, then the notes of its description that no fact above states, those holding
+    the question's words (``asked``: their stems) first: a line is cut at ``ENTITY_TOKENS``, and
+    the founding year or the headcount a question compares may be any note of a merged description."""
+    fresh = [" ".join(note.split()) for note in split_notes(e.description)
+             if notes(note) and notes(note)[0] not in stated]
+    if not fresh:
         return f"- {e.name} ({e.type})"
-    return f"- {e.name} ({e.type}): {description}"
+    wanted = asked - word_stems(e.name)
+    if wanted:
+        matched = [len(word_stems(note) & wanted) for note in fresh]
+        fresh = [fresh[i] for i in sorted(range(len(fresh)), key=lambda i: (-matched[i], i))]
+    return f"- {e.name} ({e.type}): {' '.join(fresh)}"
 
 
 def fit_capped(lines: Iterable[str], limit: int, budget: int, tokenizer: Tokenizer) -> tuple[list[str], int]:
@@ -82,7 +90,7 @@ def cut(tokenizer: Tokenizer, line: str, limit: int) -> str:
 def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
                            entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
                            instructions: str | None = None, communities: list[FoundCommunity] | None = None,
-                           wording: Wording = ENGLISH) -> Context:
+                           wording: Wording = ENGLISH, question: str = "") -> Context:
     header = header_text(instructions, wording)
     header_tokens = tokenizer.count(header)
     communities = communities or []
@@ -105,8 +113,9 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     c_lines, c_used = fit_capped((community_text(c) for c in communities), COMMUNITY_TOKENS, entity_budget // 2,
                                  tokenizer)
     # entities: name and type, and the description only when it adds to the facts
-    e_lines, e_used = fit_capped((entity_text(e, stated) for e in entities), ENTITY_TOKENS, entity_budget - c_used,
-                                 tokenizer)
+    asked = word_stems(question)
+    e_lines, e_used = fit_capped((entity_text(e, stated, asked) for e in entities), ENTITY_TOKENS,
+                                 entity_budget - c_used, tokenizer)
     kept_entities = entities[:len(e_lines)]
     return assemble(header, header_tokens, [
         Section("relations", wording.facts, kept_relations, r_lines, r_used),

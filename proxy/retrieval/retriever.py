@@ -376,7 +376,7 @@ class Retriever:
             return build_evidence_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                                           relation_budget=budget.relation, total_budget=budget.total,
                                           tokenizer=self.tokenizer, instructions=params.instructions,
-                                          communities=finds.communities, wording=wording)
+                                          communities=finds.communities, wording=wording, question=question.asked)
         return build_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                              relation_budget=budget.relation, total_budget=budget.total,
                              tokenizer=self.tokenizer, instructions=params.instructions,

@@ -1,0 +1,71 @@
+"""An entity's line in the evidence layout shows the notes of its description the facts do not
+state, those about what the question asks first (issue 32: a comparison's founding years and
+headcounts live in the companies' descriptions, and the line is cut at 48 tokens: a merged
+description put them past the cut). English and Chinese, the scripted extractor, real engines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.core.settings import Settings
+from tests.conftest import gateway_client
+from tests.extractor import KnownFacts
+from tests.fake_ollama import FakeOllama
+from tests.rag_helpers import settle, upload
+
+pytestmark = pytest.mark.anyio
+
+FILLER = ("{x} runs a training centre for apprentices. {x} publishes a quarterly newsletter for its customers. "
+          "{x} sponsors the regional rowing club every summer. {x} renovated its visitor centre last spring. ")
+ENGLISH = {
+    "Kestrel Works": FILLER.format(x="Kestrel Works") + "Kestrel Works was founded in 1903. Kestrel Works employs 4,120 people.",
+    "Varro Mills": FILLER.format(x="Varro Mills") + "Varro Mills was founded in 1957. Varro Mills employs 2,310 people.",
+}
+FILLER_ZH = ("{x}为学徒开办了一所培训中心。{x}每季度为客户出版一份通讯。{x}每年夏天赞助当地的赛艇俱乐部。"
+             "{x}去年春天翻修了访客中心。")
+CHINESE = {
+    "凯斯特工坊": FILLER_ZH.format(x="凯斯特工坊") + "凯斯特工坊成立于1903年。凯斯特工坊雇用了4120名员工。",
+    "瓦罗磨坊": FILLER_ZH.format(x="瓦罗磨坊") + "瓦罗磨坊成立于1957年。瓦罗磨坊雇用了2310名员工。",
+}
+
+
+class Described(KnownFacts):
+    """The scripted model, describing each entity by every sentence of the passage about it, in the
+    passage's order (as a model's description of it gathers them)."""
+    def extract(self, passage: str, *, gleaning: bool) -> dict[str, Any]:
+        found = super().extract(passage, gleaning=gleaning)
+        merged: dict[str, dict[str, Any]] = {}
+        for entity in found["entities"]:
+            if entity["name"] in merged:
+                merged[entity["name"]]["description"] += " " + entity["description"]
+            else:
+                merged[entity["name"]] = dict(entity)
+        return {**found, "entities": list(merged.values())}
+
+
+QUESTIONS = {"en": ("Which was founded first, Kestrel Works or Varro Mills?", ("1903", "1957")),
+             "zh": ("凯斯特工坊和瓦罗磨坊，哪家成立得更早？", ("1903", "1957"))}
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+async def test_a_comparison_gets_both_values_from_the_descriptions(
+        settings: Settings, fake: FakeOllama, language: str) -> None:
+    documents = ENGLISH if language == "en" else CHINESE
+    fake.structured = Described(dict.fromkeys(documents, "Organization"))
+    question, values = QUESTIONS[language]
+    async with gateway_client(settings, fake) as client:
+        for name, text in documents.items():
+            assert (await settle(client, (await upload(client, f"{name}.txt", text))["id"]))["status"] == "processed"
+        body = {"query": question, "mode": "local", "keywords": "off"}
+        response = await client.post("/rag/query", json=body)
+        assert response.status_code == 200, response.text
+        context = response.json()["context"]
+        lines = [line for line in context.splitlines() if line.startswith("- ") and any(n in line for n in documents)]
+        assert all(any(value in line for line in lines) for value in values), context   # not only in passages
+        # each company's line leads with its founding note, before the notes the question does not ask about
+        for name, value in zip(documents, values, strict=True):
+            line = next(line for line in lines if line.startswith(f"- {name} ("))
+            filler = "培训" if language == "zh" else "training"   # the first note of the document
+            assert value in line and line.index(value) < (line.index(filler) if filler in line else len(line)), line
