@@ -22,7 +22,8 @@ FILLER = ("{x} runs a training centre for apprentices. {x} publishes a quarterly
 ENGLISH = {
     "Kestrel Works": FILLER.format(x="Kestrel Works")
     + "Kestrel Works was founded in 1903. Kestrel Works employs 4,120 people.",
-    "Varro Mills": FILLER.format(x="Varro Mills") + "Varro Mills was founded in 1957. Varro Mills employs 2,310 people.",
+    "Varro Mills": FILLER.format(x="Varro Mills")
+    + "Varro Mills was founded in 1957. Varro Mills employs 2,310 people.",
 }
 FILLER_ZH = ("{x}为学徒开办了一所培训中心。{x}每季度为客户出版一份通讯。{x}每年夏天赞助当地的赛艇俱乐部。"
              "{x}去年春天翻修了访客中心。")
