@@ -10,6 +10,10 @@ from typing import Any
 import pytest
 
 from proxy.core.settings import Settings
+from proxy.core.tokens import get_tokenizer
+from proxy.retrieval.context_evidence import build_evidence_context, entity_text
+from proxy.retrieval.found import FoundEntity, FoundRelation
+from proxy.retrieval.select import word_stems
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -71,3 +75,28 @@ async def test_a_comparison_gets_both_values_from_the_descriptions(
             line = next(line for line in lines if line.startswith(f"- {name} ("))
             filler = "培训" if language == "zh" else "training"   # the first note of the document
             assert value in line and line.index(value) < (line.index(filler) if filler in line else len(line)), line
+
+
+def entity(name: str, description: str) -> FoundEntity:
+    return FoundEntity(key=name.casefold(), name=name, type="Organization", source_ids=[], vector_key=1,
+                       description=description)
+
+
+def test_an_entity_line_leaves_out_what_the_facts_state_and_puts_the_asked_note_first() -> None:
+    kestrel = entity("Kestrel Works", "Kestrel Works supplies steel to Varro Mills. Kestrel Works runs a school. "
+                                      "Kestrel Works was founded in 1903.")
+    varro = entity("Varro Mills", "Varro Mills was founded in 1957.")
+    supplies = FoundRelation(pair="kestrel works\x1fvarro mills", source="kestrel works", target="varro mills",
+                             source_name="Kestrel Works", target_name="Varro Mills", keywords=["supplier"],
+                             weight=1.0, source_ids=[], vector_key=2,
+                             description="Kestrel Works supplies steel to Varro Mills.")
+    context = build_evidence_context([kestrel, varro], [supplies], [], entity_budget=500, relation_budget=500,
+                                     total_budget=2000, tokenizer=get_tokenizer(),
+                                     question="Which was founded first, Kestrel Works or Varro Mills?")
+    line = next(line for line in context.text.splitlines() if line.startswith("- Kestrel Works ("))
+    # the supply note is a fact above (left out), and naming the other company does not make a note the answer
+    assert line == "- Kestrel Works (Organization): Kestrel Works was founded in 1903. Kestrel Works runs a school."
+    # Chinese notes are joined without a space after the full stop
+    zh = entity("凯斯特工坊", "凯斯特工坊为学徒开办了培训中心。凯斯特工坊成立于1903年。")
+    assert entity_text(zh, set(), word_stems("凯斯特工坊哪年成立？") - word_stems("凯斯特工坊")) == \
+        "- 凯斯特工坊 (Organization): 凯斯特工坊成立于1903年。凯斯特工坊为学徒开办了培训中心。"

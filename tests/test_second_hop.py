@@ -118,3 +118,21 @@ def test_the_walk_weighs_what_stands_out_of_an_embedders_cosines() -> None:
     assert list(np.argsort(standing_out(spread))[-1:]) == [3] and standing_out(spread)[0] == 0.0
     assert standing_out(np.asarray([1.0, 1.0], dtype=np.float32)).tolist() == [0.0, 0.0]   # no division by zero
     assert standing_out(np.asarray([], dtype=np.float32)).size == 0
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+async def test_the_walk_itself_reaches_the_bridges_answer_not_its_other_acquisitions(
+        settings: Settings, fake: FakeOllama, language: str) -> None:
+    """The expansion channel alone (no linked relations, no vectors above the threshold): with room
+    for three relations, they are the hop, the bridge's headquarters and one more, not the bridge's
+    acquisitions (they answer "acquired" too, but the hop reaching the bridge already did)."""
+    world = english() if language == "en" else chinese()
+    fake.structured = KindedFacts(world)
+    async with gateway_client(settings, fake) as client:
+        for name, text in world.documents.items():
+            assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+        body = {"query": world.question, "mode": "local", "keywords": "off", "linking": "off",
+                "cosine_threshold": 1.0, "top_k": 4}
+        result = (await client.post("/rag/query", json=body)).json()
+        walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
+        assert {world.named, world.bridge} in walked and {world.bridge, world.answer} in walked, walked

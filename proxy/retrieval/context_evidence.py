@@ -24,11 +24,15 @@ from proxy.retrieval.select import word_stems
 from proxy.retrieval.wording import ENGLISH, Wording
 from proxy.text.fold import fold
 from proxy.text.sentences import split_notes
+from proxy.text.words import stems
+
+uncached_stems = stems.__wrapped__
 
 RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first notes carry its gist
 ENTITY_TOKENS = 48     # an entity's line is a pointer (type, gist); its facts are the relations'
 COMMUNITY_TOKENS = 200  # a community's summary: its members and what joins them
 CHARS_PER_TOKEN_MAX = 12  # more characters than a line's token limit can ever take (cl100k: ~4 a token)
+NOTES_CHARS = 4096     # the part of a hub's long description whose notes an entity line chooses from
 
 
 def notes(description: str) -> list[str]:
@@ -51,17 +55,24 @@ def community_text(c: FoundCommunity) -> str:
 
 def entity_text(e: FoundEntity, stated: set[str], asked: frozenset[str] = frozenset()) -> str:
     """Name and type, then the notes of its description that no fact above states, those holding
-    the question's words (``asked``: their stems) first: a line is cut at ``ENTITY_TOKENS``, and
-    the founding year or the headcount a question compares may be any note of a merged description."""
-    fresh = [" ".join(note.split()) for note in split_notes(e.description)
-             if notes(note) and notes(note)[0] not in stated]
+    the question's words (``asked``: their stems, the names it gives left out) first: a line is cut
+    at ``ENTITY_TOKENS``, and the founding year or the headcount a question compares may be any
+    note of a merged description."""
+    fresh = [" ".join(note.split()) for note in split_notes(e.description[:NOTES_CHARS])]
+    fresh = [note for note in fresh if fold(note).rstrip(".。") not in stated]
     if not fresh:
         return f"- {e.name} ({e.type})"
     wanted = asked - word_stems(e.name)
-    if wanted:
-        matched = [len(word_stems(note) & wanted) for note in fresh]
+    if wanted:   # stems of a note, uncached: a hub's long description would crowd out the ones that recur
+        matched = [len(uncached_stems(note) & wanted) for note in fresh]
         fresh = [fresh[i] for i in sorted(range(len(fresh)), key=lambda i: (-matched[i], i))]
-    return f"- {e.name} ({e.type}): {' '.join(fresh)}"
+    return f"- {e.name} ({e.type}): " + "".join(joined(fresh))
+
+
+def joined(parts: list[str]) -> Iterator[str]:
+    """The notes with a space between them, but none after a CJK full stop."""
+    for i, part in enumerate(parts):
+        yield part if i == 0 or parts[i - 1].endswith(("。", "！", "？", "；", "｡")) else " " + part
 
 
 def fit_capped(lines: Iterable[str], limit: int, budget: int, tokenizer: Tokenizer) -> tuple[list[str], int]:
@@ -112,8 +123,10 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # communities: their summaries, from the entity budget first (the entities are pointers)
     c_lines, c_used = fit_capped((community_text(c) for c in communities), COMMUNITY_TOKENS, entity_budget // 2,
                                  tokenizer)
-    # entities: name and type, and the description only when it adds to the facts
-    asked = word_stems(question)
+    # entities: name and type, and the notes the facts do not state, those the question asks about first
+    # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
+    folded = question.casefold()
+    asked = word_stems(question).difference(*(word_stems(e.name) for e in entities if e.name.casefold() in folded))
     e_lines, e_used = fit_capped((entity_text(e, stated, asked) for e in entities), ENTITY_TOKENS,
                                  entity_budget - c_used, tokenizer)
     kept_entities = entities[:len(e_lines)]

@@ -89,8 +89,9 @@ def evidence_scores(store: KnowledgeStore, question: Question, relations: list[F
 
 def chain_anchor(reaching: FoundRelation, anchors: dict[str, float], relevance: float) -> float:
     """The anchor a next hop inherits from the named entity's relation reaching it, in the measure
-    that relation answers the question: the bridge's fact comes before the named entity's facts
-    that answer nothing, a hop through an unasked-for relation does not."""
+    that relation answers the question (its relevance, cosine share included, capped at 1): the
+    bridge's fact comes before the named entity's facts that answer nothing; a hop through an
+    unasked-for relation inherits little (with e5's high cosines, about a sixth of the anchor)."""
     anchor = max(anchors.get(reaching.source, 0.0), anchors.get(reaching.target, 0.0))
     return ANCHOR * anchor * min(1.0, relevance)
 

@@ -54,7 +54,8 @@ def edge_relevance(store: KnowledgeStore, question: Question,
                    similarity: dict[str, float] | None = None) -> dict[str, float]:
     """``relation_relevance`` without descriptions, from ``search.edge_facts``: the expansion weighs
     hundreds of edges per turn, and building a record for each cost more than the walk. ``asked``:
-    the words to judge them by, when not the question's own; ``similarity``: the cosines, when read."""
+    the words to judge them by, when not the question's own; ``similarity``: the vectors' part
+    (``edge_cosines``: what stands out of the neighbourhood's cosines), when read."""
     if not facts:
         return {}
     pairs = list(facts)
@@ -67,7 +68,8 @@ def edge_relevance(store: KnowledgeStore, question: Question,
 
 def edge_cosines(store: KnowledgeStore, question: Question,
                  facts: dict[str, tuple[tuple[str, ...], str, str, int]]) -> dict[str, float]:
-    """Each edge's cosine to the question's vector (none when the index is out of step)."""
+    """How far each edge's cosine to the question's vector stands out of the batch's (``standing_out``;
+    none when the index is out of step)."""
     pairs = list(facts)
     cosines = store.similarities_sync("relations", [facts[p][3] for p in pairs], question.vectors["query"])
     if len(cosines) != len(pairs):
@@ -80,6 +82,7 @@ def standing_out(cosines: np.ndarray) -> np.ndarray:
     neural embedder's cosines are all high (0.8-0.9 for e5 between any question and any fact):
     taken as they are, every edge weighs alike and a hub's walk spreads over all its edges; the
     part above the neighbourhood's typical similarity is the signal."""
+    cosines = np.nan_to_num(cosines)   # a zero vector's cosine is NaN on PostgreSQL: it would make every weight NaN
     floor = float(np.median(cosines)) if cosines.size else 1.0
     if floor >= 1.0:   # nothing, or nothing can stand out
         return np.zeros_like(cosines)

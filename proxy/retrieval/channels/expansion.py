@@ -127,9 +127,10 @@ class ExpansionChannel:
 
     def joining(self, store: KnowledgeStore, question: Question, ranked: dict[str, float],
                 relevance: dict[str, float]) -> list[FoundRelation]:
-        """The relations between two of the ranked entities, by their endpoints' PageRank times their
-        relevance to the question (the edge weights, kept from the walk): the seed's edge to the
-        bridge, then the bridge's asked-for fact. Only the best ``top_k`` are read.
+        """The relations between two of the ranked entities, by the walk's flow along them: each
+        endpoint's PageRank times the edge's share of that endpoint's weighed edges (the weights
+        kept from the walk): the seed's edge to the bridge, then the bridge's asked-for fact, not a
+        hub's many others. Only the best ``top_k`` are read.
         (Discounting each kind's later relations was measured: it cost 2-hop and list recall.)"""
         pairs = [pair for pair in search.incident_pairs(store, list(ranked))
                  if all(key in ranked for key in split_pair(pair))]   # only the edges among them
