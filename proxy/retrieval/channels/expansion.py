@@ -135,7 +135,10 @@ class ExpansionChannel:
         pairs = [pair for pair in search.incident_pairs(store, list(ranked))
                  if all(key in ranked for key in split_pair(pair))]   # only the edges among them
         strength: dict[str, float] = {}   # each entity's weighed edges, summed: how its walk splits
+        scope = question.scope   # under a metadata filter the walk gave the edges outside it no weight
         for pair, weight in relevance.items():
+            if scope is not None and pair not in scope.relations:
+                continue
             for key in split_pair(pair):
                 strength[key] = strength.get(key, 0.0) + EDGE_FLOOR + weight
         score = {pair: sum(ranked[key] / strength.get(key, 1.0) for key in split_pair(pair))
