@@ -110,13 +110,17 @@ class Cell:
     missed: list[tuple[str, list[str]]] = field(default_factory=list)  # (question, the gold names not there)
 
     def add(self, question: Question, context: str) -> None:
-        missing = [name for name in question.gold if not holds(context, name)]
+        missing = self.missing(question, context)
         self.asked += 1
         self.recalled += not missing
         self.names += len(question.gold)
         self.names_found += len(question.gold) - len(missing)
         if missing:
             self.missed.append((question.text, missing))
+
+    def missing(self, question: Question, context: str) -> list[str]:
+        """The gold names ``context`` does not hold."""
+        return [name for name in question.gold if not holds(context, name)]
 
     @property
     def recall(self) -> float:

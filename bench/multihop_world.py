@@ -137,6 +137,19 @@ class World:
         return [f.source for f in self.facts if f.kind == kind and f.target == target]
 
 
+def unique_word(rng: random.Random, used: set[str], syllables: dict[str, tuple[str, ...]],
+                alphabet: tuple[str, ...] = SYLLABLES, lengths: tuple[int, ...] = (2, 3, 3)) -> str:
+    """A word of ``alphabet``'s syllables not in ``used`` (then added to it; its syllables kept in
+    ``syllables``, for a transliteration)."""
+    while True:
+        parts = tuple(rng.choice(alphabet) for _ in range(rng.choice(lengths)))
+        word = "".join(parts).capitalize()
+        if word not in used:
+            used.add(word)
+            syllables[word] = parts
+            return word
+
+
 class _Names:
     """Names built from words used once in the whole world."""
 
@@ -144,13 +157,7 @@ class _Names:
         self.rng, self.used, self.syllables = rng, set[str](), syllables
 
     def word(self) -> str:
-        while True:
-            parts = tuple(self.rng.choice(SYLLABLES) for _ in range(self.rng.choice((2, 3, 3))))
-            word = "".join(parts).capitalize()
-            if word not in self.used:
-                self.used.add(word)
-                self.syllables[word] = parts
-                return word
+        return unique_word(self.rng, self.used, self.syllables)
 
     def company(self) -> str:
         return f"{self.word()} {self.rng.choice(COMPANY_SUFFIXES)}"

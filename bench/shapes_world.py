@@ -48,7 +48,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from bench.multihop_world import Question
+from bench.multihop_world import Question, unique_word
 
 SYLLABLES = ("bel", "dor", "ash", "vin", "kor", "mel", "tis", "ran", "gol", "esh", "var", "nim", "pru", "sol",
              "tev", "hal", "orn", "yel", "cas", "lom", "bre", "fas", "gid", "ilm", "jen", "kup", "ned", "osk",
@@ -432,13 +432,7 @@ class _Builder:
 
     # -- names -------------------------------------------------------------------------------------
     def word(self) -> str:
-        while True:
-            parts = tuple(self.rng.choice(SYLLABLES) for _ in range(self.rng.choice((2, 2, 3))))
-            word = "".join(parts).capitalize()
-            if word not in self.words:
-                self.words.add(word)
-                self.world.syllables[word] = parts
-                return word
+        return unique_word(self.rng, self.words, self.world.syllables, SYLLABLES, (2, 2, 3))
 
     def entity(self, name: str, kind: str) -> str:
         self.world.names[name] = kind
