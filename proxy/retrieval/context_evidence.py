@@ -37,7 +37,12 @@ NOTES_CHARS = 4096     # the part of a hub's long description whose notes an ent
 
 def notes(description: str) -> list[str]:
     """A description's notes: its lines and sentences, normalised for comparison."""
-    return [fold(" ".join(p.split())).rstrip(".。") for p in split_notes(description)]
+    return [note_key(p) for p in split_notes(description)]
+
+
+def note_key(note: str) -> str:
+    """A note as it is compared: folded, spaces collapsed, no final full stop."""
+    return fold(" ".join(note.split())).rstrip(".。")
 
 
 def relation_text(r: FoundRelation) -> str:
@@ -59,7 +64,7 @@ def entity_text(e: FoundEntity, stated: set[str], asked: frozenset[str] = frozen
     at ``ENTITY_TOKENS``, and the founding year or the headcount a question compares may be any
     note of a merged description."""
     fresh = [" ".join(note.split()) for note in split_notes(e.description[:NOTES_CHARS])]
-    fresh = [note for note in fresh if fold(note).rstrip(".。") not in stated]
+    fresh = [note for note in fresh if note_key(note) not in stated]
     if not fresh:
         return f"- {e.name} ({e.type})"
     wanted = asked - word_stems(e.name)

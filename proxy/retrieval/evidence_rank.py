@@ -18,21 +18,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from proxy.retrieval.found import FoundEntity, FoundRelation
-from proxy.retrieval.relevance import cosines, relation_relevance
+from proxy.retrieval.relevance import cosines, relation_relevance, unanswered
 from proxy.retrieval.select import word_stems
 from proxy.retrieval.stages import Question
-from proxy.text.words import split_words
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
 
 ANCHOR = 1.0   # a named entity's own relation outranks any other equally relevant one
-
-
-def answered_words(question: Question, relation: FoundRelation) -> frozenset[str]:
-    """The question's words (stems) that a relation's keywords or description hold."""
-    said = word_stems(" ".join(relation.keywords)) | word_stems(relation.description)
-    return word_stems(question.asked) & said
 
 
 def rank_evidence(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
@@ -97,10 +90,8 @@ def chain_anchor(reaching: FoundRelation, anchors: dict[str, float], relevance: 
 
 
 def residual_text(question: Question, answered: FoundRelation) -> str:
-    """The question (and its themes) without the words a relation already answers (by their stems)."""
-    done = answered_words(question, answered)
-    words = [w for w in split_words(question.asked) if not (word_stems(w) & done)]
-    return " ".join(words)
+    """The question (and its themes) without the words a relation's keywords or description answer."""
+    return unanswered(question, word_stems(" ".join(answered.keywords)) | word_stems(answered.description))
 
 
 def _with_text(question: Question, text: str) -> Question:

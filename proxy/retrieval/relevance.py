@@ -15,6 +15,7 @@ from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.select import relation_match, word_stems
 from proxy.retrieval.stages import Question
+from proxy.text.words import split_words
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -87,3 +88,10 @@ def standing_out(cosines: np.ndarray) -> np.ndarray:
     if floor >= 1.0:   # nothing, or nothing can stand out
         return np.zeros_like(cosines)
     return np.clip((cosines - floor) / (1.0 - floor), 0.0, 1.0)
+
+
+def unanswered(question: Question, said: frozenset[str]) -> str:
+    """The question's words (and themes) whose stems ``said`` (a hop's keywords' or description's)
+    does not hold: what is left to answer after that hop."""
+    done = word_stems(question.asked) & said
+    return " ".join(word for word in split_words(question.asked) if not (word_stems(word) & done))

@@ -15,11 +15,10 @@ from proxy.retrieval import search
 from proxy.retrieval.channels.linked import linked_keys
 from proxy.retrieval.found import Found, FoundEntity, FoundRelation
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.relevance import edge_cosines, edge_relevance
+from proxy.retrieval.relevance import edge_cosines, edge_relevance, unanswered
 from proxy.retrieval.select import word_stems
 from proxy.retrieval.stages import Question
 from proxy.store.changes import pair_key, split_pair
-from proxy.text.words import split_words
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -78,6 +77,7 @@ def onward(question: Question, facts: dict[str, tuple[tuple[str, ...], str, str,
         if (a in seeds) != (b in seeds):
             reaching.setdefault(b if a in seeds else a, pair)
     groups: dict[str, list[str]] = {}
+    rest_after: dict[str, str] = {}   # a seed edge -> what it leaves unanswered (a few seed edges, many pairs)
     for pair in facts:
         ends = split_pair(pair)
         if any(key in seeds for key in ends):
@@ -85,14 +85,10 @@ def onward(question: Question, facts: dict[str, tuple[tuple[str, ...], str, str,
         hops = [reaching[key] for key in ends if key in reaching]
         if hops:
             best = max(hops, key=lambda p: relevance.get(p, 0.0))
-            groups.setdefault(unanswered(question, facts[best][0]), []).append(pair)
+            if best not in rest_after:
+                rest_after[best] = unanswered(question, word_stems(" ".join(facts[best][0])))
+            groups.setdefault(rest_after[best], []).append(pair)
     return groups
-
-
-def unanswered(question: Question, keywords: tuple[str, ...]) -> str:
-    """The question's words (and themes) whose stems none of ``keywords`` holds."""
-    done = word_stems(" ".join(keywords))
-    return " ".join(word for word in split_words(question.asked) if not (word_stems(word) & done))
 
 
 class ExpansionChannel:
