@@ -42,13 +42,17 @@ async def create(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
     return response.json()
 
 
-async def upload(client: httpx.AsyncClient, kb: str, name: str, text: str) -> dict[str, Any]:
-    response = await client.post("/rag/documents", params={"kb": kb}, json={"name": name, "text": text})
+async def upload(client: httpx.AsyncClient, kb: str, name: str, text: str,
+                 headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """``text`` uploaded to ``kb`` and processed."""
+    response = await client.post("/rag/documents", params={"kb": kb}, json={"name": name, "text": text},
+                                 headers=headers)
     assert response.status_code in (200, 202), response.text
     document = response.json()["documents"][0]
     with anyio.fail_after(20):
         while True:
-            document = (await client.get(f"/rag/documents/{document['id']}", params={"kb": kb})).json()
+            document = (await client.get(f"/rag/documents/{document['id']}", params={"kb": kb},
+                                         headers=headers)).json()
             if document["status"] in ("processed", "failed"):
                 assert document["status"] == "processed", document
                 return document

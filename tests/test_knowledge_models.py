@@ -276,7 +276,7 @@ async def scoped_world(client: httpx.AsyncClient) -> dict[str, str]:
     """hr and legal, one knowledge model on each; a read key and an admin key limited to hr."""
     for kb, name, text in (("hr", "team.txt", TEAM), ("legal", "club.txt", CLUB)):
         assert (await client.post("/rag/kbs", json={"name": kb}, headers=ADMIN)).status_code == 201
-        await client.post("/rag/documents", params={"kb": kb}, json={"name": name, "text": text}, headers=ADMIN)
+        await upload(client, kb, name, text, headers=ADMIN)   # processed: a chat after it is grounded
         reply = await client.put(f"/rag/models/{kb}-bot", json={"model": MODEL, "kb": kb}, headers=ADMIN)
         assert reply.status_code == 201, reply.text
     keys = {}
@@ -323,7 +323,7 @@ async def test_a_scoped_key_sees_and_chats_with_its_bases_models_only(
         assert reply.status_code == 200 and "Orion" in context_of(last_chat(fake))
         # a plain model: grounded in default, which this key may not read, so not grounded at all
         await client.put("/rag/models/x", json={"model": MODEL, "kb": "default"}, headers=ADMIN)
-        await client.post("/rag/documents", json={"name": "club.txt", "text": CLUB}, headers=ADMIN)
+        await upload(client, "default", "club.txt", CLUB, headers=ADMIN)
         reply = await client.post("/api/chat", json={"model": MODEL, "messages": [message], "stream": False},
                                   headers=reader)
         assert reply.status_code == 200 and last_chat(fake)["messages"] == [message]
