@@ -22,6 +22,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+_SILENT: list[socket.socket] = []   # held until the test process ends
+
+
+def silent_port() -> int:
+    """A port on 127.0.0.1 where nothing answers for the rest of this test process: bound but never
+    listening, so a connection is refused and no other test's server can take it in the meantime (a
+    released free port was taken by a parallel worker's server, whose 404 a command then read)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _SILENT.append(sock)
+    return int(sock.getsockname()[1])
+
+
 class Server:
     def __init__(self, data_dir: Path, upstream: str, **settings: str) -> None:
         for _attempt in range(3):   # another process (a parallel test worker) may take the free port first

@@ -29,7 +29,7 @@ from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
 from tests.mcp_helpers import error_text, http_session, resource_json, structured, wait_processed
-from tests.servers import free_port
+from tests.servers import silent_port
 from tests.test_cli_metadata import graphgate
 
 pytestmark = pytest.mark.anyio
@@ -376,7 +376,7 @@ def test_cli_keys_on_the_data_directory(settings: Settings, fake: FakeOllama, tm
             assert (await client.post("/rag/kbs", json={"name": "hr"})).status_code == 201
 
     anyio.run(make_store)   # a store with a base hr; no gateway runs now
-    flags = ["--data-dir", str(settings.data_dir), "--port", str(free_port())]
+    flags = ["--data-dir", str(settings.data_dir), "--port", str(silent_port())]
     status, token, err = graphgate(capsys, "keys", "create", "--name", "offline", "--role", "write", "--kb", "hr",
                                    *flags)
     assert status == 0 and "directly" in err and "not shown again" in err, err
@@ -398,7 +398,7 @@ def test_cli_keys_on_the_data_directory(settings: Settings, fake: FakeOllama, tm
     assert status == 0, err
     assert json.loads((settings.data_dir / KEYS_FILE).read_text())["keys"] == []
     status, _, err = graphgate(capsys, "keys", "create", "--name", "x", "--role", "read",
-                               "--data-dir", str(tmp_path / "elsewhere"), "--port", str(free_port()))
+                               "--data-dir", str(tmp_path / "elsewhere"), "--port", str(silent_port()))
     assert status == 1 and "no knowledge store" in err, err
     assert not (tmp_path / "elsewhere").exists()
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from tests.corpus import CITY, PEOPLE, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.invariants import check_store
-from tests.servers import Server, free_port
+from tests.servers import Server, silent_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +47,7 @@ def graphgate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 def test_ingest_and_status_without_a_running_gateway(tmp_path: Path, upstream: str, folder: Path) -> None:
     env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(tmp_path / "data"),
-           "GRAPHGATE_PORT": str(free_port())}
+           "GRAPHGATE_PORT": str(silent_port())}
     result = graphgate("ingest", str(folder), "--create", env=env)
     assert result.returncode == 0, result.stderr
     assert "2 processed, 0 failed, 0 duplicate, 0 rejected" in result.stderr
@@ -80,10 +82,39 @@ def test_ingest_through_a_running_gateway_reports_rejections(tmp_path: Path, ups
         server.stop()
 
 
+def test_another_program_on_the_port_is_one_sentence_and_the_store_is_left_alone(tmp_path: Path,
+                                                                                   upstream: str) -> None:
+    """A web server that is not GraphGate on the command's port: its 404 page is not read as GraphGate's."""
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("content-type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"404 page not found")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        port = other.server_address[1]
+        env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(tmp_path / "data"),
+               "GRAPHGATE_PORT": str(port)}
+        result = graphgate("status", env=env)
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (f"something other than GraphGate answers at http://127.0.0.1:{port} (404 to /rag/stats)"
+            in " ".join(result.stderr.split()))
+    assert not (tmp_path / "data").exists()
+
+
 def test_reindex_rebuilds_and_reembeds_for_a_new_model(tmp_path: Path, upstream: str, folder: Path,
                                                        fake: FakeOllama) -> None:
     data = tmp_path / "data"
-    env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(data), "GRAPHGATE_PORT": str(free_port())}
+    env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(data), "GRAPHGATE_PORT": str(silent_port())}
     assert graphgate("ingest", str(folder), "--create", env=env).returncode == 0
     for name in ("chunks", "entities", "relations"):
         (data / f"{name}.usearch").unlink()
@@ -131,7 +162,7 @@ def test_ingest_of_same_named_files_keeps_the_later_one_and_finishes(tmp_path: P
         (docs / folder).mkdir(parents=True)
         (docs / folder / "notes.txt").write_text(text)
     env = {"GRAPHGATE_UPSTREAM": upstream, "GRAPHGATE_DATA_DIR": str(tmp_path / "data"),
-           "GRAPHGATE_PORT": str(free_port())}
+           "GRAPHGATE_PORT": str(silent_port())}
     result = graphgate("ingest", str(docs), "--create", env=env)
     assert result.returncode == 0, result.stderr
     assert "1 superseded" in result.stderr or "2 processed" in result.stderr, result.stderr

@@ -18,7 +18,7 @@ from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
-from tests.servers import free_port
+from tests.servers import silent_port
 from tests.test_cli_metadata import graphgate
 
 
@@ -59,7 +59,7 @@ def test_an_unknown_base_stops_a_command_without_a_gateway(tmp_path: Path, upstr
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data"
     (tmp_path / "team.txt").write_text(TEAM)
-    flags = ["--upstream", upstream, "--data-dir", str(data), "--port", str(free_port())]
+    flags = ["--upstream", upstream, "--data-dir", str(data), "--port", str(silent_port())]
     status, _, err = graphgate(capsys, "ingest", str(tmp_path / "team.txt"), "--create", *flags)
     assert status == 0, err
     for command in (["status"], ["query", "Who?"], ["ingest", str(tmp_path / "team.txt")]):
@@ -79,7 +79,7 @@ def test_reindex_a_named_base(settings: Settings, upstream: str, tmp_path: Path,
         status, _, err = graphgate(capsys, "ingest", str(tmp_path / "team.txt"), "--port",
                                    str(urlsplit(url).port), "--kb", "hr")
         assert status == 0 and "1 processed" in err, err
-    flags = ["--upstream", upstream, "--data-dir", str(settings.data_dir), "--port", str(free_port())]
+    flags = ["--upstream", upstream, "--data-dir", str(settings.data_dir), "--port", str(silent_port())]
     status, out, err = graphgate(capsys, "reindex", *flags, "--kb", "hr")
     assert status == 0, err
     sizes = dict(part.split() for part in (out + err).split("indexes rebuilt: ")[1].split("\n")[0].split(", "))

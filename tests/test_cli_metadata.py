@@ -22,7 +22,7 @@ from proxy.core.settings import Settings
 from tests.corpus import CITY, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.servers import free_port
+from tests.servers import silent_port
 
 QUESTION = "Where is Acme Corp headquartered, and who works there?"
 
@@ -59,7 +59,7 @@ def stored_metadata(data: Path) -> dict[str, Any]:
 def test_ingest_sends_the_metadata_flags_and_query_the_filter(tmp_path: Path, upstream: str, docs: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data"
-    flags = ["--upstream", upstream, "--data-dir", str(data), "--port", str(free_port())]
+    flags = ["--upstream", upstream, "--data-dir", str(data), "--port", str(silent_port())]
     status, _, err = graphgate(capsys, "ingest", str(docs / "team.txt"), "--create", *flags,
                                "--metadata", '{"category": "projects", "year": 2020, "source": "wiki"}',
                                "--meta", "year=2024", "--meta", "tags=orion", "--meta", "tags=staff",
@@ -117,7 +117,7 @@ def test_bad_metadata_flags_stop_before_anything_is_sent(tmp_path: Path, upstrea
                                                          flags: list[str], said: str) -> None:
     data = tmp_path / "data"
     status, _, err = graphgate(capsys, "ingest", str(docs), "--create", "--upstream", upstream,
-                               "--data-dir", str(data), "--port", str(free_port()), *flags)
+                               "--data-dir", str(data), "--port", str(silent_port()), *flags)
     assert status == 1
     assert said in err and err.startswith("graphgate: ") and "Traceback" not in err
     assert not has_store(data)  # no store made, nothing uploaded
@@ -132,7 +132,7 @@ def test_bad_metadata_flags_stop_before_anything_is_sent(tmp_path: Path, upstrea
 def test_a_bad_filter_flag_is_said_before_any_gateway_is_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                text: str, said: str) -> None:
     status, out, err = graphgate(capsys, "query", QUESTION, "--data-dir", str(tmp_path / "none"),
-                                 "--port", str(free_port()), "--filter", text)
+                                 "--port", str(silent_port()), "--filter", text)
     assert status == 1 and out == ""
     assert said in err and "no gateway answers" not in err
 

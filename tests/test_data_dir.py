@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from proxy.store.store import KnowledgeStore
-from tests.servers import Server, free_port
+from tests.servers import Server, silent_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def home(tmp_path: Path) -> dict[str, str]:
     """A user of their own: XDG_DATA_HOME inside the test's directory, no GRAPHGATE_DATA_DIR."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPHGATE_")}
     env.update(XDG_DATA_HOME=str(tmp_path / "xdg"), TIKTOKEN_CACHE_DIR="", PYTHONPATH=str(ROOT),
-               GRAPHGATE_PORT=str(free_port()), GRAPHGATE_UPSTREAM=f"http://127.0.0.1:{free_port()}")
+               GRAPHGATE_PORT=str(silent_port()), GRAPHGATE_UPSTREAM=f"http://127.0.0.1:{silent_port()}")
     return env
 
 

@@ -46,7 +46,7 @@ from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, normalize
 from tests.invariants import check_store
 from tests.rag_helpers import graph, query, settle, upload
-from tests.servers import free_port
+from tests.servers import silent_port
 from tests.store_backends import backend_of, on_both_backends, with_store_setting
 
 pytestmark = pytest.mark.anyio
@@ -367,7 +367,7 @@ def test_ingest_says_why_documents_wait(tmp_path: Path, fake: FakeOllama, facts:
     (tmp_path / "city.md").write_text(CITY)
     add_model(fake, NEW, 64)
     with fake.serve() as url:
-        flags = ["--upstream", url, "--data-dir", str(tmp_path / "data"), "--port", str(free_port())]
+        flags = ["--upstream", url, "--data-dir", str(tmp_path / "data"), "--port", str(silent_port())]
         status, _, err = graphgate(capsys, "ingest", str(tmp_path / "team.txt"), "--create", *flags)
         assert status == 0 and "1 processed" in err, err
         status, _, err = graphgate(capsys, "ingest", str(tmp_path / "city.md"), *flags, "--embed-model", NEW)

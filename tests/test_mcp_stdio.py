@@ -21,7 +21,7 @@ from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
 from tests.live import serve_in_thread
 from tests.mcp_helpers import TOOLS, error_text, mcp_error, resource_json, stdio_parameters, structured
-from tests.servers import free_port
+from tests.servers import silent_port
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +39,7 @@ async def processed(client: Client, document_id: str) -> dict:
 
 async def test_with_no_gateway_it_serves_its_own_store(tmp_path: Path, fake: FakeOllama, facts: KnownFacts) -> None:
     with fake.serve() as upstream:
-        parameters = stdio_parameters(tmp_path / "data", upstream, port=free_port())
+        parameters = stdio_parameters(tmp_path / "data", upstream, port=silent_port())
         parameters.args.append("--create")
         with anyio.fail_after(60):
             async with Client(parameters) as client:
@@ -76,7 +76,7 @@ async def test_with_no_gateway_it_serves_the_other_bases_of_its_store_too(
                     != "processed":
                 await anyio.sleep(0.05)
     with fake.serve() as upstream:
-        parameters = stdio_parameters(data, upstream, port=free_port())
+        parameters = stdio_parameters(data, upstream, port=silent_port())
         with anyio.fail_after(60):
             async with Client(parameters) as client:
                 in_hr = structured(await client.call_tool("stats", {"kb": "hr"}))
@@ -93,7 +93,7 @@ async def test_with_no_gateway_it_serves_the_other_bases_of_its_store_too(
 
 
 async def test_without_a_gateway_or_a_store_it_says_so_and_stops(tmp_path: Path) -> None:
-    parameters = stdio_parameters(tmp_path / "data", "http://127.0.0.1:9", port=free_port())
+    parameters = stdio_parameters(tmp_path / "data", "http://127.0.0.1:9", port=silent_port())
     with anyio.fail_after(30):
         done = await anyio.run_process([parameters.command, *parameters.args], env=parameters.env,
                                        cwd=parameters.cwd, check=False)
@@ -148,7 +148,7 @@ async def test_a_store_another_process_holds_is_refused_with_the_reason(tmp_path
     """A gateway on another port than the configured one holds the store: no bridge, no second opener."""
     data_dir = tmp_path / "data"
     with fake.serve() as upstream, serve_in_thread(create_app(_gateway_settings(data_dir, upstream))):
-        parameters = stdio_parameters(data_dir, upstream, port=free_port())
+        parameters = stdio_parameters(data_dir, upstream, port=silent_port())
         with anyio.fail_after(60):
             done = await anyio.run_process([parameters.command, *parameters.args], env=parameters.env,
                                            cwd=parameters.cwd, check=False)

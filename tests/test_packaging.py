@@ -39,7 +39,7 @@ from tests.dockerfile_parsing import (
 )
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.servers import free_port
+from tests.servers import free_port, silent_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "Who works at Acme Corp?"
@@ -285,7 +285,7 @@ def test_the_dockerfile_steps_install_and_start_the_image(tmp_path: Path, upstre
     assert (tmp_path / "data" / "graphgate.duckdb").is_file()
 
     # with no Ollama behind it the image reports itself unhealthy (and says why on /rag/health)
-    env.update(GRAPHGATE_UPSTREAM=f"http://127.0.0.1:{free_port()}", GRAPHGATE_DATA_DIR=str(tmp_path / "data2"))
+    env.update(GRAPHGATE_UPSTREAM=f"http://127.0.0.1:{silent_port()}", GRAPHGATE_DATA_DIR=str(tmp_path / "data2"))
     gateway = Gateway(exec_or_shell(cmd.args), env, app, port)
     try:
         assert subprocess.run(health, cwd=app, env=env, timeout=30, capture_output=True).returncode != 0

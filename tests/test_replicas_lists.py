@@ -47,7 +47,7 @@ from tests.console_helpers import csrf_of
 from tests.corpus import TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
-from tests.servers import free_port
+from tests.servers import silent_port
 from tests.store_backends import base_schemas, restart_pg
 from tests.test_crash_recovery import NAMES, corpus
 from tests.test_knowledge_bases import create, names_of_documents, upload
@@ -335,7 +335,7 @@ def test_cli_keys_and_a_bases_settings_read_the_shared_lists(tmp_path: Path, pg_
     data = tmp_path / "a"
     PgLists(pg_server, data).write_sync(KBS, {"version": 1, "bases": {"hr": {
         "uid": "0123456789ab", "created_at": "2026-01-01T00:00:00+00:00", "settings": {"language": "French"}}}}, 0)
-    flags = ["--data-dir", str(data), "--port", str(free_port())]
+    flags = ["--data-dir", str(data), "--port", str(silent_port())]
     capsys.readouterr()
     assert main(["keys", "create", "--name", "offline", "--role", "read", "--kb", "hr", *flags]) == 0
     token = capsys.readouterr().out.strip()

@@ -25,7 +25,7 @@ from tests.corpus import CITY, CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, overlap_score
 from tests.rag_helpers import query, settle, upload
-from tests.servers import free_port
+from tests.servers import silent_port
 
 pytestmark = pytest.mark.anyio
 
@@ -252,7 +252,7 @@ async def test_a_reranker_that_is_down_or_slow_leaves_the_fused_order(settings: 
                                                                       facts: KnownFacts) -> None:
     async with knowledge_base(settings, fake) as kb:
         fused = await query(kb, **QUESTION)
-    down = f"http://127.0.0.1:{free_port()}"
+    down = f"http://127.0.0.1:{silent_port()}"
     async with over_the_network(settings.replace(rerank_url=down), fake) as kb:
         result = await query(kb, **QUESTION)
         assert chunk_ids(result) == chunk_ids(fused)

@@ -107,9 +107,17 @@ async def rag_client(settings: Settings, *, create: bool = False, offer_create: 
 
 def _base_problem(probe: httpx.Response) -> str | None:
     """Why a command cannot work on the knowledge base it names (none, or a name that cannot be one)."""
-    if probe.status_code in (400, 404):
-        return f"{probe.json().get('error')} (GET /rag/kbs lists them, POST /rag/kbs makes one)"
-    return None
+    if probe.status_code not in (400, 404):
+        return None
+    try:
+        error = probe.json().get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if not isinstance(error, str):   # not GraphGate's answer: another program has the port
+        origin = f"{probe.request.url.scheme}://{probe.request.url.netloc.decode()}"
+        return (f"something other than GraphGate answers at {origin} ({probe.status_code} to /rag/stats): "
+                "give GraphGate's port with --port (GRAPHGATE_PORT)")
+    return f"{error} (GET /rag/kbs lists them, POST /rag/kbs makes one)"
 
 
 def collect_files(paths: list[str]) -> list[Path]:
