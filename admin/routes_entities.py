@@ -157,6 +157,15 @@ async def edit_entity(request: Request) -> Response:
     return flash.redirect(request, f"/admin/entities/{ref(result['target'])}", "Saved the entity.")
 
 
+@action
+async def undo_alias(request: Request) -> Response:
+    """Entity resolution's merge undone: the alias's name becomes its own entity again."""
+    key, alias = unref(request.path_params["ref"]), unref(request.path_params["alias"])
+    result = await (await graph(request)).undo_resolution(alias)
+    back = result["target"] if result["target"] == key else key
+    return flash.redirect(request, f"/admin/entities/{ref(back)}", f"“{alias}” is its own entity again.")
+
+
 async def confirm_delete(request: Request) -> Response:
     service = await graph(request)
     key = unref(request.path_params["ref"])
@@ -228,6 +237,7 @@ ROUTES = [
     Route("/entities/find", find_entity, methods=["GET"]),
     Route("/entities/{ref}", entity_page, methods=["GET"]),
     Route("/entities/{ref}", edit_entity, methods=["POST"]),
+    Route("/entities/{ref}/aliases/{alias}/undo", undo_alias, methods=["POST"]),
     Route("/entities/{ref}/delete", confirm_delete, methods=["GET"]),
     Route("/entities/{ref}/delete", delete_entity, methods=["POST"]),
     Route("/relations/{ref}/edit", edit_relation, methods=["POST"]),

@@ -148,7 +148,7 @@ async def test_merge_through_the_preview(console: httpx.AsyncClient) -> None:
 async def test_suggestions_merge_and_dismiss(settings: Settings, fake: FakeOllama) -> None:
     fake.structured = KnownFacts({"Acme Corp": "Organization", "ACME Corporation": "Organization",
                                   "Initech": "Organization", "Initech Ltd": "Organization"})
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(entity_resolution=False), fake) as client:   # else folded
         await upload_texts(client, ("a.txt", "Acme Corp sells anvils. ACME Corporation was founded in 1920. "
                                              "Initech makes software. Initech Ltd is in Texas."))
         await settled(client)

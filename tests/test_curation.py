@@ -146,9 +146,10 @@ async def test_deleting_an_entity_or_relation_removes_it_from_every_store(
 
 
 async def test_suggestions_find_namesakes_and_dismissals_stick(settings: Settings, fake: FakeOllama) -> None:
+    """With entity resolution off (or on a store built before it), namesakes are suggested instead."""
     fake.structured = KnownFacts({"Acme Corp": "Organization", "ACME Corporation": "Organization",
                                   "Berlin": "Location"})
-    async with gateway_client(settings, fake) as client:
+    async with gateway_client(settings.replace(entity_resolution=False), fake) as client:
         await ingest(client, ("a.txt", "Acme Corp sells anvils in Berlin. ACME Corporation was founded in 1920."))
         finder = kb(client).graph.finder
         found = finder.find(0.9)

@@ -47,10 +47,10 @@ async def build(settings: Settings, batch: int, together: bool, monkeypatch: pyt
         pipeline = client._transport.app.state.gateway.knowledge.pipeline  # type: ignore[attr-defined]
         original = pipeline.integrator.changes
 
-        async def changes(added, removed, overlay=None):
+        async def changes(added, removed, overlay=None, texts=None):
             nonlocal overlapped
             overlapped += overlay is not None
-            return await original(added, removed, overlay)
+            return await original(added, removed, overlay, texts)
 
         pipeline.integrator.changes = changes
         ids: list[str] = []

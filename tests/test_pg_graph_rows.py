@@ -279,6 +279,7 @@ async def test_an_entitys_page(backend_db: Backend) -> None:
     await seed(backend_db)
     rows = graph_rows_of(backend_db)
     await curate(backend_db, Curation(aliases={"robert": "bob", "bobby": "bob", "al": "alice"},
+                                      resolved={"bobby": ("same name", "Bobby / Bob")},
                                       entity_edits={"bob": EntityEdit(description="Edited.")}))
     detail = await rows.entity_detail("bob", 1)
     assert detail is not None
@@ -287,6 +288,7 @@ async def test_an_entitys_page(backend_db: Backend) -> None:
     assert detail == {
         "key": "bob", "name": "Bob", "type": "Person", "description": "Bob builds boats.", "sources": ["c1", "c2"],
         "aliases": ["bobby", "robert"], "edited": True,
+        "resolved": [{"alias": "bobby", "reason": "same name", "evidence": "Bobby / Bob"}],   # made at ingestion
         "documents": [{"id": "d2", "name": "alpha.txt", "chunks": 1}, {"id": "d1", "name": "notes.txt", "chunks": 2}],
         "chunks": [{"id": "c1", "content": "Alice met Bob in Berlin."}],
     }

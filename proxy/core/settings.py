@@ -174,6 +174,11 @@ SETTINGS: tuple[Setting, ...] = (
             "language its wording table has no entry for)."),
     Setting("gleaning", "GRAPHGATE_GLEANING", "1", int_between(0, 3),
             "Extra extraction passes per chunk that ask only for what was missed (0-3)."),
+    Setting("entity_resolution", "GRAPHGATE_ENTITY_RESOLUTION", "true", parse_bool,
+            "Fold the names of one thing into one entity as documents are merged: spellings that differ only in "
+            "case, spacing, punctuation, articles or legal forms (\"The Kravon Ltd\" / \"Kravon\"), and a short "
+            "form a text introduces (\"Kravon Dynamics (KVD)\", \"KVD, short for Kravon Dynamics\"). Each "
+            "alias keeps its evidence; the console's entity page shows it and can undo it."),
     Setting("summary_fragments", "GRAPHGATE_SUMMARY_FRAGMENTS", "8", int_between(2, 1000),
             "An entity or relation description is summarised by the LLM once it has this many fragments..."),
     Setting("summary_tokens", "GRAPHGATE_SUMMARY_TOKENS", "1200", int_between(100, 100000),
@@ -372,6 +377,7 @@ class Settings:
                                      "Method", "Content", "Data", "Artifact", "NaturalObject")
     language: str = "auto"
     gleaning: int = 1
+    entity_resolution: bool = True
     summary_fragments: int = 8
     summary_tokens: int = 1200
     community_summaries: bool = False

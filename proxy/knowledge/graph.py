@@ -101,14 +101,17 @@ class GraphService:
         return await self.tables.entity_detail(key, SHOWN_CHUNKS)
 
     async def entity(self, key: str) -> dict[str, Any]:
-        """The entity as /rag/entities shows it: name, type, description, sources, degree."""
+        """The entity as /rag/entities shows it: name, type, description, sources, degree, the names
+        merged into it (``aliases``) and those entity resolution merged with its evidence (``resolved``)."""
         found = await self.store.read_memory(functools.partial(graph_reads.summary, key))
         if found is None:
             raise NotFound(f"no entity named {key!r}")
         meta, degree = found
         text = await self.tables.descriptions("entities", [(meta.key, key)])
+        detail = await self.tables.entity_detail(key, 0) or {}
         return {"name": meta.name, "type": meta.type, "description": text.get(meta.key, ""),
-                "sources": list(meta.source_ids), "degree": degree}
+                "sources": list(meta.source_ids), "degree": degree, "aliases": detail.get("aliases", []),
+                "resolved": detail.get("resolved", [])}
 
     async def merged_into(self, key: str) -> str | None:
         """What a name that is no entity was merged into (None: it never was, or is an entity)."""
@@ -153,6 +156,9 @@ class GraphService:
     async def merge(self, keys: list[str], target_name: Any, *, type: Any = None,
                     description: Any = None) -> dict[str, Any]:
         return await self.curator.merge(keys, target_name, type=type, description=description)
+
+    async def undo_resolution(self, alias: str) -> dict[str, Any]:
+        return await self.curator.undo_resolution(alias)
 
     async def edit_entity(self, key: str, *, name: Any = None, type: Any = None,
                           description: Any = None) -> dict[str, Any]:

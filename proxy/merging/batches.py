@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -28,9 +28,11 @@ from proxy.core.limiter import Priority
 from proxy.core.settings import Settings
 from proxy.extraction.per_chunk import ExtractionFailed
 from proxy.extraction.results import ExtractionResult, capped_note
+from proxy.merging.curation import Curator
 from proxy.merging.recompute import Integrator, Overlay
+from proxy.merging.resolution import Link
 from proxy.merging.work import MergeReports, Work
-from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate
+from proxy.store.changes import Changeset, ChunkRow, Curation, DocumentUpdate
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.model_calls import ModelClient
 
@@ -47,6 +49,7 @@ class InFlight:
     works: list[Work]
     overlay: Overlay | None  # None: the next batch must wait for this one to finish
     done: anyio.Event
+    merges: list[Link] = field(default_factory=list)   # entity resolution's, once committed
     failed: bool = False
 
 
@@ -66,6 +69,10 @@ class Merger:
         self.inflight: InFlight | None = None
         self._group: TaskGroup | None = None
         self._turn: contextlib.AsyncExitStack | None = None   # the merge turn held (a shared store)
+        self._curator = Curator(store, integrator, self.exclusive)
+        # committed batches' links between two stored entities, with the batch's documents: these stay
+        # "processing" until their links are merged (so "processed" means a chat finds one entity)
+        self._resolved_later: list[tuple[list[Link], list[Work]]] = []
         self._turn_since = 0.0
 
     @contextlib.asynccontextmanager
@@ -97,6 +104,8 @@ class Merger:
         self._group = group
         receive = self._receive
         while True:
+            if self._resolved_later:
+                await self._merge_resolved()
             if self.inflight is None:
                 try:
                     batch = [receive.receive_nowait()]
@@ -185,9 +194,10 @@ class Merger:
         if overlay is None:
             await self._settle()  # prepared against the tables as committed
         changes: Changeset | None = None
+        merges: list[Link] = []
         if live:
             try:
-                changes = await self._prepare(live, stored, overlay)
+                changes, merges = await self._prepare(live, stored, overlay)
             except Exception as exc:  # noqa: BLE001 - the batch fails; each document is tried alone
                 log.info("merging %d documents together failed (%s); merging them one by one", len(live), exc)
         if not await self._settle() and overlay is not None:
@@ -196,8 +206,20 @@ class Merger:
             await self._one_by_one(batch, live, stored)
             return
         assert self._group is not None
-        self.inflight = InFlight(batch, None if _removes(changes) else Overlay.of(changes), anyio.Event())
+        self.inflight = InFlight(batch, None if _removes(changes) else Overlay.of(changes), anyio.Event(), merges)
         self._group.start_soon(self._commit, self.inflight, changes, [w for w in batch if w not in live])
+
+    async def _merge_resolved(self) -> None:
+        """Entity resolution's links between two entities already stored, merged now that the batch
+        that found them is committed (a curation, like a merge by hand, with its evidence kept)."""
+        later, self._resolved_later = self._resolved_later, []
+        for links, works in later:
+            for link in links:
+                try:
+                    await self._curator.merge_resolved(link)
+                except GraphGateError as exc:   # one of them went meanwhile (a delete, a hand merge)
+                    log.info("entity resolution left %r and %r apart: %s", link.alias, link.target, exc)
+            self._finished(works)
 
     async def _commit(self, inflight: InFlight, changes: Changeset, skipped: list[Work]) -> None:
         try:
@@ -205,7 +227,10 @@ class Merger:
             log.info("%d documents merged: %d new chunks, %d entities and %d relations touched",
                      len(inflight.works) - len(skipped), len(changes.chunks_added), len(changes.entities_upserted),
                      len(changes.relations_upserted))
-            self._finished(inflight.works)
+            if inflight.merges:
+                self._resolved_later.append((inflight.merges, inflight.works))
+            else:
+                self._finished(inflight.works)
         except Exception as exc:  # noqa: BLE001 - each document again, alone, by the merge loop
             log.info("committing %d merged documents failed (%s); merging them one by one",
                      len(inflight.works), exc)
@@ -220,12 +245,18 @@ class Merger:
 
     async def _one_by_one(self, batch: list[Work], live: list[Work], stored: dict[str, dict[str, Any]]) -> None:
         """Each document of ``live`` merged and committed on its own, so a bad one fails alone."""
+        merges: list[Link] = []
         for work in live:
             try:
-                await self.store.apply(await self._prepare([work], stored, None))
+                changes, found = await self._prepare([work], stored, None)
+                await self.store.apply(changes)
+                merges += found
             except Exception as exc:  # noqa: BLE001 - this document fails; merging goes on
                 await self.reports.fail_with(work.document_id, exc)
-        self._finished(batch)
+        if merges:
+            self._resolved_later.append((merges, batch))
+        else:
+            self._finished(batch)
 
     def _finished(self, works: list[Work]) -> None:
         for work in works:
@@ -234,9 +265,10 @@ class Merger:
     # --- preparing a batch ---
 
     async def _prepare(self, works: list[Work], stored: dict[str, dict[str, Any]],
-                       overlay: Overlay | None) -> Changeset:
+                       overlay: Overlay | None) -> tuple[Changeset, list[Link]]:
         """One transaction's changes for the documents in ``works`` (their rows in ``stored``):
-        their new chunks, the graph changes, the chunks of the versions they replace, their status."""
+        their new chunks, the graph changes, the chunks of the versions they replace, their status;
+        and the links entity resolution found between entities already stored (merged after the commit)."""
         tables = self.store.tables
         documents = {w.document_id: stored[w.document_id] for w in works}
         unique = {c.id: c for w in works for c in w.chunks}
@@ -250,7 +282,7 @@ class Merger:
             raise ExtractionFailed(f"{len(missing)} chunks have no stored extraction; retry the document")
         replaced = [d["replaces"] for d in documents.values() if d.get("replaces")]
         removed = sorted({c for old in replaced for c in await tables.documents.orphaned_chunks(old, list(unique))})
-        graph = await self.integrator.changes(added, set(removed), overlay)
+        graph = await self.integrator.changes(added, set(removed), overlay, {c.id: c.content for c in new_chunks})
         vectors = await self.models.embed([c.content for c in new_chunks], priority=Priority.INGEST)
         return Changeset(
             chunks_added=[ChunkRow(c.id, c.content, c.tokens, v) for c, v in zip(new_chunks, vectors, strict=True)],
@@ -264,7 +296,9 @@ class Merger:
                                                                               if c.id in added), w.total, w.total)
                        for w in works],
             cache_entries=graph.cache_entries, embed_model=self.settings.embed_model,
-        )
+            curation=Curation(aliases={link.alias: link.target for link in graph.resolved},
+                              resolved={link.alias: (link.reason, link.evidence) for link in graph.resolved}),
+        ), graph.merges
 
 
 def _removes(changes: Changeset) -> bool:

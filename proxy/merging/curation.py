@@ -19,6 +19,7 @@ from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.extraction.results import name_key, normalise_name
 from proxy.merging.edits import Edits, EntityEdit, RelationEdit
 from proxy.merging.recompute import Integrator, read_extractions
+from proxy.merging.resolution import Link
 from proxy.merging.rules import entity_state, index_result, relation_state
 from proxy.store.changes import Changeset, Curation, pair_key
 from proxy.store.protocols.graph import Graph
@@ -48,6 +49,7 @@ class MergePlan:
     relation_sources: dict[str, list[str]] = field(default_factory=dict)
     relations_removed: list[str] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)
+    aliases_before: dict[str, str] = field(default_factory=dict)
     edits: Edits = field(default_factory=Edits)
 
 
@@ -134,7 +136,8 @@ class Curator:
         if not merged:
             raise BadRequest("nothing to merge: the target is the only entity picked")
         plan = MergePlan(target, name, merged, [rows[k].name for k in merged])
-        plan.aliases = await self.tables.aliases()
+        plan.aliases_before = await self.tables.aliases()
+        plan.aliases = dict(plan.aliases_before)
         for alias, points_to in list(plan.aliases.items()):
             if points_to in merged:
                 plan.aliases[alias] = target
@@ -193,24 +196,71 @@ class Curator:
                            "weight": r.weight, "keywords": r.keywords, "sources": len(r.source_ids)}
                           for r in relations]
 
+    async def merge_resolved(self, link: Link) -> dict[str, Any]:
+        """Entity resolution's merge of two stored entities: ``link.alias`` into ``link.target``
+        under the target's name, the evidence kept with the alias."""
+        target = (await self.tables.entities([link.target])).get(link.target)
+        if target is None or name_key(target.name) != link.target:
+            raise NotFound(f"no entity {link.target!r} to merge {link.alias!r} into")
+        return await self.merge([link.alias, link.target], target.name, why=(link.reason, link.evidence))
+
     async def merge(self, keys: list[str], target_name: Any, *, type: Any = None,
-                    description: Any = None) -> dict[str, Any]:
+                    description: Any = None, why: tuple[str, str] | None = None) -> dict[str, Any]:
+        """Merge ``keys`` into the entity ``target_name`` names; ``why`` (reason, evidence) marks
+        entity resolution's merges, which the console can undo."""
         async with self.exclusive():
             plan = await self.plan_merge(keys, target_name, type=type, description=description)
             graph = await self.integrator.rebuild(plan.entity_sources, plan.relation_sources, plan.aliases,
                                                   plan.edits, plan.merged, plan.relations_removed)
-            new_aliases = {k: v for k, v in plan.aliases.items() if v == plan.target_key}
+            # the aliases this merge makes or points at the target (the others keep their rows: their evidence)
+            new_aliases = {k: v for k, v in plan.aliases.items()
+                           if v == plan.target_key and plan.aliases_before.get(k) != v}
             await self.store.apply(Changeset(
                 entities_upserted=graph.entities, entities_removed=plan.merged,
                 relations_upserted=graph.relations, relations_removed=plan.relations_removed,
                 cache_entries=graph.cache_entries,
                 curation=Curation(aliases=new_aliases, aliases_dropped=[plan.target_key],
+                                  resolved={key: why for key in plan.merged} if why else {},
                                   entity_edits=dict(plan.edits.entities), relation_edits=dict(plan.edits.relations),
                                   entity_edits_dropped=list(plan.merged),
                                   relation_edits_dropped=list(plan.relations_removed))))
         return {"target": plan.target_key, "name": plan.target_name, "merged": plan.merged,
                 "relations": len(plan.relation_sources), "self_loops_dropped": len(plan.self_loops),
                 "relations_combined": plan.combined}
+
+    async def undo_resolution(self, alias: str) -> dict[str, Any]:
+        """Undo an alias (entity resolution's, or a merge by hand): the alias's name is its own entity
+        again, rebuilt with its relations from the chunks that name it, and the pair is dismissed so
+        that resolution does not fold it again."""
+        async with self.exclusive():
+            aliases = await self.tables.aliases()
+            target = aliases.pop(alias, None)
+            if target is None:
+                raise NotFound(f"no alias {alias!r}")
+            current = (await self.tables.entities([target])).get(target)
+            touching = await self.tables.relations_touching([target])
+            chunks = sorted({*(current.source_ids if current else ()), *(s for r in touching for s in r.source_ids)})
+            indexes = {chunk_id: index_result(result, aliases)
+                       for chunk_id, result in (await read_extractions(self.tables, chunks)).items()}
+            entity_sources = {key: [c for c, index in indexes.items() if key in index.spellings]
+                              for key in (target, alias)}
+            relation_sources: dict[str, list[str]] = {}
+            for chunk_id, index in indexes.items():
+                for pair in index.relations:
+                    if {*pair.split("\x1f", 1)} & {target, alias}:
+                        relation_sources.setdefault(pair, []).append(chunk_id)
+            gone = [key for key, sources in entity_sources.items() if not sources]
+            entity_sources = {key: sources for key, sources in entity_sources.items() if sources}
+            edits = await self.integrator.edits(sorted(entity_sources), sorted(relation_sources))
+            removed = sorted({r.pair for r in touching} - set(relation_sources))
+            graph = await self.integrator.rebuild(entity_sources, relation_sources, aliases, edits,
+                                                  [key for key in gone if key == target and current], removed)
+            await self.store.apply(Changeset(
+                entities_upserted=graph.entities, entities_removed=graph.entities_removed,
+                relations_upserted=graph.relations, relations_removed=removed,
+                cache_entries=graph.cache_entries, curation=Curation(aliases_dropped=[alias])))
+            await self.tables.dismiss(pair_key(alias, target))
+        return {"alias": alias, "target": target, "entities": sorted(entity_sources)}
 
     # --- entities ---
 

@@ -14,10 +14,12 @@ import anyio
 from proxy.core import json_text
 from proxy.core.language_setting import language_for
 from proxy.core.limiter import Priority
+from proxy.core.names import normalised
 from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
 from proxy.extraction.results import ExtractionResult
 from proxy.merging.edits import Edits
+from proxy.merging.resolution import Known, Link, Resolution, introduced, names_asked, resolve_batch
 from proxy.merging.rules import (
     ChunkIndex,
     EntityState,
@@ -150,6 +152,8 @@ class GraphChanges:
     entities_removed: list[str] = field(default_factory=list)
     relations_removed: list[str] = field(default_factory=list)
     cache_entries: list[CacheEntry] = field(default_factory=list)
+    resolved: list[Link] = field(default_factory=list)   # new aliases entity resolution made
+    merges: list[Link] = field(default_factory=list)     # stored entities to merge once this is committed
 
 
 class Integrator:
@@ -161,9 +165,13 @@ class Integrator:
         self.parsed = ParsedExtractions()
 
     async def changes(self, added: dict[str, ExtractionResult], removed: set[str],
-                      overlay: Overlay | None = None) -> GraphChanges:
+                      overlay: Overlay | None = None, texts: dict[str, str] | None = None) -> GraphChanges:
+        """The graph rows ``added`` chunks' extractions (their texts in ``texts``) and ``removed``
+        chunks change, names of one thing resolved into one entity (``proxy.merging.resolution``)."""
         tables = self.store.tables.graph_rows
         aliases = await tables.aliases()
+        resolution = await self._resolve(added, texts or {}, aliases, overlay)
+        aliases.update({link.alias: link.target for link in resolution.links})
         new_entities: dict[str, list[str]] = {}
         new_pairs: dict[str, list[str]] = {}
         self.parsed.use(aliases)
@@ -182,7 +190,7 @@ class Integrator:
             Overlay.over(old_entities, overlay.entities, entity_keys)
             Overlay.over(old_relations, overlay.relations, pair_keys)
 
-        out = GraphChanges()
+        out = GraphChanges(resolved=resolution.links, merges=resolution.merges)
         entity_sources = self._sources(new_entities, old_entities, removed, out.entities_removed)
         relation_sources = self._sources(new_pairs, old_relations, removed, out.relations_removed)
         wanted = {c for s in (*entity_sources.values(), *relation_sources.values()) for c in s} - set(added)
@@ -192,6 +200,21 @@ class Integrator:
         await self._recompute(entity_sources, relation_sources, indexes, old_entities, old_relations, edits, out,
                               overlay)
         return out
+
+    async def _resolve(self, added: dict[str, ExtractionResult], texts: dict[str, str], aliases: dict[str, str],
+                       overlay: Overlay | None) -> Resolution:
+        if not added or not self.settings.entity_resolution:
+            return Resolution([], [])
+        intros = await anyio.to_thread.run_sync(introduced, added, texts)
+        keys, cores = names_asked(added, intros)
+        present, by_core = await anyio.to_thread.run_sync(self.store.names_known_sync, keys, cores)
+        if overlay is not None:   # the rows of the commit in flight are not in the store's memory yet
+            present |= keys & set(overlay.entities)
+            for key, row in overlay.entities.items():
+                by_core.setdefault(normalised(row.name), key)
+        dismissed = await anyio.to_thread.run_sync(self.store.tables.graph_rows.dismissed_sync)
+        known = Known(present.__contains__, by_core.get, aliases, dismissed)
+        return resolve_batch(added, intros, known)
 
     async def rebuild(self, entity_sources: dict[str, list[str]], relation_sources: dict[str, list[str]],
                       aliases: dict[str, str], edits: Edits, removed_entities: list[str],

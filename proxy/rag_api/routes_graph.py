@@ -1,4 +1,4 @@
-"""``/rag/entities``, ``/rag/relations`` and ``/rag/merge``: the console's graph curation as JSON,
+"""``/rag/entities``, ``/rag/relations``, ``/rag/merge`` and ``/rag/aliases``: the console's graph curation as JSON,
 for scripts and tests. Entities are named by their name (case-insensitive), relations by their
 two endpoint names."""
 
@@ -85,6 +85,11 @@ async def merge(request: Request) -> Response:
     return json_response(await service.merge(keys, target, type=body.get("type"), description=body.get("description")))
 
 
+async def undo_alias(request: Request) -> Response:
+    """Undo an alias (entity resolution's or a merge's): the name becomes its own entity again."""
+    return json_response(await (await graph(request)).undo_resolution(name_key(request.path_params["name"])))
+
+
 ROUTES = [
     Route("/rag/entities/{name:path}", get_entity, methods=["GET"]),
     Route("/rag/entities/{name:path}", edit_entity, methods=["PATCH"]),
@@ -92,4 +97,5 @@ ROUTES = [
     Route("/rag/relations", edit_relation, methods=["PATCH"]),
     Route("/rag/relations", delete_relation, methods=["DELETE"]),
     Route("/rag/merge", merge, methods=["POST"]),
+    Route("/rag/aliases/{name:path}", undo_alias, methods=["DELETE"]),
 ]

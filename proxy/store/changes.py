@@ -87,6 +87,8 @@ class Curation:
     """Curation's bookkeeping, committed with the graph rows it changed: aliases (a merged-away
     name keeps resolving to its target) and hand edits (laid over every later recomputation)."""
     aliases: dict[str, str] = field(default_factory=dict)                # alias key -> target key
+    # alias key -> (reason, evidence) of an alias entity resolution made (none: merged by hand)
+    resolved: dict[str, tuple[str, str]] = field(default_factory=dict)
     aliases_dropped: list[str] = field(default_factory=list)             # alias keys no longer aliases
     aliases_into_dropped: list[str] = field(default_factory=list)        # targets losing all their aliases
     entity_edits: dict[str, EntityEdit] = field(default_factory=dict)    # by name key

@@ -77,7 +77,8 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("llm_cache", _columns(f"kind text, key text, model text, request text, response text, hits integer, "
                                     f"kb_version bigint, created_at {TS}, last_hit_at {TS}"), ("kind", "key"),
               batch_rows=1024),
-    TableSpec("aliases", _columns(f"alias_key text, target_key text, created_at {TS}"), ("alias_key",)),
+    TableSpec("aliases", _columns(f"alias_key text, target_key text, created_at {TS}, reason text, evidence text"),
+              ("alias_key",)),
     TableSpec("traces", _columns(f"id bigint, created_at {TS}, api text, model text, mode text, query text, "
                                  f"augmented boolean, reason text, detail text"), ("id",), sequence="trace_ids",
               batch_rows=256),

@@ -15,7 +15,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -450,6 +450,21 @@ class KnowledgeStore:
         if not building:   # never holds a turn: the index is built beside it, and links the next ones
             threading.Thread(target=self.build_names_sync, name="name-index", daemon=True).start()
         return []
+
+    def names_known_sync(self, keys: Iterable[str], cores: Iterable[str]) -> tuple[set[str], dict[str, str]]:
+        """Which of ``keys`` are entities, and for each of ``cores`` the entity a stored name or merge
+        alias of that core names (entity resolution at ingestion). Blocking."""
+        if self._names is None:
+            self.build_names_sync()
+        with self._memory_lock:
+            entity_keys, names = self._rows.entity_keys, self._names
+            present = {key for key in keys if key in entity_keys}
+            by_core: dict[str, str] = {}
+            for core in cores if names is not None else ():   # None: another thread builds it just now
+                hits = sorted(key for key, _ in names.resolve(core) if key in entity_keys)  # type: ignore[union-attr]
+                if hits:
+                    by_core[core] = hits[0]
+            return present, by_core
 
     def _vectors_held(self) -> contextlib.AbstractContextManager[Any]:
         """The vector indexes' lock, for an in-memory index; none for the tables' own (a shared store:

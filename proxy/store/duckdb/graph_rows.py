@@ -117,7 +117,9 @@ def write_curation(con: Con, curation: Curation, stamp: datetime) -> None:
         con.execute("DELETE FROM aliases WHERE alias_key IN (SELECT unnest(?::VARCHAR[]))",
                     [curation.aliases_dropped])
     for alias, target in curation.aliases.items():
-        con.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?, ?)", [alias, target, stamp])
+        reason, evidence = curation.resolved.get(alias, ("", ""))
+        con.execute("INSERT OR REPLACE INTO aliases (alias_key, target_key, created_at, reason, evidence) "
+                    "VALUES (?, ?, ?, ?, ?)", [alias, target, stamp, reason, evidence])
     if curation.entity_edits_dropped:
         con.execute("DELETE FROM entity_edits WHERE name_key IN (SELECT unnest(?::VARCHAR[]))",
                     [curation.entity_edits_dropped])
@@ -195,12 +197,14 @@ def entity_detail(con: Con, key: str, shown_chunks: int) -> dict[str, Any] | Non
                             [sources]).fetchall()
     chunks = con.execute("SELECT id, content FROM chunks WHERE id IN (SELECT unnest(?::VARCHAR[]))",
                          [sources[:shown_chunks]]).fetchall()
-    aliases = [r[0] for r in con.execute("SELECT alias_key FROM aliases WHERE target_key = ? ORDER BY 1",
-                                         [key]).fetchall()]
+    named = con.execute("SELECT alias_key, reason, evidence FROM aliases WHERE target_key = ? ORDER BY 1",
+                        [key]).fetchall()
+    aliases = [r[0] for r in named]
     edited = con.execute("SELECT 1 FROM entity_edits WHERE name_key = ?", [key]).fetchone() is not None
     return {
         "key": key, "name": row[0], "type": row[1], "description": row[2], "sources": sources,
         "created_at": row[4], "updated_at": row[5], "aliases": aliases, "edited": edited,
+        "resolved": [{"alias": a, "reason": r, "evidence": e} for a, r, e in named if r],
         "documents": [{"id": d[0], "name": d[1], "chunks": d[2]} for d in documents],
         "chunks": [{"id": c[0], "content": c[1]} for c in chunks],
     }

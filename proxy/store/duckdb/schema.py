@@ -191,7 +191,14 @@ CREATE TABLE reembedding (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7)
+# v8: an alias made by entity resolution at ingestion says why (its reason) and shows the text that
+# said so (its evidence), for the console to show and undo; a merge by hand leaves both empty
+V8 = """
+ALTER TABLE aliases ADD COLUMN reason VARCHAR NOT NULL DEFAULT '';
+ALTER TABLE aliases ADD COLUMN evidence VARCHAR NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7, V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -128,9 +128,12 @@ def write_curation(con: Con, curation: Curation, stamp: datetime) -> None:
             cursor.execute("DELETE FROM aliases WHERE alias_key = ANY(%s::text[])", [list(curation.aliases_dropped)])
         if curation.aliases:
             cursor.executemany(
-                "INSERT INTO aliases VALUES (%s, %s, %s) ON CONFLICT (alias_key) DO UPDATE "
-                "SET target_key = excluded.target_key, created_at = excluded.created_at",
-                [(alias, target, stamp) for alias, target in curation.aliases.items()])
+                "INSERT INTO aliases (alias_key, target_key, created_at, reason, evidence) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (alias_key) DO UPDATE "
+                "SET target_key = excluded.target_key, created_at = excluded.created_at, "
+                "reason = excluded.reason, evidence = excluded.evidence",
+                [(alias, target, stamp, *curation.resolved.get(alias, ("", "")))
+                 for alias, target in curation.aliases.items()])
         if curation.entity_edits_dropped:
             cursor.execute("DELETE FROM entity_edits WHERE name_key = ANY(%s::text[])",
                            [list(curation.entity_edits_dropped)])
@@ -222,12 +225,14 @@ def entity_detail(con: Con, key: str, shown_chunks: int) -> dict[str, Any] | Non
                             [sources]).fetchall()
     chunks = con.execute("SELECT id, content FROM chunks WHERE id = ANY(%s::text[])",
                          [sources[:shown_chunks]]).fetchall()
-    aliases = [r[0] for r in con.execute(
-        'SELECT alias_key FROM aliases WHERE target_key = %s ORDER BY alias_key COLLATE "C"', [key]).fetchall()]
+    named = con.execute('SELECT alias_key, reason, evidence FROM aliases WHERE target_key = %s '
+                        'ORDER BY alias_key COLLATE "C"', [key]).fetchall()
+    aliases = [r[0] for r in named]
     edited = con.execute("SELECT 1 FROM entity_edits WHERE name_key = %s", [key]).fetchone() is not None
     return {
         "key": key, "name": row[0], "type": row[1], "description": row[2], "sources": sources,
         "created_at": row[4], "updated_at": row[5], "aliases": aliases, "edited": edited,
+        "resolved": [{"alias": a, "reason": r, "evidence": e} for a, r, e in named if r],
         "documents": [{"id": d[0], "name": d[1], "chunks": d[2]} for d in documents],
         "chunks": [{"id": c[0], "content": c[1]} for c in chunks],
     }

@@ -187,7 +187,13 @@ CREATE TABLE reembedding (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (V1, V2)
+# v3: as the embedded store's v8: an alias made by entity resolution keeps its reason and evidence
+V3 = """
+ALTER TABLE aliases ADD COLUMN reason text NOT NULL DEFAULT '';
+ALTER TABLE aliases ADD COLUMN evidence text NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
