@@ -42,6 +42,9 @@ def test_other_wording_and_other_scripts_introduce_the_same_way() -> None:
     assert [s for s, _, _ in introductions("北京大学（简称北大）位于北京。", ["北京大学"])] == ["北大"]
     assert [s for s, _, _ in introductions("克拉冯兄弟（KVB）在里斯本开设了工厂。", ["克拉冯兄弟"])] == ["KVB"]
     assert [s for s, _, _ in introductions("北大，即北京大学，位于北京。", ["北京大学"])] == ["北大"]
+    # the model may write the name another way than the text (case, a legal form): the text's is found
+    assert [s for s, _, _ in introductions("Kravon Dynamics (KVD) grew.", ["KRAVON DYNAMICS Inc."])] == ["KVD"]
+    assert introductions("Kravonix (KX) hired.", ["Kravon"]) == []   # not inside a longer word
 
 
 @pytest.mark.parametrize(("short", "full", "expected"), [

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from proxy.core.names import normalised
+from proxy.core.names import name_core_words, normalised
 from proxy.extraction.results import ExtractionResult, name_key
 from proxy.store.changes import pair_key
 from proxy.text.fold import fold, unaccented
@@ -88,14 +88,26 @@ def _sentence(text: str, start: int, end: int) -> str:
     return " ".join(text[left:right].split())[:EVIDENCE_MAX]
 
 
+def _written(name: str) -> re.Pattern[str] | None:
+    """How the text may write a name: its core's words in order, anything but letters and digits
+    between them (a model's "Breosk Associates Inc." or "BREOSK" is the text's "Breosk Associates")."""
+    words = name_core_words(name)
+    if not words:
+        return None
+    body = r"[\W_]*".join(re.escape(word) for word in words)
+    start = r"(?<![^\W_])" if words[0].isascii() else ""    # not inside a longer word of a spaced script
+    end = r"(?![^\W_])" if words[-1].isascii() else ""
+    return re.compile(start + body + end, re.IGNORECASE)
+
+
 def introductions(text: str, names: Iterable[str]) -> list[tuple[str, str, str]]:
     """(short form, full name, sentence) of each abbreviation ``text`` introduces for one of ``names``."""
     found: list[tuple[str, str, str]] = []
     for name in names:
         if len(name) < 3:
             continue
-        pattern = re.compile(re.escape(name), re.IGNORECASE)
-        for count, match in enumerate(pattern.finditer(text)):
+        pattern = _written(name)
+        for count, match in enumerate(pattern.finditer(text) if pattern else ()):
             if count == OCCURRENCES:
                 break
             shorts: list[tuple[str, bool]] = []
