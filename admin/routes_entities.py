@@ -162,7 +162,7 @@ async def undo_alias(request: Request) -> Response:
     """Entity resolution's merge undone: the alias's name becomes its own entity again."""
     key, alias = unref(request.path_params["ref"]), unref(request.path_params["alias"])
     result = await (await graph(request)).undo_resolution(alias)
-    back = result["target"] if result["target"] == key else key
+    back = key if key in result["entities"] else alias   # the target, unless nothing but the alias named it
     return flash.redirect(request, f"/admin/entities/{ref(back)}", f"“{alias}” is its own entity again.")
 
 

@@ -453,10 +453,14 @@ class _Builder:
         return self.entity(f"{self.word()} {self.rng.choice(SECTORS[sector])}", "Artifact")
 
     def acronym(self, name: str) -> str:
+        """A short form made as real ones are: the name's first letter and two more of its letters
+        in order ("KVB" of "Kravon Brothers")."""
+        letters = [c for c in name[1:] if c.isalpha()]
         while True:
-            letters = name[0] + "".join(self.rng.choice("BCDFGHKLMNPRSTVWXZ") for _ in range(2))
-            if letters not in self.world.names:
-                return self.entity(letters, "Organization")
+            i, j = sorted(self.rng.sample(range(len(letters)), 2))
+            short = (name[0] + letters[i] + letters[j]).upper()
+            if short not in self.world.names:
+                return self.entity(short, "Organization")
 
     def unique(self, low: int, high: int, scale: int = 1) -> int:
         """A number no other attribute of the world has (as written: headcount 4,270, revenue 412.5)."""

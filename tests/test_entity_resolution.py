@@ -13,7 +13,9 @@ import pytest
 
 from proxy.core.names import normalised
 from proxy.core.settings import Settings
-from proxy.merging.resolution import abbreviates, introductions
+from proxy.extraction.results import ExtractedEntity, ExtractionResult
+from proxy.merging.resolution import SAME_NAME, Known, abbreviates, introductions, resolve_batch
+from proxy.store.changes import pair_key
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref
 from tests.extractor import KnownFacts
@@ -38,18 +40,35 @@ def test_a_short_form_in_brackets_or_set_off_before_the_name_is_an_introduction(
 
 
 def test_other_wording_and_other_scripts_introduce_the_same_way() -> None:
-    assert [s for s, _, _ in introductions("VG: Vantor Group's own name for itself.", ["Vantor Group"])] == ["VG"]
+    assert [s for s, _, _ in introductions("VG, as Vantor Group calls itself, grew.", ["Vantor Group"])] == ["VG"]
     assert [s for s, _, _ in introductions("北京大学（简称北大）位于北京。", ["北京大学"])] == ["北大"]
     assert [s for s, _, _ in introductions("克拉冯兄弟（KVB）在里斯本开设了工厂。", ["克拉冯兄弟"])] == ["KVB"]
     assert [s for s, _, _ in introductions("北大，即北京大学，位于北京。", ["北京大学"])] == ["北大"]
     # the model may write the name another way than the text (case, a legal form): the text's is found
     assert [s for s, _, _ in introductions("Kravon Dynamics (KVD) grew.", ["KRAVON DYNAMICS Inc."])] == ["KVD"]
-    assert introductions("Kravonix (KX) hired.", ["Kravon"]) == []   # not inside a longer word
+
+
+PROSE = ["In Washington, Washington Post reported.", "Back in Boston, Boston Dynamics hired.",
+         "Exports to Austria, Australia grew.", "Niger, Nigeria and Chad met.", "在北京，北京大学宣布。",
+         "美国，美国国务院说。", "Mira Okafor (MIT) spoke.", "Chen Li (CMU) spoke.", "中国银行（中国）开业。",
+         "北京大学（位于北京）开学。", "Kravon Dynamics (see Kravon) grew.", "Kravon Dynamics (2019) grew.",
+         "Kravonix (KX) hired."]
+PROSE_NAMES = ["Washington Post", "Washington", "Boston", "Boston Dynamics", "Austria", "Australia", "Niger",
+               "Nigeria", "北京", "北京大学", "美国", "美国国务院", "Mira Okafor", "MIT", "Chen Li", "CMU", "中国银行",
+               "中国", "Kravon Dynamics", "Kravon"]
+
+
+@pytest.mark.parametrize("sentence", PROSE)
+def test_lists_places_and_affiliations_introduce_nothing(sentence: str) -> None:
+    """A name beside another with nothing between, a place or a person's institute in brackets: no
+    short form of it (merging those would join two things)."""
+    assert introductions(sentence, PROSE_NAMES) == []
 
 
 @pytest.mark.parametrize(("short", "full", "expected"), [
-    ("KVD", "Kravon Dynamics", True), ("KXZ", "Kravon Dynamics", True),    # an acronym by its first letter
-    ("Kravon", "Kravon Dynamics", True),                                     # the name's letters in order
+    ("KVD", "Kravon Dynamics", True), ("KD", "Kravon Dynamics", True),      # the name's letters in order
+    ("KXZ", "Kravon Dynamics", False),                                       # letters the name does not have
+    ("Kravon", "Kravon Dynamics", False), ("北京", "北京大学", False),        # its leading word names more
     ("Kent", "Kravon Dynamics", False),                                      # a word that is no short form
     ("Lisbon", "Kravon Dynamics", False), ("K", "Kravon Dynamics", False),
     ("KRAVON DYNAMICS", "Kravon Dynamics", False),                          # the name itself
@@ -64,6 +83,47 @@ def test_legal_forms_and_articles_fold_in_every_script() -> None:
     assert normalised("华为技术有限公司") == normalised("华为技术")
     assert normalised("株式会社ソニー") == normalised("ソニー")
     assert normalised("公司") == "公 司"   # a name that is only a legal form keeps it
+
+
+# --- deciding the links of a batch ------------------------------------------------------------
+
+
+def chunk(*entities: tuple[str, str]) -> ExtractionResult:
+    return ExtractionResult(tuple(ExtractedEntity(name, kind, f"{name}.") for name, kind in entities))
+
+
+def stored(*entries: tuple[str, str, str]) -> Known:
+    """A store holding these (key, spelling, type) entities."""
+    by_core: dict[str, list[tuple[str, str, str]]] = {}
+    for key, spelling, kind in entries:
+        by_core.setdefault(normalised(spelling), []).append((key, spelling, kind))
+    keys = {key for key, _, _ in entries}
+    return Known(keys.__contains__, lambda core: by_core.get(core, []), {}, set())
+
+
+def test_a_spelling_folds_only_into_the_same_kind_of_thing_with_the_same_core() -> None:
+    added = {"c1": chunk(("The Kravon Ltd", "Organization"), ("Hepatitis A", "Concept"),
+                         ("East India Company", "Organization"))}
+    known = stored(("kravon", "Kravon", "Organization"), ("hepatitis", "Hepatitis", "Concept"),
+                   ("east india", "East India", "Location"))
+    links = resolve_batch(added, {}, known).links
+    assert [(link.alias, link.target, link.reason) for link in links] == [("the kravon ltd", "kravon", SAME_NAME)]
+
+
+def test_links_point_at_the_end_of_their_chain_and_a_dismissed_pair_stays_apart() -> None:
+    text = "Kravon Dynamics (KRD) opened in Lisbon."
+    added = {"c1": chunk(("Kravon Dynamics", "Organization"), ("KRD Ltd", "Organization")),
+             "c2": chunk(("Kravon Dynamics Inc.", "Organization"))}
+    intros = {"c1": introductions(text, ["Kravon Dynamics"])}
+    resolution = resolve_batch(added, intros, stored())
+    targets = {link.alias: link.target for link in resolution.links}
+    assert targets["krd"] == "kravon dynamics" and targets["kravon dynamics inc."] == "kravon dynamics"
+    assert all(target not in targets for target in targets.values())   # no alias of an alias
+    # the short form stored as another spelling, its pair dismissed by hand: no merge
+    known = stored(("krd ltd", "KRD Ltd", "Organization"), ("kravon dynamics", "Kravon Dynamics", "Organization"))
+    assert resolve_batch({"c1": chunk(("Kravon Dynamics", "Organization"))}, intros, known).merges[0].alias == "krd ltd"
+    known.dismissed.add(pair_key("krd ltd", "kravon dynamics"))
+    assert resolve_batch({"c1": chunk(("Kravon Dynamics", "Organization"))}, intros, known).merges == []
 
 
 # --- at ingestion ---------------------------------------------------------------------------

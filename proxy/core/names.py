@@ -26,12 +26,15 @@ def name_words(text: str) -> list[str]:
     return [w for w in name_tokens(text) if w not in DROP_WORDS]
 
 
+def strip_unspaced_forms(name: str) -> str:
+    """``name`` folded, less a legal form of an unspaced script at its start or end."""
+    folded = fold(name).strip()
+    return folded if folded.isascii() else _UNSPACED_FORM.sub("", folded)
+
+
 def name_core_words(name: str) -> list[str]:
     """A name's words as ``name_words``, less a legal form of an unspaced script at its start or end."""
-    folded = fold(name).strip()
-    if not folded.isascii():
-        folded = _UNSPACED_FORM.sub("", folded)
-    return name_words(folded)
+    return name_words(strip_unspaced_forms(name))
 
 
 def normalised(name: str) -> str:

@@ -217,7 +217,8 @@ class Merger:
             for link in links:
                 try:
                     await self._curator.merge_resolved(link)
-                except GraphGateError as exc:   # one of them went meanwhile (a delete, a hand merge)
+                except Exception as exc:  # noqa: BLE001 - one of them went meanwhile (a delete, a hand
+                    # merge), or the store refused: the two stay apart (a merge suggestion may offer them)
                     log.info("entity resolution left %r and %r apart: %s", link.alias, link.target, exc)
             self._finished(works)
 
@@ -302,5 +303,7 @@ class Merger:
 
 
 def _removes(changes: Changeset) -> bool:
+    """Whether the next batch must wait for this one's commit: it removes something, or makes
+    aliases (an overlay carries rows only, and the next batch resolves its names by the aliases)."""
     return bool(changes.chunks_removed or changes.documents_removed or changes.entities_removed
-                or changes.relations_removed)
+                or changes.relations_removed or changes.curation.aliases)

@@ -211,9 +211,9 @@ class Integrator:
         if overlay is not None:   # the rows of the commit in flight are not in the store's memory yet
             present |= keys & set(overlay.entities)
             for key, row in overlay.entities.items():
-                by_core.setdefault(normalised(row.name), key)
+                by_core.setdefault(normalised(row.name), []).append((key, row.name, row.type))
         dismissed = await anyio.to_thread.run_sync(self.store.tables.graph_rows.dismissed_sync)
-        known = Known(present.__contains__, by_core.get, aliases, dismissed)
+        known = Known(present.__contains__, lambda core: by_core.get(core, []), aliases, dismissed)
         return resolve_batch(added, intros, known)
 
     async def rebuild(self, entity_sources: dict[str, list[str]], relation_sources: dict[str, list[str]],

@@ -23,21 +23,24 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from proxy.core.names import name_core_words, normalised
-from proxy.extraction.results import ExtractionResult, name_key
+from proxy.core.names import DROP_WORDS, name_core_words, normalised, strip_unspaced_forms
+from proxy.extraction.results import OTHER, ExtractionResult, name_key
+from proxy.merging.rules import UNKNOWN_TYPE
 from proxy.store.changes import pair_key
 from proxy.text.fold import fold, unaccented
 from proxy.text.scripts import has_unspaced
+from proxy.text.words import name_tokens
 
 SAME_NAME, ABBREVIATION = "same name", "abbreviation"
 SHORT_MAX = 12            # characters of a short form
 OCCURRENCES = 8           # occurrences of a name looked at in one chunk
 EVIDENCE_MAX = 300        # characters of the sentence kept as evidence
 _BRACKETED = re.compile(r"\s*[(（\[]([^()（）\[\]\n]{1,40})[)）\]]")
-# before a name: a short form, a comma, colon or dash, then at most three spaced words or four
-# characters of an unspaced script
+# before a name: a short form, a comma, colon or dash, then one to three spaced words or one to four
+# characters of an unspaced script (with none between, "Niger, Nigeria" or "在北京，北京大学" is a
+# list or a place, not an introduction)
 _SET_OFF = re.compile(r"([^\s,，:：;；—–()（）\[\]]+)\s*[,，:：—–]\s*"
-                      r"(?:(?:[^\s,，:：;；]+\s+){0,3}|[^\s,，:：;；]{0,4})$")
+                      r"(?:(?:[^\s,，:：;；]+\s+){1,3}|[^\s,，:：;；]{1,4})$")
 _PIECE = re.compile(r"[^\s,，:：;；、/]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])|\n+")
 
@@ -52,32 +55,36 @@ class Link:
 
 def abbreviates(short: str, full: str, *, bracketed: bool = False) -> bool:
     """Whether ``short`` can be a short form of the name ``full``: shorter, beginning with the same
-    letter or character, and either an acronym (capitals and digits: "KVD", "KV2") or the full
-    name's letters in order ("Kravon", "北大" of "北京大学"). In brackets right after a name in a
-    script without spaces, a name in Latin letters is one too ("克拉冯兄弟（KVB）")."""
+    letter or character and made of the name's letters in order ("KVD" of "Kravon Dynamics", "北大"
+    of "北京大学"), but not the name's leading word(s) ("Washington" of "Washington Post" names a
+    place too). In brackets right after a name in a script without spaces, a name in Latin letters
+    is one too ("克拉冯兄弟（KVB）")."""
     short = short.strip()
+    if not normalised(short) or normalised(short) == normalised(full):
+        return False
     if bracketed and has_unspaced(full) and short.isascii() and short.isalnum() and not short.isdigit():
-        return 2 <= len(short) <= SHORT_MAX and normalised(short) != ""
-    folded_short, folded_full = unaccented(fold(short)), unaccented(fold(full))
-    compact = "".join(folded_short.split())
-    letters = "".join(ch for ch in folded_full if ch.isalnum())
+        return 2 <= len(short) <= SHORT_MAX
+    compact = "".join(unaccented(fold(short)).split())
+    letters = "".join(ch for ch in unaccented(fold(full)) if ch.isalnum())
     if not 2 <= len(compact) <= SHORT_MAX or len(compact) >= len(letters) or compact[0] != letters[0]:
         return False
-    if normalised(short) == normalised(full) or not normalised(short):
-        return False
-    if short.isascii() and short.isalnum() and short.upper() == short and sum(c.isalpha() for c in short) >= 2:
-        return True
+    if letters.startswith(compact) and (has_unspaced(compact) or " ".join(name_core_words(full)).startswith(
+            " ".join(name_core_words(short)) + " ")):
+        return False   # the leading word(s) of the name
     rest = iter(letters)
     return all(ch in rest for ch in compact)   # a subsequence: each character found after the last
 
 
+CUE_MAX = 2   # characters of an unspaced script that may come before a short form in brackets (简称, 即)
+
+
 def _candidates(piece: str) -> list[str]:
     """Short forms a piece of text may hold, longest first: the piece, and for an unspaced run the
-    ends of it too ("简称北大" holds "北大")."""
+    piece less a short lead-in ("简称北大" holds "北大"; "位于北京" is no short form)."""
     piece = piece.strip()
     if not has_unspaced(piece):
         return [piece]
-    return [piece[i:] for i in range(len(piece) - 1)]
+    return [piece[i:] for i in range(min(CUE_MAX, len(piece) - 2) + 1)]
 
 
 def _sentence(text: str, start: int, end: int) -> str:
@@ -103,11 +110,15 @@ def _written(name: str) -> re.Pattern[str] | None:
 def introductions(text: str, names: Iterable[str]) -> list[tuple[str, str, str]]:
     """(short form, full name, sentence) of each abbreviation ``text`` introduces for one of ``names``."""
     found: list[tuple[str, str, str]] = []
-    for name in names:
+    taken: list[tuple[int, int]] = []   # spans a longer name holds: "Kravon" inside "Kravon Dynamics" is not Kravon
+    for name in sorted(names, key=lambda n: (-len(n), n)):
         if len(name) < 3:
             continue
         pattern = _written(name)
-        for count, match in enumerate(pattern.finditer(text) if pattern else ()):
+        matches = [m for m in (pattern.finditer(text) if pattern else ())
+                   if not any(a <= m.start() < b for a, b in taken)]
+        taken += [m.span() for m in matches]
+        for count, match in enumerate(matches):
             if count == OCCURRENCES:
                 break
             shorts: list[tuple[str, bool]] = []
@@ -125,14 +136,40 @@ def introductions(text: str, names: Iterable[str]) -> list[tuple[str, str, str]]
     return found
 
 
+# a stored name a batch's name may be: (the entity key it resolves to, its spelling, the entity's type)
+Candidate = tuple[str, str, str]
+
+
 @dataclass
 class Known:
     """What the store already holds, for the names of a batch: which keys are entities, and the
-    entity each name core names (stored entities and merge aliases, and the rows of a commit in flight)."""
+    stored names (entities and merge aliases, and the rows of a commit in flight) by their loose core
+    (``proxy.core.names.normalised``, what the name index files them under)."""
     is_entity: Callable[[str], bool]
-    by_core: Callable[[str], str | None]
+    by_core: Callable[[str], list[Candidate]]
     aliases: dict[str, str]
     dismissed: set[str]
+
+
+ARTICLES = frozenset({"the", "a", "an"})
+LEGAL_FORMS = DROP_WORDS - ARTICLES
+
+
+def same_name_core(name: str) -> str:
+    """The core two spellings of one name share: ``normalised``'s, but an article only at the start
+    and a legal form only at the end ("The Kravon Ltd" is "kravon"; "Hepatitis A" stays itself)."""
+    words = name_tokens(strip_unspaced_forms(name))
+    while words and words[0] in ARTICLES:
+        words = words[1:]
+    while words and words[-1] in LEGAL_FORMS:
+        words = words[:-1]
+    return " ".join(words)
+
+
+def _compatible(a: str, b: str) -> bool:
+    """Two entity types one thing may have (a type the extraction could not tell goes with any)."""
+    vague = {"", OTHER.casefold(), UNKNOWN_TYPE}
+    return a.casefold() == b.casefold() or a.casefold() in vague or b.casefold() in vague
 
 
 @dataclass
@@ -168,56 +205,73 @@ def names_asked(added: dict[str, ExtractionResult],
     return {name_key(n) for n in names}, {normalised(n) for n in names} - {""}
 
 
+def _types_of(added: dict[str, ExtractionResult]) -> dict[str, str]:
+    """Each name key's type as the batch's extractions give it (the first seen)."""
+    types: dict[str, str] = {}
+    for result in added.values():
+        for entity in result.entities:
+            types.setdefault(name_key(entity.name), entity.type)
+    return types
+
+
 def resolve_batch(added: dict[str, ExtractionResult], intros: dict[str, list[tuple[str, str, str]]],
                   known: Known) -> Resolution:
-    """The links a batch of chunks' extractions (and the short forms their texts introduce) give."""
+    """The links a batch of chunks' extractions (and the short forms their texts introduce) give;
+    every link points at the end of its chain (an alias of an alias is resolved once)."""
     resolution = Resolution([], [])
     target_of: dict[str, str] = {}    # key -> the key it resolves to (links made so far)
     spelled: dict[str, str] = {}
+    types = _types_of(added)
 
     def final(key: str) -> str:
-        key = known.aliases.get(key, key)
-        return target_of.get(key, key)
+        for _ in range(8):   # chains are short; a cycle (never made) would stop here
+            step = target_of.get(known.aliases.get(key, key), known.aliases.get(key, key))
+            if step == key:
+                break
+            key = step
+        return key
 
-    # the same name: the most mentioned spelling of a core first, so it becomes the entity
+    def same(name: str, key: str) -> str | None:
+        """The entity ``name`` is another spelling of: same strict core and a compatible type."""
+        core, kind = same_name_core(name), types.get(key, "")
+        for other, spelling, other_kind in batch.get(normalised(name), []) + known.by_core(normalised(name)):
+            if other != key and same_name_core(spelling) == core and _compatible(kind, other_kind):
+                return final(other)
+        return None
+
+    # the same name: the most mentioned spelling first, so it becomes the entity
+    batch: dict[str, list[Candidate]] = {}
     spellings = _names_of(added.values())
-    by_core: dict[str, str] = {}
     for name, _count in sorted(spellings.items(), key=lambda item: (-item[1], len(item[0]), item[0])):
         key = name_key(name)
         spelled.setdefault(key, name)
-        if not key or key in known.aliases or key in target_of:
+        if not key or not same_name_core(name) or key in known.aliases or key in target_of:
             continue
-        core = normalised(name)
-        if not core:
+        other = None if known.is_entity(key) else same(name, key)
+        if other is None or other == key or pair_key(key, other) in known.dismissed:
+            batch.setdefault(normalised(name), []).append((key, name, types.get(key, "")))
             continue
-        if known.is_entity(key):
-            by_core.setdefault(core, key)
-            continue
-        other = by_core.get(core) or known.by_core(core)
-        if other is None or other == key:
-            by_core.setdefault(core, key)
-            continue
-        other = final(other)
-        if other != key and pair_key(key, other) not in known.dismissed:
-            target_of[key] = other
-            resolution.links.append(Link(key, other, SAME_NAME, f"{name} / {spelled.get(other, other)}"))
+        target_of[key] = other
+        resolution.links.append(Link(key, other, SAME_NAME, f"{name} / {spelled.get(other, other)}"))
 
     # abbreviations the texts introduce
     for found in intros.values():
         for short, full, sentence in found:
             alias, target = name_key(short), final(name_key(full))
-            if alias == target or final(alias) == target or pair_key(alias, target) in known.dismissed:
+            if final(alias) == target or alias in known.aliases or alias in target_of:
+                continue   # one already, or already the other name of something: left for a hand merge
+            stored = alias if known.is_entity(alias) else same(short, alias)
+            moved = stored if stored is not None else alias
+            if moved == target or pair_key(moved, target) in known.dismissed or \
+                    pair_key(alias, target) in known.dismissed:
                 continue
-            if alias in known.aliases or alias in target_of:
-                continue   # already the other name of something: left for a hand merge
-            stored = known.by_core(normalised(short))
-            link = Link(alias, target, ABBREVIATION, sentence)
-            if known.is_entity(alias) or (stored is not None and final(stored) != target):
-                if known.is_entity(alias):
-                    resolution.merges.append(link)
-                elif stored is not None:
-                    resolution.merges.append(Link(final(stored), target, ABBREVIATION, sentence))
+            if known.is_entity(moved):   # an entity already: merged once the batch is committed
+                resolution.merges.append(Link(moved, target, ABBREVIATION, sentence))
                 continue
-            target_of[alias] = target
-            resolution.links.append(link)
+            for key in dict.fromkeys((moved, alias)):   # a spelling new in this batch, and the short form
+                if key not in target_of and not known.is_entity(key):
+                    target_of[key] = target
+                    resolution.links.append(Link(key, target, ABBREVIATION, sentence))
+    resolution.links = [Link(link.alias, final(link.target), link.reason, link.evidence)
+                        for link in resolution.links]
     return resolution

@@ -90,8 +90,9 @@ def standing_out(cosines: np.ndarray) -> np.ndarray:
     return np.clip((cosines - floor) / (1.0 - floor), 0.0, 1.0)
 
 
-def unanswered(question: Question, said: frozenset[str]) -> str:
-    """The question's words (and themes) whose stems ``said`` (a hop's keywords' or description's)
-    does not hold: what is left to answer after that hop."""
-    done = word_stems(question.asked) & said
-    return " ".join(word for word in split_words(question.asked) if not (word_stems(word) & done))
+def unanswered(question: Question, said: frozenset[str], asked: str | None = None) -> str:
+    """The question's words (and themes; or those of ``asked``, what earlier hops left) whose stems
+    ``said`` (a hop's keywords' or description's) does not hold: what is left to answer after that hop."""
+    asked = question.asked if asked is None else asked
+    done = word_stems(asked) & said
+    return " ".join(word for word in split_words(asked) if not (word_stems(word) & done))

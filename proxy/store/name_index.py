@@ -215,6 +215,12 @@ class NameIndex:
         found += [(self._aliases[alias], ALIAS) for alias in _values(self._alias_names.get(core))]
         return found
 
+    def filed(self, core: str) -> list[tuple[str, str]]:
+        """(entity key, name key) of every name filed under ``core``: the entities' own (the two
+        keys the same) and the merge aliases' (the alias key beside the entity it resolves to)."""
+        return ([(key, key) for key in _values(self._names.get(core))]
+                + [(self._aliases[alias], alias) for alias in _values(self._alias_names.get(core))])
+
     def near(self, span: str) -> list[tuple[str, float]]:
         """Entity keys whose name is one typo away from ``span`` (not ``span`` itself)."""
         size = len(span)

@@ -451,20 +451,24 @@ class KnowledgeStore:
             threading.Thread(target=self.build_names_sync, name="name-index", daemon=True).start()
         return []
 
-    def names_known_sync(self, keys: Iterable[str], cores: Iterable[str]) -> tuple[set[str], dict[str, str]]:
-        """Which of ``keys`` are entities, and for each of ``cores`` the entity a stored name or merge
-        alias of that core names (entity resolution at ingestion). Blocking."""
+    def names_known_sync(self, keys: Iterable[str],
+                          cores: Iterable[str]) -> tuple[set[str], dict[str, list[tuple[str, str, str]]]]:
+        """Which of ``keys`` are entities, and for each of ``cores`` the stored names filed under it
+        (an entity's, or a merge alias's) as (the entity key they resolve to, the spelling, the
+        entity's type): what entity resolution at ingestion compares a batch's names with. Blocking."""
         if self._names is None:
             self.build_names_sync()
         with self._memory_lock:
-            entity_keys, names = self._rows.entity_keys, self._names
-            present = {key for key in keys if key in entity_keys}
-            by_core: dict[str, str] = {}
+            rows, names = self._rows, self._names
+            present = {key for key in keys if key in rows.entity_keys}
+            found: dict[str, list[tuple[str, str, str]]] = {}
             for core in cores if names is not None else ():   # None: another thread builds it just now
-                hits = sorted(key for key, _ in names.resolve(core) if key in entity_keys)  # type: ignore[union-attr]
-                if hits:
-                    by_core[core] = hits[0]
-            return present, by_core
+                for key, spelling in names.filed(core):  # type: ignore[union-attr]
+                    meta = rows.entity(key)
+                    if meta is not None:
+                        found.setdefault(core, []).append((key, meta.name if spelling == key else spelling,
+                                                           meta.type))
+            return present, found
 
     def _vectors_held(self) -> contextlib.AbstractContextManager[Any]:
         """The vector indexes' lock, for an in-memory index; none for the tables' own (a shared store:

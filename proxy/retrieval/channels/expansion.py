@@ -9,6 +9,7 @@ knob is ``ppr``; it needs no keywords.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
@@ -23,7 +24,7 @@ from proxy.store.changes import pair_key, split_pair
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
 
-HOPS = 2             # the bridge is one hop from a seed, its facts one further
+HOPS = 3             # a 3-hop chain: the bridge one hop from a seed, the next one further, its facts a third
 CAP = 2000           # entities the PageRank runs over at most: its time does not grow with the graph
 EDGE_CAP = 500       # edges weighed at most (nearest the seeds first): in a dense graph 2,000 entities
                      # share thousands, and weighing each against the question costs ~10 us of Python
@@ -48,47 +49,59 @@ def seeds_of(store: KnowledgeStore, question: Question) -> dict[str, float]:
 def edge_weights(store: KnowledgeStore, question: Question, pairs: list[tuple[str, str]],
                  known: dict[str, float], seeds: dict[str, float]) -> list[float]:
     """Each edge's relevance to the question (``edge_relevance``), never below ``EDGE_FLOOR``;
-    ``known`` keeps them by pair key (the joining relations are ranked by them too). An edge one
-    hop beyond a seed is judged by what the best seed edge reaching it left unanswered (``onward``)."""
+    ``known`` keeps them by pair key (the joining relations are ranked by them too). An edge beyond
+    the seeds' own is judged by what the path reaching it left unanswered (``by_hops``)."""
     keys = [pair_key(source, target) for source, target in pairs]
     facts = search.edge_facts(store, list(dict.fromkeys(keys)))
     similarity = edge_cosines(store, question, facts)
-    relevance = edge_relevance(store, question, facts, similarity=similarity)
-    for rest, group in onward(question, facts, relevance, seeds).items():
-        if rest.strip():
-            relevance.update(edge_relevance(store, question, {pair: facts[pair] for pair in group}, asked=rest,
-                                            similarity=similarity))
-        else:
-            relevance.update(dict.fromkeys(group, 0.0))
-    known.update(relevance)
+
+    def judge(asked: str | None, group: list[str]) -> dict[str, float]:
+        if asked is not None and not asked.strip():
+            return dict.fromkeys(group, 0.0)   # the path answered every word: nothing further is asked for
+        return edge_relevance(store, question, {pair: facts[pair] for pair in group}, asked=asked,
+                              similarity=similarity)
+
+    known.update(by_hops(question, facts, seeds, judge))
     return [EDGE_FLOOR + known.get(key, 0.0) for key in keys]
 
 
-def onward(question: Question, facts: dict[str, tuple[tuple[str, ...], str, str, int]],
-           relevance: dict[str, float], seeds: dict[str, float]) -> dict[str, list[str]]:
-    """The edges touching no seed but an entity a seed edge reaches, grouped by the question's words
-    that the best such seed edge's keywords leave unanswered. In "where is the company that acquired
-    X headquartered?", X's acquisition answers "acquired": the acquirer's headquarters is then the
-    edge that matters, not its own acquisitions (which would spread the walk over every company the
-    acquirer touches)."""
-    reaching: dict[str, str] = {}   # an entity one hop from a seed -> the most relevant seed edge to it
-    for pair in sorted(facts, key=lambda p: -relevance.get(p, 0.0)):
-        a, b = split_pair(pair)
-        if (a in seeds) != (b in seeds):
-            reaching.setdefault(b if a in seeds else a, pair)
-    groups: dict[str, list[str]] = {}
-    rest_after: dict[str, str] = {}   # a seed edge -> what it leaves unanswered (a few seed edges, many pairs)
+def by_hops(question: Question, facts: dict[str, tuple[tuple[str, ...], str, str, int]], seeds: dict[str, float],
+            judge: Callable[[str | None, list[str]], dict[str, float]]) -> dict[str, float]:
+    """Every edge's relevance, hop by hop from the seeds: an edge touching a seed is judged by the
+    question; an entity it reaches keeps the words that edge's keywords leave unanswered, and the
+    edges onward from it are judged by those. In "where is the head office of the company that
+    acquired the maker of P?", P's maker answers "maker", its acquirer "acquired", and the acquirer's
+    head office is the edge that matters then, not the acquirer's own acquisitions (which would
+    spread the walk over every company it touches). Edges no path reaches are judged by the question."""
+    touching: dict[str, list[str]] = {}
     for pair in facts:
-        ends = split_pair(pair)
-        if any(key in seeds for key in ends):
-            continue
-        hops = [reaching[key] for key in ends if key in reaching]
-        if hops:
-            best = max(hops, key=lambda p: relevance.get(p, 0.0))
-            if best not in rest_after:
-                rest_after[best] = unanswered(question, word_stems(" ".join(facts[best][0])))
-            groups.setdefault(rest_after[best], []).append(pair)
-    return groups
+        for key in split_pair(pair):
+            touching.setdefault(key, []).append(pair)
+    rest: dict[str, str | None] = dict.fromkeys(seeds)   # what is left to ask at each entity reached (None: all)
+    relevance: dict[str, float] = {}
+    frontier = [key for key in seeds if key in touching]
+    while frontier:
+        asked_by: dict[str, str | None] = {}   # each edge leaving the frontier, and the words it is judged by
+        for key in frontier:
+            for pair in touching[key]:
+                if pair not in relevance:
+                    asked_by.setdefault(pair, rest[key])
+        groups: dict[str | None, list[str]] = {}
+        for pair, asked in asked_by.items():
+            groups.setdefault(asked, []).append(pair)
+        for asked, group in groups.items():
+            relevance.update(judge(asked, group))
+        reached: list[str] = []
+        for pair in sorted(asked_by, key=lambda p: -relevance[p]):   # each new entity by its best edge
+            for here, there in (split_pair(pair), split_pair(pair)[::-1]):
+                if here in rest and there not in rest and asked_by[pair] == rest[here]:
+                    rest[there] = unanswered(question, word_stems(" ".join(facts[pair][0])), rest[here])
+                    reached.append(there)
+        frontier = reached
+    missed = [pair for pair in facts if pair not in relevance]
+    if missed:
+        relevance.update(judge(None, missed))
+    return relevance
 
 
 class ExpansionChannel:

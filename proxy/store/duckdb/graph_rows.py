@@ -118,8 +118,13 @@ def write_curation(con: Con, curation: Curation, stamp: datetime) -> None:
                     [curation.aliases_dropped])
     for alias, target in curation.aliases.items():
         reason, evidence = curation.resolved.get(alias, ("", ""))
-        con.execute("INSERT OR REPLACE INTO aliases (alias_key, target_key, created_at, reason, evidence) "
-                    "VALUES (?, ?, ?, ?, ?)", [alias, target, stamp, reason, evidence])
+        # an alias a merge points elsewhere keeps the reason and evidence it was made with
+        con.execute("INSERT INTO aliases (alias_key, target_key, created_at, reason, evidence) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (alias_key) DO UPDATE SET target_key = excluded.target_key, "
+                    "created_at = excluded.created_at, "
+                    "reason = CASE WHEN excluded.reason = '' THEN aliases.reason ELSE excluded.reason END, "
+                    "evidence = CASE WHEN excluded.reason = '' THEN aliases.evidence ELSE excluded.evidence END",
+                    [alias, target, stamp, reason, evidence])
     if curation.entity_edits_dropped:
         con.execute("DELETE FROM entity_edits WHERE name_key IN (SELECT unnest(?::VARCHAR[]))",
                     [curation.entity_edits_dropped])

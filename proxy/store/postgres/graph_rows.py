@@ -131,7 +131,8 @@ def write_curation(con: Con, curation: Curation, stamp: datetime) -> None:
                 "INSERT INTO aliases (alias_key, target_key, created_at, reason, evidence) "
                 "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (alias_key) DO UPDATE "
                 "SET target_key = excluded.target_key, created_at = excluded.created_at, "
-                "reason = excluded.reason, evidence = excluded.evidence",
+                "reason = CASE WHEN excluded.reason = '' THEN aliases.reason ELSE excluded.reason END, "
+                "evidence = CASE WHEN excluded.reason = '' THEN aliases.evidence ELSE excluded.evidence END",
                 [(alias, target, stamp, *curation.resolved.get(alias, ("", "")))
                  for alias, target in curation.aliases.items()])
         if curation.entity_edits_dropped:
