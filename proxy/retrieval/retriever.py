@@ -57,6 +57,7 @@ from proxy.retrieval.sources import graph_sources
 from proxy.retrieval.stages import KEYWORD_VECTORS, Channel, Question, Reranker
 from proxy.retrieval.wording import wording_for
 from proxy.store.store import KnowledgeStore
+from proxy.text.words import content_words
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
 log = logging.getLogger("graphgate")
@@ -181,6 +182,8 @@ class Retriever:
         mode = Mode(params.mode)
         if mode is Mode.BYPASS:
             return Retrieval(query, params.mode, None, None, skipped="bypass mode")
+        if not content_words(query) and not self.user_turns(history):   # "what is it?" with nothing before
+            return Retrieval(query, params.mode, None, None, skipped="the question has no words to look up")
         scope, filtered = None, None
         if params.filters is not None:
             with timer.step("filter"):

@@ -88,6 +88,17 @@ def stems(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def content_words(text: str) -> list[str]:
+    """``text``'s words that are not stopwords in any language it knows (folded; the dictionary words
+    of Han runs): none in "what is it?" or "它在哪里？", so such a question asks about nothing."""
+    stop = stopwords()
+    found: list[str] = []
+    for piece, unspaced in _pieces(fold(text)):
+        words = rjieba.cut(piece) if unspaced else piece.split("_")
+        found.extend(w for w in words if w.strip() and w not in stop)
+    return found
+
+
 def split_words(text: str) -> list[str]:
     """``text``'s words as written (not folded), for dropping some and joining the rest with spaces:
     what spaces separate, and within it the dictionary words of unspaced runs ("总部在哪里" is
