@@ -136,3 +136,52 @@ async def test_the_walk_itself_reaches_the_bridges_answer_not_its_other_acquisit
         result = (await client.post("/rag/query", json=body)).json()
         walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
         assert {world.named, world.bridge} in walked and {world.bridge, world.answer} in walked, walked
+
+
+def third_hop() -> World:
+    """A 3-hop chain: the Quillon's maker (Nova Works) was acquired by Zeta Labs, whose chair is asked
+    for; eight other companies' chairs answer "chairs" too, and Zeta Labs acquired eight others."""
+    others = [f"{name} Systems" for name in ("Alder", "Birch", "Cedar", "Elm", "Fir", "Hazel", "Larch", "Maple")]
+    chairs = [f"{name} Vale" for name in ("Ada", "Bea", "Cal", "Dov", "Eli", "Fay", "Gus", "Hal")]
+    nova = "Nova Works makes the Quillon. Zeta Labs acquired Nova Works in 2019."
+    zeta = " ".join([*(f"Zeta Labs acquired {o}." for o in others), "Orla Dent chairs Zeta Labs."])
+    boards = " ".join(f"{person} chairs {company}." for person, company in zip(chairs, others, strict=True))
+    entities = {"Nova Works": "Organization", "Zeta Labs": "Organization", "Quillon": "Artifact",
+                "Orla Dent": "Person", **dict.fromkeys(others, "Organization"), **dict.fromkeys(chairs, "Person")}
+    kinds = {"makes": ["maker", "product"], "acquired": ["acquisition", "acquired"], "chairs": ["chair", "board"]}
+    return World("Who chairs the company that acquired the maker of the Quillon?", "Quillon", "Zeta Labs",
+                 "Orla Dent", frozenset(chairs), {"nova.txt": nova, "zeta.txt": zeta, "boards.txt": boards},
+                 entities, kinds)
+
+
+async def test_the_third_hop_of_a_chain_comes_before_the_same_kind_of_fact_elsewhere(
+        settings: Settings, fake: FakeOllama) -> None:
+    """The chain's third fact (the acquirer's chair) is judged by what the first two hops left
+    ("chairs"), with the anchor the chain carries: it comes before the other companies' chairs,
+    which answer "chairs" as well but hang off no hop of the chain."""
+    world = third_hop()
+    fake.structured = KindedFacts(world)
+    async with gateway_client(settings, fake) as client:
+        for name, text in world.documents.items():
+            assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+        body = {"query": world.question, "mode": "mix", "keywords": "off"}
+        whole = (await client.post("/rag/query", json=body)).json()
+        relations = [{r["source"], r["target"]} for r in whole["relations"]]
+        answer = relations.index({world.bridge, world.answer})
+        assert all(answer < i for i, pair in enumerate(relations) if pair & world.suppliers), relations
+
+
+async def test_the_walk_follows_a_chain_past_its_rings_to_the_third_fact(settings: Settings, fake: FakeOllama) -> None:
+    """The expansion alone: the walk's rings end at the acquirer (two hops from the Quillon); the
+    chain is followed one hop further, where the acquirer's edge that answers what is left
+    ("chairs") is its chair, not one of its acquisitions."""
+    world = third_hop()
+    fake.structured = KindedFacts(world)
+    async with gateway_client(settings, fake) as client:
+        for name, text in world.documents.items():
+            assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+        body = {"query": world.question, "mode": "local", "keywords": "off", "cosine_threshold": 1.0, "top_k": 4}
+        result = (await client.post("/rag/query", json=body)).json()
+        walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
+        assert {world.bridge, world.answer} in walked, walked
+        assert world.answer in {e["name"] for e in result["entities"]}

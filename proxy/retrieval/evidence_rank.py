@@ -7,7 +7,8 @@ words in its keywords and description, plus a little of its vector's cosine), pl
 one of its entities is one the question names (the linked entities). A relation that touches no
 named entity is the question's next hop: it is judged by the words the named entities' best
 relation has not answered yet, and inherits the anchor in the measure that relation answers the
-question (the chain answers more of it than a named entity's unasked-for facts). So in "where is
+question (the chain answers more of it than a named entity's unasked-for facts); and so on along
+the chain, hop by hop (a 3-hop question's third fact is judged by what the first two left). So in "where is
 the company that acquired X headquartered?", X's acquisition answers "acquired", and the acquirer's
 headquarters outranks its other acquisitions and X's facts that answer nothing; in "which products
 does Y develop?", Y's products come before anyone else's.
@@ -51,32 +52,54 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
 def evidence_scores(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
                     anchors: dict[str, float], sims: dict[str, float], *, descriptions: bool) -> dict[str, float]:
     """Each relation's evidence score by pair: its relevance plus the anchor of a named entity it
-    touches; a next hop's by what the hop reaching it left unanswered, plus the anchor it inherits.
+    touches; a relation further along a chain from a named entity, hop by hop, by what the path
+    reaching it left unanswered, plus the anchor it inherits along that path (``chain_anchor``).
     Without ``descriptions``, what is in memory alone (keywords, vectors): the shortlist's pass."""
     relevance = dict(zip((r.pair for r in relations),
                          relation_relevance(store, question, relations, descriptions=descriptions, similarity=sims),
                          strict=True))
     scores = {r.pair: relevance[r.pair] + ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0))
               for r in relations}
-    hops: dict[str, FoundRelation] = {}   # entity one hop from a named one -> the best relation reaching it
-    for r in sorted((r for r in relations if (r.source in anchors) != (r.target in anchors)),
-                    key=lambda r: -scores[r.pair]):
-        hops.setdefault(r.target if r.source in anchors else r.source, r)
-    by_rest: dict[str, list[FoundRelation]] = {}
-    reached_by: dict[str, FoundRelation] = {}   # a next hop -> the named entity's best relation reaching it
+    touching: dict[str, list[FoundRelation]] = {}
     for r in relations:
-        if r.source in anchors or r.target in anchors:
-            continue
-        reaching = [hops[key] for key in (r.source, r.target) if key in hops]
-        if reaching:
-            best = reached_by[r.pair] = max(reaching, key=lambda h: scores[h.pair])
-            by_rest.setdefault(residual_text(question, best), []).append(r)
-    for rest, onward in by_rest.items():
-        hop = (relation_relevance(store, _with_text(question, rest), onward, descriptions=descriptions,
-                                  similarity=sims) if rest.strip() else [0.0] * len(onward))
-        for r, score in zip(onward, hop, strict=True):
-            best = reached_by[r.pair]
-            scores[r.pair] = score + chain_anchor(best, anchors, relevance[best.pair])
+        touching.setdefault(r.source, []).append(r)
+        touching.setdefault(r.target, []).append(r)
+    judged = {r.pair for r in relations if r.source in anchors or r.target in anchors}
+    # each entity reached: (what is left to answer there, the anchor a relation onward from it inherits)
+    reached: dict[str, tuple[str, float]] = {}
+    for r in sorted((touching_r for key in anchors for touching_r in touching.get(key, ())),
+                    key=lambda r: -scores[r.pair]):
+        for key in (r.source, r.target):
+            if key not in anchors and key not in reached:
+                reached[key] = (residual_text(question, r), chain_anchor(r, anchors, relevance[r.pair]))
+    frontier = list(reached)
+    while frontier:
+        leaving: dict[str, str] = {}   # each relation onward from the frontier -> the entity it leaves
+        for key in sorted(frontier, key=lambda k: -reached[k][1]):
+            for r in touching.get(key, ()):
+                if r.pair not in judged:
+                    leaving.setdefault(r.pair, key)
+        by_rest: dict[str, list[FoundRelation]] = {}
+        found = {r.pair: r for key in frontier for r in touching.get(key, ())}
+        for pair, key in leaving.items():
+            by_rest.setdefault(reached[key][0], []).append(found[pair])
+        hop_relevance: dict[str, float] = {}
+        for rest, onward in by_rest.items():
+            hop = (relation_relevance(store, _with_text(question, rest), onward, descriptions=descriptions,
+                                      similarity=sims) if rest.strip() else [0.0] * len(onward))
+            for r, score in zip(onward, hop, strict=True):
+                hop_relevance[r.pair] = score
+                scores[r.pair] = score + reached[leaving[r.pair]][1]
+        judged |= set(leaving)
+        frontier = []
+        for pair in sorted(leaving, key=lambda p: -scores[p]):   # each new entity by its best relation
+            r, here = found[pair], leaving[pair]
+            there = r.target if r.source == here else r.source
+            if there not in anchors and there not in reached:
+                rest, inherited = reached[here]
+                reached[there] = (unanswered(question, word_stems(" ".join(r.keywords)) | word_stems(r.description),
+                                             rest), inherited * min(1.0, hop_relevance[pair]))
+                frontier.append(there)
     return scores
 
 

@@ -519,9 +519,20 @@ class KnowledgeStore:
         neighbourhood up to ``hops`` away (at most ``cap`` entities, so its time does not grow
         with the graph; at most ``edge_cap`` edges, those nearest the seeds first), each edge
         weighted by ``weigh(pairs)`` (called outside the lock: it may read the store). Blocking."""
+        edges = self.neighbourhood_sync(seeds, hops=hops, cap=cap, edge_cap=edge_cap)
+        return self.pagerank_sync(seeds, edges, weigh(edges) if edges else [], damping=damping, limit=limit)
+
+    def neighbourhood_sync(self, seeds: dict[str, float], *, hops: int, cap: int,
+                           edge_cap: int | None = None) -> list[tuple[str, str]]:
+        """The edges of the seeds' neighbourhood up to ``hops`` away (``Graph.neighbourhood_edges``). Blocking."""
         with self._memory_lock:
-            edges = self._graph.neighbourhood_edges(list(seeds), hops, cap, edge_cap)
-        scores = self._graph.personalized_pagerank(seeds, edges, weigh(edges) if edges else [], damping)
+            return self._graph.neighbourhood_edges(list(seeds), hops, cap, edge_cap)
+
+    def pagerank_sync(self, seeds: dict[str, float], edges: list[tuple[str, str]], weights: list[float], *,
+                      damping: float, limit: int) -> list[tuple[str, float]]:
+        """(entity key, score) of the ``limit`` entities a personalised PageRank from ``seeds`` over
+        the weighted ``edges`` ranks highest, best first (it reads only its arguments)."""
+        scores = self._graph.personalized_pagerank(seeds, edges, weights, damping)
         return sorted(scores.items(), key=lambda item: -item[1])[:limit]
 
     # --- communities (the summaries' partition) ---

@@ -1,9 +1,11 @@
 """The expansion channel (issue 18, item 3; HippoRAG 2's recipe): a personalised PageRank from
 the question's seed entities (the ones it names, found by the name index, and the ones nearest its
-vector) over their neighbourhood up to two hops, every edge weighted by its relevance to the
-question. The best-ranked entities are added with the relations joining them, so the entity a
-2-hop question goes through (the bridge) comes with its own facts. It runs when the ``expansion``
-knob is ``ppr``; it needs no keywords.
+vector) over their neighbourhood up to two hops, every edge weighted by its relevance to what the
+path reaching it left unanswered (``Chains``). The strongest chains are followed further, a hop at
+a time, up to four hops (3- and 4-hop questions), and each brings its best next fact. The
+best-ranked entities are added with the relations joining them, so the entity a 2-hop question goes
+through (the bridge) comes with its own facts. It runs when the ``expansion`` knob is ``ppr``; it
+needs no keywords.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from proxy.store.changes import pair_key, split_pair
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
 
-HOPS = 3             # a 3-hop chain: the bridge one hop from a seed, the next one further, its facts a third
+HOPS = 2             # the walk's rings: the bridge is one hop from a seed, its facts one further
+MAX_HOPS = 4         # the strongest chains are followed this far, a hop at a time past the rings
+BEAM = 8             # chain ends followed one hop further, the strongest first
+BEAM_EDGES = 200     # edges those add at most (a hub's hundreds would be weighed for nothing)
 CAP = 2000           # entities the PageRank runs over at most: its time does not grow with the graph
 EDGE_CAP = 500       # edges weighed at most (nearest the seeds first): in a dense graph 2,000 entities
                      # share thousands, and weighing each against the question costs ~10 us of Python
@@ -46,13 +51,77 @@ def seeds_of(store: KnowledgeStore, question: Question) -> dict[str, float]:
     return seeds
 
 
-def edge_weights(store: KnowledgeStore, question: Question, pairs: list[tuple[str, str]],
-                 known: dict[str, float], seeds: dict[str, float]) -> list[float]:
-    """Each edge's relevance to the question (``edge_relevance``), never below ``EDGE_FLOOR``;
-    ``known`` keeps them by pair key (the joining relations are ranked by them too). An edge beyond
-    the seeds' own is judged by what the path reaching it left unanswered (``by_hops``)."""
-    keys = [pair_key(source, target) for source, target in pairs]
-    facts = search.edge_facts(store, list(dict.fromkeys(keys)))
+Judge = Callable[[str | None, list[str]], dict[str, float]]
+
+
+class Chains:
+    """What is still asked at each entity the walk reaches, hop by hop from the seeds: an edge
+    touching a seed is judged by the question; an entity it reaches keeps the words that edge's
+    keywords leave unanswered, and the edges onward from it are judged by those. In "where is the
+    head office of the company that acquired the maker of P?", P's maker answers "maker", its
+    acquirer "acquired", and the acquirer's head office is the edge that matters then, not the
+    acquirer's own acquisitions (which would spread the walk over every company it touches). The
+    strongest chains (each hop's relevance multiplied along the path) are followed past the walk's
+    rings (``continuing``), up to ``MAX_HOPS``."""
+
+    def __init__(self, question: Question, seeds: dict[str, float]) -> None:
+        self.question = question
+        self.rest: dict[str, str | None] = dict.fromkeys(seeds)   # None: the question itself
+        self.strength: dict[str, float] = dict.fromkeys(seeds, 1.0)   # how well the path there answers
+        self.depth: dict[str, int] = dict.fromkeys(seeds, 0)
+        self.relevance: dict[str, float] = {}
+        self.frontier: list[str] = list(seeds)   # where the next ``judge`` starts
+        self.followed: set[str] = set()   # chain ends whose edges were fetched beyond the rings
+        self.answers: list[str] = []   # beyond the rings, each followed chain's best next fact
+
+    def judge(self, facts: dict[str, tuple[tuple[str, ...], str, str, int]], judge: Judge) -> None:
+        """Judge ``facts``' edges hop by hop from the frontier; the entities reached last are the new
+        frontier. Edges no path from it reaches are judged by the question."""
+        touching: dict[str, list[str]] = {}
+        for pair in facts:
+            for key in split_pair(pair):
+                touching.setdefault(key, []).append(pair)
+        frontier = [key for key in self.frontier if key in touching]
+        while frontier:
+            asked_by: dict[str, str] = {}   # each edge leaving the frontier -> the entity it leaves
+            for key in sorted(frontier, key=lambda k: -self.strength[k]):
+                for pair in touching[key]:
+                    if pair not in self.relevance:
+                        asked_by.setdefault(pair, key)
+            groups: dict[str | None, list[str]] = {}
+            for pair, key in asked_by.items():
+                groups.setdefault(self.rest[key], []).append(pair)
+            for asked, group in groups.items():
+                self.relevance.update(judge(asked, group))
+            reached: list[str] = []
+            for pair in sorted(asked_by, key=lambda p: -self.relevance[p]):   # each new entity by its best edge
+                here = asked_by[pair]
+                there = next((key for key in split_pair(pair) if key != here), here)
+                if there in self.rest:
+                    continue
+                asked = self.rest[here]
+                rest = unanswered(self.question, word_stems(" ".join(facts[pair][0])), asked)
+                self.rest[there], self.depth[there] = rest, self.depth[here] + 1
+                self.strength[there] = self.strength[here] * min(1.0, self.relevance[pair])
+                reached.append(there)
+            frontier = reached
+        missed = [pair for pair in facts if pair not in self.relevance]
+        if missed:
+            self.relevance.update(judge(None, missed))
+
+    def continuing(self, beam: int) -> list[str]:
+        """The ``beam`` strongest ends of chains at or past the walk's rings that still have words to
+        answer, below ``MAX_HOPS`` and not followed yet: where the walk goes one hop further."""
+        ends = [key for key, depth in self.depth.items() if HOPS <= depth < MAX_HOPS and key not in self.followed
+                and (self.rest[key] or "").strip()]
+        chosen = sorted(ends, key=lambda k: (-self.strength[k], k))[:beam]
+        return chosen
+
+
+def judge_edges(store: KnowledgeStore, question: Question,
+                facts: dict[str, tuple[tuple[str, ...], str, str, int]]) -> Judge:
+    """Edges' relevance (``edge_relevance``) by the words given (None: the question's), their
+    cosines read once for the batch."""
     similarity = edge_cosines(store, question, facts)
 
     def judge(asked: str | None, group: list[str]) -> dict[str, float]:
@@ -60,48 +129,33 @@ def edge_weights(store: KnowledgeStore, question: Question, pairs: list[tuple[st
             return dict.fromkeys(group, 0.0)   # the path answered every word: nothing further is asked for
         return edge_relevance(store, question, {pair: facts[pair] for pair in group}, asked=asked,
                               similarity=similarity)
-
-    known.update(by_hops(question, facts, seeds, judge))
-    return [EDGE_FLOOR + known.get(key, 0.0) for key in keys]
+    return judge
 
 
-def by_hops(question: Question, facts: dict[str, tuple[tuple[str, ...], str, str, int]], seeds: dict[str, float],
-            judge: Callable[[str | None, list[str]], dict[str, float]]) -> dict[str, float]:
-    """Every edge's relevance, hop by hop from the seeds: an edge touching a seed is judged by the
-    question; an entity it reaches keeps the words that edge's keywords leave unanswered, and the
-    edges onward from it are judged by those. In "where is the head office of the company that
-    acquired the maker of P?", P's maker answers "maker", its acquirer "acquired", and the acquirer's
-    head office is the edge that matters then, not the acquirer's own acquisitions (which would
-    spread the walk over every company it touches). Edges no path reaches are judged by the question."""
-    touching: dict[str, list[str]] = {}
-    for pair in facts:
-        for key in split_pair(pair):
-            touching.setdefault(key, []).append(pair)
-    rest: dict[str, str | None] = dict.fromkeys(seeds)   # what is left to ask at each entity reached (None: all)
-    relevance: dict[str, float] = {}
-    frontier = [key for key in seeds if key in touching]
-    while frontier:
-        asked_by: dict[str, str | None] = {}   # each edge leaving the frontier, and the words it is judged by
-        for key in frontier:
-            for pair in touching[key]:
-                if pair not in relevance:
-                    asked_by.setdefault(pair, rest[key])
-        groups: dict[str | None, list[str]] = {}
-        for pair, asked in asked_by.items():
-            groups.setdefault(asked, []).append(pair)
-        for asked, group in groups.items():
-            relevance.update(judge(asked, group))
-        reached: list[str] = []
-        for pair in sorted(asked_by, key=lambda p: -relevance[p]):   # each new entity by its best edge
-            for here, there in (split_pair(pair), split_pair(pair)[::-1]):
-                if here in rest and there not in rest and asked_by[pair] == rest[here]:
-                    rest[there] = unanswered(question, word_stems(" ".join(facts[pair][0])), rest[here])
-                    reached.append(there)
-        frontier = reached
-    missed = [pair for pair in facts if pair not in relevance]
-    if missed:
-        relevance.update(judge(None, missed))
-    return relevance
+def walk_edges(store: KnowledgeStore, question: Question, seeds: dict[str, float],
+               chains: Chains) -> list[tuple[str, str]]:
+    """The walk's edges: the seeds' neighbourhood up to ``HOPS`` away, then, ring by ring up to
+    ``MAX_HOPS``, the edges of the strongest chains' ends (``Chains.continuing``); all judged."""
+    edges = store.neighbourhood_sync(seeds, hops=HOPS, cap=CAP, edge_cap=EDGE_CAP)
+    keys = list(dict.fromkeys(pair_key(source, target) for source, target in edges))
+    facts = search.edge_facts(store, keys)
+    chains.judge(facts, judge_edges(store, question, facts))
+    seen = set(keys)
+    for _ in range(MAX_HOPS - HOPS):
+        ends = chains.continuing(BEAM)
+        more = [pair for pair in search.incident_pairs(store, ends) if pair not in seen][:BEAM_EDGES]
+        if not more:
+            break
+        seen.update(more)
+        facts = search.edge_facts(store, more)
+        chains.frontier = ends
+        chains.judge(facts, judge_edges(store, question, facts))
+        edges += [split_pair(pair) for pair in more]
+        for end in ends:   # each chain's next fact: the end's onward edge that answers the most of what is left
+            onward = [pair for pair in more if end in split_pair(pair) and chains.relevance[pair] > 0]
+            if onward:
+                chains.answers.append(max(onward, key=lambda pair: chains.relevance[pair]))
+    return edges
 
 
 class ExpansionChannel:
@@ -116,12 +170,18 @@ class ExpansionChannel:
         seeds = seeds_of(store, question)
         if not seeds:
             return Found()
-        relevance: dict[str, float] = {}
-        ranked = dict(store.expand_sync(seeds, lambda pairs: edge_weights(store, question, pairs, relevance, seeds),
-                                        hops=HOPS, cap=CAP, damping=DAMPING, limit=params.top_k,
-                                        edge_cap=EDGE_CAP))
+        chains = Chains(question, seeds)
+        edges = walk_edges(store, question, seeds, chains)
+        relevance = chains.relevance
+        weights = [EDGE_FLOOR + relevance.get(pair_key(source, target), 0.0) for source, target in edges]
+        ranked = dict(store.pagerank_sync(seeds, edges, weights, damping=DAMPING, limit=params.top_k))
+        # a chain's fact beyond the rings carries little of the walk: it comes with its entities anyway
+        floor = min(ranked.values(), default=0.0)
+        for pair in chains.answers:
+            for key in split_pair(pair):
+                ranked.setdefault(key, floor)
         entities = self.entities(store, ranked)
-        return Found(entities, self.joining(store, question, ranked, relevance))
+        return Found(entities, self.joining(store, question, ranked, relevance, chains.answers))
 
     def entities(self, store: KnowledgeStore, ranked: dict[str, float]) -> list[FoundEntity]:
         found = search.entities_by_name(store, list(ranked))
@@ -135,11 +195,12 @@ class ExpansionChannel:
         return entities
 
     def joining(self, store: KnowledgeStore, question: Question, ranked: dict[str, float],
-                relevance: dict[str, float]) -> list[FoundRelation]:
+                relevance: dict[str, float], answers: tuple[str, ...] | list[str] = ()) -> list[FoundRelation]:
         """The relations between two of the ranked entities, by the walk's flow along them: each
         endpoint's PageRank times the edge's share of that endpoint's weighed edges (the weights
         kept from the walk): the seed's edge to the bridge, then the bridge's asked-for fact, not a
-        hub's many others. Only the best ``top_k`` are read.
+        hub's many others. Only the best ``top_k`` are read, and the chains' facts beyond the rings
+        (``answers``), which carry little of the walk.
         (Discounting each kind's later relations was measured: it cost 2-hop and list recall.)"""
         pairs = [pair for pair in search.incident_pairs(store, list(ranked))
                  if all(key in ranked for key in split_pair(pair))]   # only the edges among them
@@ -153,7 +214,9 @@ class ExpansionChannel:
         score = {pair: sum(ranked[key] / strength.get(key, 1.0) for key in split_pair(pair))
                  * (EDGE_FLOOR + relevance.get(pair, 0.0)) for pair in pairs}
         best = heapq.nsmallest(question.params.top_k, range(len(pairs)), key=lambda i: (-score[pairs[i]], i))
-        relations = list(search.relations_by_pairs(store, [pairs[i] for i in sorted(best)]).values())
+        chosen = [pairs[i] for i in sorted(best)]
+        chosen += [pair for pair in dict.fromkeys(answers) if pair in score and pair not in chosen]
+        relations = list(search.relations_by_pairs(store, chosen).values())
         search.set_relation_degrees(store, relations)
         for relation in relations:
             relation.score = score[relation.pair]
