@@ -152,7 +152,7 @@ def walk_edges(store: KnowledgeStore, question: Question, seeds: dict[str, float
         chains.judge(facts, judge_edges(store, question, facts))
         edges += [split_pair(pair) for pair in more]
         for end in ends:   # each chain's next fact: the end's onward edge that answers the most of what is left
-            onward = [pair for pair in more if end in split_pair(pair) and chains.relevance[pair] > 0]
+            onward = [pair for pair in more if end in split_pair(pair) and chains.relevance.get(pair, 0.0) > 0]
             if onward:
                 chains.answers.append(max(onward, key=lambda pair: chains.relevance[pair]))
     return edges
