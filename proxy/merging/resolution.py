@@ -18,6 +18,7 @@ already stored (``Known``); ``proxy/merging/recompute.py`` applies it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -38,9 +39,11 @@ EVIDENCE_MAX = 300        # characters of the sentence kept as evidence
 _BRACKETED = re.compile(r"\s*[(（\[]([^()（）\[\]\n]{1,40})[)）\]]")
 # before a name: a short form, a comma, colon or dash, then one to three spaced words or one to four
 # characters of an unspaced script (with none between, "Niger, Nigeria" or "在北京，北京大学" is a
-# list or a place, not an introduction)
-_SET_OFF = re.compile(r"([^\s,，:：;；—–()（）\[\]]+)\s*[,，:：—–]\s*"
-                      r"(?:(?:[^\s,，:：;；]+\s+){1,3}|[^\s,，:：;；]{1,4})$")
+# list or a place, not an introduction); looked for by hand, backwards from the name (a regex
+# anchored at the name's start scanned the whole window for every name in every chunk)
+SET_OFF_WINDOW = 80
+_SEPARATORS = ",，:：—–"
+_SHORT_BEFORE = re.compile(r"[^\s,，:：;；—–()（）\[\]]+$")
 _PIECE = re.compile(r"[^\s,，:：;；、/]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])|\n+")
 
@@ -53,26 +56,28 @@ class Link:
     evidence: str    # what said so: the two spellings, or the sentence introducing the short form
 
 
+@functools.lru_cache(maxsize=65536)
 def abbreviates(short: str, full: str, *, bracketed: bool = False) -> bool:
     """Whether ``short`` can be a short form of the name ``full``: shorter, beginning with the same
     letter or character and made of the name's letters in order ("KVD" of "Kravon Dynamics", "北大"
     of "北京大学"), but not the name's leading word(s) ("Washington" of "Washington Post" names a
     place too). In brackets right after a name in a script without spaces, a name in Latin letters
-    is one too ("克拉冯兄弟（KVB）")."""
+    is one too ("克拉冯兄弟（KVB）"). The cheap tests first: most candidates fail the first letter."""
     short = short.strip()
-    if not normalised(short) or normalised(short) == normalised(full):
-        return False
     if bracketed and has_unspaced(full) and short.isascii() and short.isalnum() and not short.isdigit():
-        return 2 <= len(short) <= SHORT_MAX
+        return 2 <= len(short) <= SHORT_MAX and normalised(short) != normalised(full)
     compact = "".join(unaccented(fold(short)).split())
     letters = "".join(ch for ch in unaccented(fold(full)) if ch.isalnum())
     if not 2 <= len(compact) <= SHORT_MAX or len(compact) >= len(letters) or compact[0] != letters[0]:
         return False
-    if letters.startswith(compact) and (has_unspaced(compact) or " ".join(name_core_words(full)).startswith(
-            " ".join(name_core_words(short)) + " ")):
-        return False   # the leading word(s) of the name
     rest = iter(letters)
-    return all(ch in rest for ch in compact)   # a subsequence: each character found after the last
+    if not all(ch in rest for ch in compact):   # a subsequence: each character found after the last
+        return False
+    if not normalised(short) or normalised(short) == normalised(full):
+        return False
+    leading = letters.startswith(compact) and (has_unspaced(compact) or " ".join(name_core_words(full)).startswith(
+        " ".join(name_core_words(short)) + " "))
+    return not leading   # the leading word(s) of the name name more than it
 
 
 CUE_MAX = 2   # characters of an unspaced script that may come before a short form in brackets (简称, 即)
@@ -95,44 +100,95 @@ def _sentence(text: str, start: int, end: int) -> str:
     return " ".join(text[left:right].split())[:EVIDENCE_MAX]
 
 
-def _written(name: str) -> re.Pattern[str] | None:
-    """How the text may write a name: its core's words in order, anything but letters and digits
-    between them (a model's "Breosk Associates Inc." or "BREOSK" is the text's "Breosk Associates")."""
+def _set_off(text: str, start: int) -> str | None:
+    """The short form set off before ``text[start:]`` (see ``SET_OFF_WINDOW``), if any."""
+    window = text[max(0, start - SET_OFF_WINDOW):start]
+    cut = max(window.rfind(mark) for mark in _SEPARATORS)
+    if cut < 0:
+        return None
+    between = window[cut + 1:]
+    if any(mark in between for mark in ";；"):
+        return None
+    words = between.split()
+    spaced = 1 <= len(words) <= 3 and between[-1:].isspace()
+    unspaced = len(words) == 1 and not between[-1:].isspace() and len(between.strip()) <= 4
+    if not (spaced or unspaced):
+        return None
+    found = _SHORT_BEFORE.search(window[:cut].rstrip())
+    return found.group(0) if found else None
+
+
+_BRACKET_OPEN = re.compile(r"[(（\[]([^()（）\[\]\n]{1,40})[)）\]]")
+_MARK = re.compile(f"[{_SEPARATORS}]")
+
+
+def _abbreviated(text: str, names: list[str]) -> set[str]:
+    """The names of ``names`` some short form in ``text`` may stand for: the bracketed ones' and
+    those before a comma, colon or dash, compared by their first letter first. Most chunks have
+    none, and then no name is looked for at all."""
+    by_initial: dict[str, list[str]] = {}
+    for name in names:
+        letters = [ch for ch in unaccented(fold(name)) if ch.isalnum()]
+        if letters:
+            by_initial.setdefault(letters[0], []).append(name)
+    possible: set[str] = set()
+    shorts = [(short, True) for inner in _BRACKET_OPEN.findall(text)
+              for piece in _PIECE.findall(inner)[-1:] for short in _candidates(piece)]
+    for mark in _MARK.finditer(text):   # the token before each comma, colon or dash (a short form is short)
+        token = _SHORT_BEFORE.search(text[max(0, mark.start() - 4 * SHORT_MAX):mark.start()].rstrip())
+        shorts += [(short, False) for short in _candidates(token.group(0))] if token else []
+    unspaced = [name for name in names if has_unspaced(name)]
+    for short, bracketed in shorts:
+        head = unaccented(fold(short[:1]))
+        for name in by_initial.get(head, []) + (unspaced if bracketed and short.isascii() else []):
+            if name not in possible and abbreviates(short, name, bracketed=bracketed):
+                possible.add(name)
+    return possible
+
+
+@functools.lru_cache(maxsize=65536)   # a name recurs in chunk after chunk
+def _written(name: str) -> str | None:
+    """How the text may write a name, as a regex: its core's words in order, anything but letters
+    and digits between them (a model's "Breosk Associates Inc." or "BREOSK" is the text's "Breosk
+    Associates"), not inside a longer word of a spaced script."""
     words = name_core_words(name)
     if not words:
         return None
     body = r"[\W_]*".join(re.escape(word) for word in words)
-    start = r"(?<![^\W_])" if words[0].isascii() else ""    # not inside a longer word of a spaced script
+    start = r"(?<![^\W_])" if words[0].isascii() else ""
     end = r"(?![^\W_])" if words[-1].isascii() else ""
-    return re.compile(start + body + end, re.IGNORECASE)
+    return start + body + end
 
 
 def introductions(text: str, names: Iterable[str]) -> list[tuple[str, str, str]]:
-    """(short form, full name, sentence) of each abbreviation ``text`` introduces for one of ``names``."""
+    """(short form, full name, sentence) of each abbreviation ``text`` introduces for one of ``names``.
+    One scan of the text for all of them, longest first, so a name inside a longer one ("Kravon" in
+    "Kravon Dynamics") is not found there."""
+    ordered = sorted((n for n in set(names) if len(n) >= 3 and _written(n)), key=lambda n: (-len(n), n))
+    possible = _abbreviated(text, ordered) if ordered else set()
+    ordered = [n for n in ordered if n in possible]
+    if not ordered:
+        return []
+    pattern = re.compile("|".join(f"({_written(name)})" for name in ordered), re.IGNORECASE)
     found: list[tuple[str, str, str]] = []
-    taken: list[tuple[int, int]] = []   # spans a longer name holds: "Kravon" inside "Kravon Dynamics" is not Kravon
-    for name in sorted(names, key=lambda n: (-len(n), n)):
-        if len(name) < 3:
+    seen: Counter[str] = Counter()
+    for match in pattern.finditer(text):
+        name = ordered[(match.lastindex or 1) - 1]
+        seen[name] += 1
+        if seen[name] > OCCURRENCES:
             continue
-        pattern = _written(name)
-        matches = [m for m in (pattern.finditer(text) if pattern else ())
-                   if not any(a <= m.start() < b for a, b in taken)]
-        taken += [m.span() for m in matches]
-        for count, match in enumerate(matches):
-            if count == OCCURRENCES:
+        shorts: list[tuple[str, bool]] = []
+        bracketed = _BRACKETED.match(text, match.end())
+        if bracketed:
+            pieces = _PIECE.findall(bracketed.group(1))
+            shorts += [(short, True) for short in (_candidates(pieces[-1]) if pieces else [])]
+        set_off = _set_off(text, match.start())
+        if set_off:
+            shorts += [(short, False) for short in _candidates(set_off)]
+        for short, in_brackets in shorts:
+            if abbreviates(short, name, bracketed=in_brackets):
+                found.append((short, name, _sentence(text, match.start(), match.end())))
                 break
-            shorts: list[tuple[str, bool]] = []
-            bracketed = _BRACKETED.match(text, match.end())
-            if bracketed:
-                pieces = _PIECE.findall(bracketed.group(1))
-                shorts += [(short, True) for short in (_candidates(pieces[-1]) if pieces else [])]
-            set_off = _SET_OFF.search(text, max(0, match.start() - 80), match.start())
-            if set_off:
-                shorts += [(short, False) for short in _candidates(set_off.group(1))]
-            for short, in_brackets in shorts:
-                if abbreviates(short, name, bracketed=in_brackets):
-                    found.append((short, name, _sentence(text, match.start(), match.end())))
-                    break
     return found
 
 
