@@ -217,3 +217,22 @@ async def test_the_console_shows_the_evidence_and_undoes_the_merge(settings: Set
         missing = await post(client, undo)   # undone already: a readable refusal, nothing changes
         assert missing.status_code == 404 and "no alias" in missing.text
         assert {"KVD", "Kravon Dynamics"} <= entity_names(client)
+
+
+async def test_an_alias_goes_with_the_documents_of_its_entity(settings: Settings, fake: FakeOllama) -> None:
+    """Resolution's alias is evidence from documents: once they are all deleted it goes too, and a
+    later document naming only the short form makes an entity of that name (not one keyed by the
+    full name it no longer has evidence for)."""
+    fake.structured = KnownFacts(NAMES)
+    async with gateway_client(settings, fake) as client:
+        ids = [(await upload(client, f"doc{i}.txt", text))["id"] for i, text in enumerate((INTRODUCED, SHORT_ONLY))]
+        for document_id in ids:
+            assert (await settle(client, document_id))["status"] == "processed"
+        assert (await client.get("/rag/entities/KVD")).json().get("resolved_from") == "KVD"
+        for document_id in ids:
+            assert (await client.delete(f"/rag/documents/{document_id}")).status_code == 200
+        assert (await client.get("/rag/entities/KVD")).status_code == 404
+        await ingest(client, "KVD opened an office in Osk Harbour.")
+        kvd = (await client.get("/rag/entities/KVD")).json()
+        assert kvd["name"] == "KVD" and "resolved_from" not in kvd
+        assert (await client.delete("/rag/aliases/KVD")).status_code == 404

@@ -34,7 +34,7 @@ from proxy.merging.recompute import Integrator
 from proxy.merging.work import Work, describe
 from proxy.parsing.chunking import Chunk, chunk_text
 from proxy.parsing.files import ParsedDocument
-from proxy.store.changes import Changeset
+from proxy.store.changes import Changeset, Curation
 from proxy.store.protocols.documents import Committed, ExtractionRecord
 from proxy.store.protocols.tables import SharedTables
 from proxy.store.store import KnowledgeStore, now
@@ -363,7 +363,8 @@ class Pipeline:
             changes = Changeset(chunks_removed=removed, documents_removed=[document_id],
                                 entities_upserted=graph.entities, entities_removed=graph.entities_removed,
                                 relations_upserted=graph.relations, relations_removed=graph.relations_removed,
-                                cache_entries=graph.cache_entries)
+                                cache_entries=graph.cache_entries,
+                                curation=Curation(resolved_into_dropped=list(graph.entities_removed)))
             await self.store.apply(changes)
             self._stored((document_id, document["name"]))  # uploads that read before this read again
         return {"document": document, "chunks_removed": len(removed),

@@ -298,7 +298,8 @@ class Merger:
                        for w in works],
             cache_entries=graph.cache_entries, embed_model=self.settings.embed_model,
             curation=Curation(aliases={link.alias: link.target for link in graph.resolved},
-                              resolved={link.alias: (link.reason, link.evidence) for link in graph.resolved}),
+                              resolved={link.alias: (link.reason, link.evidence) for link in graph.resolved},
+                              resolved_into_dropped=list(graph.entities_removed)),
         ), graph.merges
 
 

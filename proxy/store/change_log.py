@@ -38,6 +38,7 @@ def encode(changes: Changeset, deltas: dict[str, IndexDelta]) -> dict[str, Any]:
         "aliases": curation.aliases, "aliases_dropped": curation.aliases_dropped,
         "aliases_into_dropped": curation.aliases_into_dropped,
         "resolved": {alias: list(why) for alias, why in curation.resolved.items()},
+        "resolved_into_dropped": curation.resolved_into_dropped,
         "deltas": {name: {"added": [int(k) for k in d.added_keys], "removed": [int(k) for k in d.removed_keys],
                           "linked_chunks": d.linked_chunks} for name, d in deltas.items()},
     }
@@ -58,7 +59,8 @@ def decode(data: dict[str, Any]) -> tuple[Changeset, dict[str, IndexDelta]]:
         communities_removed=data["communities_removed"],
         curation=Curation(aliases=data["aliases"], aliases_dropped=data["aliases_dropped"],
                           aliases_into_dropped=data["aliases_into_dropped"],
-                          resolved={alias: (why[0], why[1]) for alias, why in data.get("resolved", {}).items()}))
+                          resolved={alias: (why[0], why[1]) for alias, why in data.get("resolved", {}).items()},
+                          resolved_into_dropped=data.get("resolved_into_dropped", [])))
     deltas = {name: IndexDelta(added_keys=d["added"], added_vectors=[NO_VECTOR] * len(d["added"]),
                                removed_keys=d["removed"], linked_chunks=d["linked_chunks"])
               for name, d in data["deltas"].items()}

@@ -91,6 +91,9 @@ class Curation:
     resolved: dict[str, tuple[str, str]] = field(default_factory=dict)
     aliases_dropped: list[str] = field(default_factory=list)             # alias keys no longer aliases
     aliases_into_dropped: list[str] = field(default_factory=list)        # targets losing all their aliases
+    # targets losing the aliases entity resolution made (they went with their documents; the same
+    # evidence makes them again): a merge by hand outlives its documents, resolution's do not
+    resolved_into_dropped: list[str] = field(default_factory=list)
     entity_edits: dict[str, EntityEdit] = field(default_factory=dict)    # by name key
     relation_edits: dict[str, RelationEdit] = field(default_factory=dict)  # by pair key
     entity_edits_dropped: list[str] = field(default_factory=list)

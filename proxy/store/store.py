@@ -758,3 +758,6 @@ def apply_names(names: NameIndex, changes: Changeset) -> None:
     for alias, target in curation.aliases.items():
         names.put_alias(alias, target)
     names.drop_aliases_into(curation.aliases_into_dropped)
+    # the index keeps no reasons: a removed entity's aliases all leave it (a hand merge's row stays in the
+    # table and is back in the index at the next start; linking skips a removed entity meanwhile anyway)
+    names.drop_aliases_into(curation.resolved_into_dropped)

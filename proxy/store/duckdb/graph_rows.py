@@ -134,6 +134,9 @@ def write_curation(con: Con, curation: Curation, stamp: datetime) -> None:
     if curation.aliases_into_dropped:
         con.execute("DELETE FROM aliases WHERE target_key IN (SELECT unnest(?::VARCHAR[]))",
                     [curation.aliases_into_dropped])
+    if curation.resolved_into_dropped:
+        con.execute("DELETE FROM aliases WHERE reason <> '' AND target_key IN (SELECT unnest(?::VARCHAR[]))",
+                    [curation.resolved_into_dropped])
     for key, edit in curation.entity_edits.items():
         con.execute("INSERT OR REPLACE INTO entity_edits VALUES (?, ?, ?, ?, ?)",
                     [key, edit.name, edit.type, edit.description, stamp])

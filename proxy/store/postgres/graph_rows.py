@@ -144,6 +144,9 @@ def write_curation(con: Con, curation: Curation, stamp: datetime) -> None:
         if curation.aliases_into_dropped:
             cursor.execute("DELETE FROM aliases WHERE target_key = ANY(%s::text[])",
                            [list(curation.aliases_into_dropped)])
+        if curation.resolved_into_dropped:
+            cursor.execute("DELETE FROM aliases WHERE reason <> '' AND target_key = ANY(%s::text[])",
+                           [list(curation.resolved_into_dropped)])
         if curation.entity_edits:
             cursor.executemany(
                 "INSERT INTO entity_edits VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name_key) DO UPDATE "
