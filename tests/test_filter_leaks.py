@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from proxy.core.settings import Settings
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.scoped_store import ScopedStore
 from tests.chat_helpers import body, chats
 from tests.conftest import NOMINAL_UPSTREAM
 from tests.extractor import KnownFacts
@@ -112,3 +114,26 @@ async def test_a_filtered_chat_sends_nothing_of_the_other_documents(
     assert response.status_code == 200
     sent = json.dumps(chats(fake)[-1].json["messages"])
     assert "works" in sent and "bribed" not in sent and "insolvent" not in sent and "secret.txt" not in sent
+
+
+async def test_the_graph_walk_stays_inside_the_filter(client: httpx.AsyncClient, verbs: VerbFacts) -> None:
+    """An entity only the other document names, one hop from one the matching document names: the
+    expansion's walk under the filter neither takes its edges nor ranks it (the channel's finds are
+    also cut to the scope afterwards; the walk must not spend itself outside it first)."""
+    await put(client, "public.txt", "Alice Smith works with Bob Jones.", {"c": "pub"})
+    await put(client, "secret.txt", "Bob Jones bribed Globex Inc. Globex Inc bribed Berlin officials.", {"c": "sec"})
+    kb = client._transport.app.state.gateway.knowledge  # type: ignore[attr-defined]
+    retriever = kb.retriever
+    settings = client._transport.app.state.gateway.settings  # type: ignore[attr-defined]
+    params = QueryParams.from_settings(settings, mode="mix").with_overrides({"filters": {"c": "pub"}})
+    scoped = ScopedStore(kb.store, await retriever._scope(params))
+    seeds = {"bob jones": 1.0}
+    everywhere = kb.store.neighbourhood_sync(seeds, hops=2, cap=100)
+    assert ("bob jones", "globex inc") in everywhere or ("globex inc", "bob jones") in everywhere
+    edges = scoped.neighbourhood_sync(seeds, hops=2, cap=100)
+    assert {frozenset(edge) for edge in edges} == {frozenset(("alice smith", "bob jones"))}
+    ranked = scoped.pagerank_sync(seeds, everywhere, [1.0] * len(everywhere), damping=0.5, limit=10)
+    assert {key for key, _ in ranked} == {"bob jones", "alice smith"}
+    question = "Who did Bob Jones bribe, and whom did that company bribe?"
+    text = json.dumps(await query(client, query=question, filters={"c": "pub"}))
+    assert "Bob Jones" in text and "Globex" not in text and "Berlin" not in text and "bribed" not in text

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 EXACT_MAX = 4096      # a scope this small is searched exactly: its vectors read and compared (~1 ms)
 OVERFETCH = 4         # else the index is asked for this many times more, again until enough are in scope
-OUT_OF_SCOPE_WEIGHT = 1e-6   # an edge outside the scope carries (almost) none of a graph walk
 
 
 class _ScopedGraph:
@@ -109,20 +108,24 @@ class ScopedStore:
         scope = self._scope
         return self._store.read_memory_sync(lambda rows, graph: read(rows, cast("Graph", _ScopedGraph(graph, scope))))
 
-    def expand_sync(self, seeds: dict[str, float], weigh: Callable[[list[tuple[str, str]]], list[float]],
-                    *, hops: int, cap: int, damping: float, limit: int,
-                    edge_cap: int | None = None) -> list[tuple[str, float]]:
+    def neighbourhood_sync(self, seeds: dict[str, float], *, hops: int, cap: int,
+                           edge_cap: int | None = None) -> list[tuple[str, str]]:
+        """The walk's edges from the in-scope seeds, the scope's edges only (the walk gives an
+        entity reached only through other documents nothing)."""
+        scope = self._scope
+        inside = {k: w for k, w in seeds.items() if k in scope.entities}
+        edges = self._store.neighbourhood_sync(inside, hops=hops, cap=cap, edge_cap=edge_cap) if inside else []
+        return [edge for edge in edges if pair_key(*edge) in scope.relations]
+
+    def pagerank_sync(self, seeds: dict[str, float], edges: list[tuple[str, str]], weights: list[float], *,
+                      damping: float, limit: int) -> list[tuple[str, float]]:
         scope = self._scope
         inside = {k: w for k, w in seeds.items() if k in scope.entities}
         if not inside:
             return []
-
-        def scoped_weights(pairs: list[tuple[str, str]]) -> list[float]:
-            return [w if pair_key(*p) in scope.relations else OUT_OF_SCOPE_WEIGHT
-                    for p, w in zip(pairs, weigh(pairs), strict=True)]
-
-        ranked = self._store.expand_sync(inside, scoped_weights, hops=hops, cap=cap, damping=damping,
-                                         limit=cap, edge_cap=edge_cap)
+        kept = [i for i, edge in enumerate(edges) if pair_key(*edge) in scope.relations]
+        ranked = self._store.pagerank_sync(inside, [edges[i] for i in kept], [weights[i] for i in kept],
+                                           damping=damping, limit=len(inside) + 2 * len(kept))
         return [(k, s) for k, s in ranked if k in scope.entities][:limit]
 
     # --- what the matching documents said ---

@@ -511,20 +511,11 @@ class KnowledgeStore:
 
     # --- multi-hop expansion (personalised PageRank from seed entities) ---
 
-    def expand_sync(self, seeds: dict[str, float], weigh: Callable[[list[tuple[str, str]]], list[float]],
-                    *, hops: int, cap: int, damping: float, limit: int,
-                    edge_cap: int | None = None) -> list[tuple[str, float]]:
-        """(entity key, score) of the ``limit`` entities a personalised PageRank from ``seeds``
-        (key -> restart weight) ranks highest, best first, seeds included. It runs over the seeds'
-        neighbourhood up to ``hops`` away (at most ``cap`` entities, so its time does not grow
-        with the graph; at most ``edge_cap`` edges, those nearest the seeds first), each edge
-        weighted by ``weigh(pairs)`` (called outside the lock: it may read the store). Blocking."""
-        edges = self.neighbourhood_sync(seeds, hops=hops, cap=cap, edge_cap=edge_cap)
-        return self.pagerank_sync(seeds, edges, weigh(edges) if edges else [], damping=damping, limit=limit)
-
     def neighbourhood_sync(self, seeds: dict[str, float], *, hops: int, cap: int,
                            edge_cap: int | None = None) -> list[tuple[str, str]]:
-        """The edges of the seeds' neighbourhood up to ``hops`` away (``Graph.neighbourhood_edges``). Blocking."""
+        """The edges of the seeds' neighbourhood up to ``hops`` away, at most ``cap`` entities and
+        ``edge_cap`` edges (``Graph.neighbourhood_edges``): a graph walk's, so its time does not grow
+        with the graph. Blocking."""
         with self._memory_lock:
             return self._graph.neighbourhood_edges(list(seeds), hops, cap, edge_cap)
 
