@@ -203,18 +203,25 @@ class Integrator:
 
     async def _resolve(self, added: dict[str, ExtractionResult], texts: dict[str, str], aliases: dict[str, str],
                        overlay: Overlay | None) -> Resolution:
+        """Entity resolution's links for the batch, decided in a worker thread (tens of ms for a
+        large batch: never on the event loop)."""
         if not added or not self.settings.entity_resolution:
             return Resolution([], [])
-        intros = await anyio.to_thread.run_sync(introduced, added, texts)
-        keys, cores = names_asked(added, intros)
-        present, by_core = await anyio.to_thread.run_sync(self.store.names_known_sync, keys, cores)
-        if overlay is not None:   # the rows of the commit in flight are not in the store's memory yet
-            present |= keys & set(overlay.entities)
-            for key, row in overlay.entities.items():
-                by_core.setdefault(normalised(row.name), []).append((key, row.name, row.type))
         dismissed = await anyio.to_thread.run_sync(self.store.tables.graph_rows.dismissed_sync)
-        known = Known(present.__contains__, lambda core: by_core.get(core, []), aliases, dismissed)
-        return resolve_batch(added, intros, known)
+        overlaid = dict(overlay.entities) if overlay is not None else {}
+
+        def decide() -> Resolution:
+            intros = introduced(added, texts)
+            keys, cores = names_asked(added, intros)
+            present, by_core = self.store.names_known_sync(keys, cores)
+            # the rows of the commit in flight are not in the store's memory yet
+            present |= keys & set(overlaid)
+            for key, row in overlaid.items():
+                by_core.setdefault(normalised(row.name), []).append((key, row.name, row.type))
+            known = Known(present.__contains__, lambda core: by_core.get(core, []), aliases, dismissed)
+            return resolve_batch(added, intros, known)
+
+        return await anyio.to_thread.run_sync(decide)
 
     async def rebuild(self, entity_sources: dict[str, list[str]], relation_sources: dict[str, list[str]],
                       aliases: dict[str, str], edits: Edits, removed_entities: list[str],

@@ -60,7 +60,8 @@ class Graph(Protocol):
         """Every vertex's name, each edge's two vertex numbers and its weight (copies: the
         communities are computed from them outside the store's lock)."""
 
-    # multi-hop expansion (proxy/retrieval/channels/expansion.py, through store.neighbourhood_sync and store.pagerank_sync)
+    # multi-hop expansion (proxy/retrieval/channels/expansion.py, through store.neighbourhood_sync and
+    # store.pagerank_sync)
 
     def neighbourhood_edges(self, seeds: list[str], hops: int, cap: int,
                             edge_cap: int | None = None) -> list[tuple[str, str]]:
