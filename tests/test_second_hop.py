@@ -9,9 +9,12 @@ and the evidence layout), the scripted extractor, the real engines."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -81,14 +84,21 @@ class KindedFacts(KnownFacts):
         return found
 
 
-@pytest.mark.parametrize("language", ["en", "zh"])
-async def test_the_bridges_answer_comes_before_the_named_entitys_other_facts(
-        settings: Settings, fake: FakeOllama, language: str) -> None:
-    world = english() if language == "en" else chinese()
+@contextlib.asynccontextmanager
+async def ingested(settings: Settings, fake: FakeOllama, world: World) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway with the world's documents processed, its model giving each relation its kind's keywords."""
     fake.structured = KindedFacts(world)
     async with gateway_client(settings, fake) as client:
         for name, text in world.documents.items():
             assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+        yield client
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+async def test_the_bridges_answer_comes_before_the_named_entitys_other_facts(
+        settings: Settings, fake: FakeOllama, language: str) -> None:
+    world = english() if language == "en" else chinese()
+    async with ingested(settings, fake, world) as client:
         # a budget that holds the instructions (their length is the language's) and a few of the facts
         # about the two companies: the order decides
         body = {"query": world.question, "mode": "mix", "keywords": "off"}
@@ -127,10 +137,7 @@ async def test_the_walk_itself_reaches_the_bridges_answer_not_its_other_acquisit
     for three relations, they are the hop, the bridge's headquarters and one more, not the bridge's
     acquisitions (they answer "acquired" too, but the hop reaching the bridge already did)."""
     world = english() if language == "en" else chinese()
-    fake.structured = KindedFacts(world)
-    async with gateway_client(settings, fake) as client:
-        for name, text in world.documents.items():
-            assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+    async with ingested(settings, fake, world) as client:
         body = {"query": world.question, "mode": "local", "keywords": "off", "linking": "off",
                 "cosine_threshold": 1.0, "top_k": 4}
         result = (await client.post("/rag/query", json=body)).json()
@@ -160,10 +167,7 @@ async def test_the_third_hop_of_a_chain_comes_before_the_same_kind_of_fact_elsew
     ("chairs"), with the anchor the chain carries: it comes before the other companies' chairs,
     which answer "chairs" as well but hang off no hop of the chain."""
     world = third_hop()
-    fake.structured = KindedFacts(world)
-    async with gateway_client(settings, fake) as client:
-        for name, text in world.documents.items():
-            assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+    async with ingested(settings, fake, world) as client:
         body = {"query": world.question, "mode": "mix", "keywords": "off"}
         whole = (await client.post("/rag/query", json=body)).json()
         relations = [{r["source"], r["target"]} for r in whole["relations"]]
@@ -176,10 +180,7 @@ async def test_the_walk_follows_a_chain_past_its_rings_to_the_third_fact(setting
     chain is followed one hop further, where the acquirer's edge that answers what is left
     ("chairs") is its chair, not one of its acquisitions."""
     world = third_hop()
-    fake.structured = KindedFacts(world)
-    async with gateway_client(settings, fake) as client:
-        for name, text in world.documents.items():
-            assert (await settle(client, (await upload(client, name, text))["id"]))["status"] == "processed"
+    async with ingested(settings, fake, world) as client:
         body = {"query": world.question, "mode": "local", "keywords": "off", "cosine_threshold": 1.0, "top_k": 4}
         result = (await client.post("/rag/query", json=body)).json()
         walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
