@@ -36,7 +36,8 @@ SAME_NAME, ABBREVIATION = "same name", "abbreviation"
 SHORT_MAX = 12            # characters of a short form
 OCCURRENCES = 8           # occurrences of a name looked at in one chunk
 EVIDENCE_MAX = 300        # characters of the sentence kept as evidence
-_BRACKETED = re.compile(r"\s*[(（\[]([^()（）\[\]\n]{1,40})[)）\]]")
+_BRACKET = re.compile(r"[(（\[]([^()（）\[\]\n]{1,40})[)）\]]")   # what brackets hold: a short form, or more
+_BRACKETED = re.compile(r"\s*" + _BRACKET.pattern)                   # right after a name
 # before a name: a short form, a comma, colon or dash, then one to three spaced words or one to four
 # characters of an unspaced script (with none between, "Niger, Nigeria" or "在北京，北京大学" is a
 # list or a place, not an introduction); looked for by hand, backwards from the name (a regex
@@ -114,11 +115,22 @@ def _set_off(text: str, start: int) -> str | None:
     unspaced = len(words) == 1 and not between[-1:].isspace() and len(between.strip()) <= 4
     if not (spaced or unspaced):
         return None
-    found = _SHORT_BEFORE.search(window[:cut].rstrip())
+    return _token_before(window, cut)
+
+
+def _token_before(text: str, end: int) -> str | None:
+    """The word (or unspaced run) that ends just before ``text[end]``, spaces aside; a short form is
+    short, so only the last few dozen characters are read."""
+    found = _SHORT_BEFORE.search(text[max(0, end - 4 * SHORT_MAX):end].rstrip())
     return found.group(0) if found else None
 
 
-_BRACKET_OPEN = re.compile(r"[(（\[]([^()（）\[\]\n]{1,40})[)）\]]")
+def _bracket_shorts(inner: str) -> list[str]:
+    """The short forms what a pair of brackets holds may be: its last piece, less a lead-in."""
+    pieces = _PIECE.findall(inner)
+    return _candidates(pieces[-1]) if pieces else []
+
+
 _MARK = re.compile(f"[{_SEPARATORS}]")
 
 
@@ -132,11 +144,10 @@ def _abbreviated(text: str, names: list[str]) -> set[str]:
         if letters:
             by_initial.setdefault(letters[0], []).append(name)
     possible: set[str] = set()
-    shorts = [(short, True) for inner in _BRACKET_OPEN.findall(text)
-              for piece in _PIECE.findall(inner)[-1:] for short in _candidates(piece)]
-    for mark in _MARK.finditer(text):   # the token before each comma, colon or dash (a short form is short)
-        token = _SHORT_BEFORE.search(text[max(0, mark.start() - 4 * SHORT_MAX):mark.start()].rstrip())
-        shorts += [(short, False) for short in _candidates(token.group(0))] if token else []
+    shorts = [(short, True) for inner in _BRACKET.findall(text) for short in _bracket_shorts(inner)]
+    for mark in _MARK.finditer(text):   # the token before each comma, colon or dash
+        token = _token_before(text, mark.start())
+        shorts += [(short, False) for short in _candidates(token)] if token else []
     unspaced = [name for name in names if has_unspaced(name)]
     for short, bracketed in shorts:
         head = unaccented(fold(short[:1]))
@@ -180,8 +191,7 @@ def introductions(text: str, names: Iterable[str]) -> list[tuple[str, str, str]]
         shorts: list[tuple[str, bool]] = []
         bracketed = _BRACKETED.match(text, match.end())
         if bracketed:
-            pieces = _PIECE.findall(bracketed.group(1))
-            shorts += [(short, True) for short in (_candidates(pieces[-1]) if pieces else [])]
+            shorts += [(short, True) for short in _bracket_shorts(bracketed.group(1))]
         set_off = _set_off(text, match.start())
         if set_off:
             shorts += [(short, False) for short in _candidates(set_off)]
