@@ -10,6 +10,7 @@ and the evidence layout), the scripted extractor, the real engines."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -186,3 +187,28 @@ async def test_the_walk_follows_a_chain_past_its_rings_to_the_third_fact(setting
         walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
         assert {world.bridge, world.answer} in walked, walked
         assert world.answer in {e["name"] for e in result["entities"]}
+
+
+def taken_over() -> World:
+    """The third-hop world asked with a phrasal verb the documents write as one word: "took over"
+    against the keyword and description "takeover". The maker has a chair of its own, the fact a
+    chain through the wrong edge would bring."""
+    world = third_hop()
+    nova = "Nova Works makes the Quillon. Zeta Labs completed its takeover of Nova Works. Ivo Crane chairs Nova Works."
+    kinds = {**world.kinds, "takeover": ["acquisition", "takeover"]}
+    kinds.pop("acquired")
+    return dataclasses.replace(world, question="Who chairs the company that took over the maker of the Quillon?",
+                               documents={**world.documents, "nova.txt": nova}, kinds=kinds,
+                               entities={**world.entities, "Ivo Crane": "Person"})
+
+
+async def test_a_hop_worded_by_an_irregular_phrasal_verb_is_followed(settings: Settings, fake: FakeOllama) -> None:
+    """"took over" is "take" + "over", the keyword "takeover" (proxy/text/word_forms.py): the takeover
+    answers the middle hop, so the acquirer's chair comes before the maker's own chair (which
+    answers "chairs" through the hop that only answers "maker")."""
+    world = taken_over()
+    async with ingested(settings, fake, world) as client:
+        body = {"query": world.question, "mode": "mix", "keywords": "off"}
+        result = (await client.post("/rag/query", json=body)).json()
+        relations = [{r["source"], r["target"]} for r in result["relations"]]
+        assert relations.index({world.bridge, world.answer}) < relations.index({"Nova Works", "Ivo Crane"}), relations

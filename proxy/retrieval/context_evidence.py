@@ -24,6 +24,7 @@ from proxy.retrieval.select import word_stems
 from proxy.retrieval.wording import ENGLISH, Wording
 from proxy.text.fold import fold
 from proxy.text.sentences import split_notes
+from proxy.text.word_forms import asked_stems
 from proxy.text.words import stems
 
 uncached_stems = stems.__wrapped__
@@ -131,7 +132,7 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # entities: name and type, and the notes the facts do not state, those the question asks about first
     # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
     folded = question.casefold()
-    asked = word_stems(question).difference(*(word_stems(e.name) for e in entities if e.name.casefold() in folded))
+    asked = asked_stems(question).difference(*(word_stems(e.name) for e in entities if e.name.casefold() in folded))
     e_lines, e_used = fit_capped((entity_text(e, stated, asked) for e in entities), ENTITY_TOKENS,
                                  entity_budget - c_used, tokenizer)
     kept_entities = entities[:len(e_lines)]

@@ -13,9 +13,9 @@ import numpy as np
 
 from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.search import fill_descriptions
-from proxy.retrieval.select import relation_match, word_stems
+from proxy.retrieval.select import relation_match
 from proxy.retrieval.stages import Question
-from proxy.text.words import split_words
+from proxy.text.word_forms import asked_stems, word_senses
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -45,7 +45,7 @@ def relation_relevance(store: KnowledgeStore, question: Question, relations: lis
     if descriptions:
         fill_descriptions(store, [], [r for r in relations if not r.description])
     sims = similarity if similarity is not None else cosines(store, question, relations)
-    stems = word_stems(question.asked)
+    stems = asked_stems(question.asked)
     return [relation_match(stems, r.keywords, r.description, (r.source_name, r.target_name))
             + COSINE_SHARE * sims.get(r.pair, 0.0) for r in relations]
 
@@ -62,7 +62,7 @@ def edge_relevance(store: KnowledgeStore, question: Question,
     pairs = list(facts)
     if similarity is None:
         similarity = edge_cosines(store, question, facts)
-    stems = word_stems(question.asked if asked is None else asked)
+    stems = asked_stems(question.asked if asked is None else asked)
     return {pair: relation_match(stems, facts[pair][0], "", facts[pair][1:3]) + COSINE_SHARE * similarity.get(pair, 0.0)
             for pair in pairs}
 
@@ -94,5 +94,4 @@ def unanswered(question: Question, said: frozenset[str], asked: str | None = Non
     """The question's words (and themes; or those of ``asked``, what earlier hops left) whose stems
     ``said`` (a hop's keywords' or description's) does not hold: what is left to answer after that hop."""
     asked = question.asked if asked is None else asked
-    done = word_stems(asked) & said
-    return " ".join(word for word in split_words(asked) if not (word_stems(word) & done))
+    return " ".join(word for word, senses in word_senses(asked) if not senses & said)

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 from proxy.retrieval import search
 from proxy.retrieval.found import Found
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.select import relation_match, word_stems
+from proxy.retrieval.select import relation_match
 from proxy.retrieval.stages import Question
+from proxy.text.word_forms import asked_stems
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -69,5 +70,5 @@ def asked_kind(question: Question) -> Callable[[Sequence[str], str, str], float]
     after the fusion (the evidence layout)."""
     if question.params.relation_ranking != "question":
         return None
-    stems = word_stems(question.asked)
+    stems = asked_stems(question.asked)
     return lambda keywords, source, target: relation_match(stems, keywords, "", (source, target))

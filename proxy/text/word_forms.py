@@ -1,0 +1,64 @@
+"""The forms a question's words may take in a relation's keywords and description, beyond their
+stems (``proxy.text.words.stems``): the dictionary form of an inflected word (simplemma's
+lemmatizer: "took" is "take", "bought" is "buy", "led" is "lead") and the compound two adjacent
+words make ("took over" is "takeover", "set up" is "setup", "head office" is "headoffice"). A
+5-letter prefix meets regular inflections ("acquired" ~ "acquisition") but not an irregular verb
+nor a phrasal verb written as one word: "the company that took over the maker" never met the
+keyword "takeover". Only the question's side is widened: a relation's words keep their stems, so
+nothing is lemmatized per relation per turn.
+
+Spaced words are lemmatized as English (the language the dictionary holds); a word it does not
+know is left as it is. Unspaced scripts (Chinese) keep their stems: a Chinese word does not inflect.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import simplemma
+
+from proxy.text.fold import fold
+from proxy.text.scripts import has_unspaced
+from proxy.text.stopwords import stopwords
+from proxy.text.words import STEM, split_words, stems
+
+LEMMA_LANGUAGE = "en"
+
+
+@functools.lru_cache(maxsize=65536)
+def lemma(word: str) -> str:
+    """The dictionary form of a folded spaced word (itself when the dictionary does not know it)."""
+    return simplemma.lemmatize(word, lang=LEMMA_LANGUAGE).casefold() if word.isalpha() else word
+
+
+def _plain(token: str) -> str:
+    """A whitespace token as one folded word, its punctuation dropped ("over," -> "over")."""
+    return "".join(ch for ch in fold(token) if ch.isalnum())
+
+
+@functools.lru_cache(maxsize=4096)   # a turn asks the same text and its residuals many times
+def word_senses(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """Each of ``text``'s words as written (``split_words``) with every stem it may meet a relation's
+    words by: its own stems, its lemma's, and those of the compound it makes with the word before
+    or after it (neither a stopword: "the company" is no compound; the first shorter than a stem,
+    else the compound's stem would be the first word's own: "board chair" is "board")."""
+    words = split_words(text)
+    stop = stopwords()
+    plain = [_plain(w) if not has_unspaced(w) else "" for w in words]
+    lemmas = [lemma(p) if p.isalpha() and p not in stop else "" for p in plain]
+    senses = []
+    for i, word in enumerate(words):
+        found = set(stems(word))
+        if lemmas[i] and len(lemmas[i]) >= 4:
+            found.add(lemmas[i][:STEM])
+        for a, b in ((i - 1, i), (i, i + 1)):
+            if 0 <= a and b < len(words) and lemmas[b] and 0 < len(lemmas[a]) < STEM:
+                found.add((lemmas[a] + lemmas[b])[:STEM])
+        senses.append((word, frozenset(found)))
+    return tuple(senses)
+
+
+def asked_stems(text: str) -> frozenset[str]:
+    """Every stem ``text``'s words may meet a relation's words by: ``text``'s stems (an unspaced run cut
+    as a whole) and each word's senses (``word_senses``)."""
+    return stems(text).union(*(found for _, found in word_senses(text)))

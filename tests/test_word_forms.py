@@ -1,0 +1,55 @@
+"""The forms a question's words may take in a relation's words (proxy/text/word_forms.py): lemmas
+and compounds of adjacent words, on the question's side only."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from proxy.retrieval.params import QueryParams
+from proxy.retrieval.relevance import unanswered
+from proxy.retrieval.select import relation_match, word_stems
+from proxy.retrieval.stages import Question
+from proxy.text.word_forms import asked_stems, word_senses
+
+
+def senses(text: str) -> dict[str, frozenset[str]]:
+    return dict(word_senses(text))
+
+
+def test_an_irregular_phrasal_verb_meets_the_noun_written_as_one_word() -> None:
+    asked = asked_stems("Which company took over the maker?")
+    assert word_stems("takeover") <= asked and word_stems("take") <= asked
+    # a relation whose keywords say "takeover" answers the words "took over" (and only they) of the question
+    assert relation_match(asked, ["acquisition", "takeover"], "", ("A", "B")) > 0
+    assert relation_match(word_stems("Which company took over the maker?"), ["acquisition", "takeover"], "",
+                          ("A", "B")) == 0   # what stems alone gave
+
+
+def test_inflected_forms_meet_their_dictionary_form() -> None:
+    assert word_stems("lead") <= asked_stems("Who led the firm?")
+    assert word_stems("begin") <= asked_stems("When began the strike?")
+    assert word_stems("sell") <= asked_stems("Who sold the plant?")
+
+
+def test_a_compound_takes_a_short_first_word_only_and_never_a_stopword() -> None:
+    found = senses("Who is the board chair of the head office?")
+    assert found["chair"] == word_stems("chair")   # "boardchair" would be "board": chair is not answered by "board"
+    assert word_stems("headoffice") <= found["head"] and word_stems("headoffice") <= found["office?"]
+    assert found["the"] == frozenset()   # "the board" is no compound
+
+
+def test_the_residual_drops_both_words_a_compound_answers() -> None:
+
+    question = Question("Who chairs the company that took over the maker?", QueryParams(), {"query": np.zeros(4)})
+    rest = unanswered(question, word_stems("acquisition takeover"))
+    assert "took" not in rest.split() and "over" not in rest.split() and "chairs" in rest.split()
+
+
+def test_unspaced_scripts_keep_their_stems() -> None:
+    text = "收购诺瓦工坊的那家公司总部在哪里？"
+    assert asked_stems(text) == word_stems(text)
+
+
+def test_names_and_unknown_words_stay_as_they_are() -> None:
+    assert asked_stems("Kravon Dynamics") >= word_stems("Kravon Dynamics")
+    assert word_stems("Halgolvar") <= asked_stems("Who makes the Halgolvar?")
