@@ -11,7 +11,7 @@ import pytest
 
 from proxy.core.settings import Settings
 from proxy.core.tokens import get_tokenizer
-from proxy.retrieval.context_evidence import build_evidence_context, entity_text
+from proxy.retrieval.context_evidence import ENTITY_TOKENS, build_evidence_context, entity_text
 from proxy.retrieval.found import FoundEntity, FoundRelation
 from proxy.retrieval.select import word_stems
 from tests.conftest import gateway_client
@@ -100,3 +100,19 @@ def test_an_entity_line_leaves_out_what_the_facts_state_and_puts_the_asked_note_
     zh = entity("凯斯特工坊", "凯斯特工坊为学徒开办了培训中心。凯斯特工坊成立于1903年。")
     assert entity_text(zh, set(), word_stems("凯斯特工坊哪年成立？") - word_stems("凯斯特工坊")) == \
         "- 凯斯特工坊 (Organization): 凯斯特工坊成立于1903年。凯斯特工坊为学徒开办了培训中心。"
+
+
+def test_the_notes_of_an_entity_the_question_names_are_not_cut_at_a_pointers_length() -> None:
+    """"Which has the larger revenue, X or Y?" against "Y employs 15,963 people and turned over 728.7
+    million euros": no word of the question is in the note that holds the value. A named entity's
+    line holds its notes up to NAMED_ENTITY_TOKENS; another's stays a pointer (ENTITY_TOKENS)."""
+    notes = " ".join(f"{{x}} opened a showroom in district {i}." for i in range(6))
+    value = "{x} employs 15,963 people and turned over 728.7 million euros."
+    named = entity("Melvar Trading", (notes + " " + value).format(x="Melvar Trading"))
+    other = entity("Ranraf Partners", (notes + " " + value.replace("728.7", "508.4")).format(x="Ranraf Partners"))
+    context = build_evidence_context([named, other], [], [], entity_budget=2000, relation_budget=500,
+                                     total_budget=4000, tokenizer=get_tokenizer(),
+                                     question="Which has the larger revenue, Melvar Trading or Tevsuv Trading?")
+    assert "728.7" in context.text and "508.4" not in context.text, context.text
+    line = next(line for line in context.text.splitlines() if line.startswith("- Ranraf Partners ("))
+    assert get_tokenizer().count(line) <= ENTITY_TOKENS + 2

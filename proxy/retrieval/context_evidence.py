@@ -31,6 +31,8 @@ uncached_stems = stems.__wrapped__
 
 RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first notes carry its gist
 ENTITY_TOKENS = 48     # an entity's line is a pointer (type, gist); its facts are the relations'
+NAMED_ENTITY_TOKENS = 160  # but one the question names is what it asks about: the founding year, the
+                           # headcount or the revenue it compares or lists may be any of its notes
 COMMUNITY_TOKENS = 200  # a community's summary: its members and what joins them
 CHARS_PER_TOKEN_MAX = 12  # more characters than a line's token limit can ever take (cl100k: ~4 a token)
 NOTES_CHARS = 4096     # the part of a hub's long description whose notes an entity line chooses from
@@ -81,13 +83,16 @@ def joined(parts: list[str]) -> Iterator[str]:
         yield part if i == 0 or parts[i - 1].endswith(("。", "！", "？", "；", "｡")) else " " + part
 
 
-def fit_capped(lines: Iterable[str], limit: int, budget: int, tokenizer: Tokenizer) -> tuple[list[str], int]:
-    """The leading lines that fit ``budget`` (each cut to ``limit`` tokens first), and the tokens
-    they use. Lines past the budget are never made or counted (``lines`` may be lazy): a hub
-    gives hundreds, a small budget takes a few dozen."""
+def fit_capped(lines: Iterable[str | tuple[str, int]], limit: int, budget: int,
+               tokenizer: Tokenizer) -> tuple[list[str], int]:
+    """The leading lines that fit ``budget`` (each cut to ``limit`` tokens first, or to the limit it
+    comes with), and the tokens they use. Lines past the budget are never made or counted (``lines``
+    may be lazy): a hub gives hundreds, a small budget takes a few dozen."""
     kept: list[str] = []
     used = 0
-    for line in lines:
+    default = limit
+    for item in lines:
+        line, limit = item if isinstance(item, tuple) else (item, default)
         line = line[:limit * CHARS_PER_TOKEN_MAX]   # a hub's description can be long: never tokenise all of it
         count = tokenizer.count(line)
         if count > limit:
@@ -133,7 +138,9 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
     folded = question.casefold()
     asked = asked_stems(question).difference(*(word_stems(e.name) for e in entities if e.name.casefold() in folded))
-    e_lines, e_used = fit_capped((entity_text(e, stated, asked) for e in entities), ENTITY_TOKENS,
+    e_lines, e_used = fit_capped(((entity_text(e, stated, asked),
+                                   NAMED_ENTITY_TOKENS if e.name.casefold() in folded else ENTITY_TOKENS)
+                                  for e in entities), ENTITY_TOKENS,
                                  entity_budget - c_used, tokenizer)
     kept_entities = entities[:len(e_lines)]
     return assemble(header, header_tokens, [
