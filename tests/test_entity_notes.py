@@ -116,3 +116,8 @@ def test_the_notes_of_an_entity_the_question_names_are_not_cut_at_a_pointers_len
     assert "728.7" in context.text and "508.4" not in context.text, context.text
     line = next(line for line in context.text.splitlines() if line.startswith("- Ranraf Partners ("))
     assert get_tokenizer().count(line) <= ENTITY_TOKENS + 2
+    # named by the linking, not spelled: an alias ("MVT"), or the company of a follow-up's earlier turn
+    followed = build_evidence_context([named, other], [], [], entity_budget=2000, relation_budget=500,
+                                      total_budget=4000, tokenizer=get_tokenizer(),
+                                      question="And how much revenue do they make?", named=frozenset({named.key}))
+    assert "728.7" in followed.text and "508.4" not in followed.text, followed.text

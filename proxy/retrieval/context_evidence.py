@@ -112,7 +112,10 @@ def cut(tokenizer: Tokenizer, line: str, limit: int) -> str:
 def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRelation], chunks: list[FoundChunk], *,
                            entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
                            instructions: str | None = None, communities: list[FoundCommunity] | None = None,
-                           wording: Wording = ENGLISH, question: str = "") -> Context:
+                           wording: Wording = ENGLISH, question: str = "",
+                           named: frozenset[str] = frozenset()) -> Context:
+    """``named``: the keys of the entities the question names (linked, by any of their names, or by
+    an earlier turn of a follow-up); one whose name the question spells counts too."""
     header = header_text(instructions, wording)
     header_tokens = tokenizer.count(header)
     communities = communities or []
@@ -139,7 +142,8 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     folded = question.casefold()
     asked = asked_stems(question).difference(*(word_stems(e.name) for e in entities if e.name.casefold() in folded))
     e_lines, e_used = fit_capped(((entity_text(e, stated, asked),
-                                   NAMED_ENTITY_TOKENS if e.name.casefold() in folded else ENTITY_TOKENS)
+                                   NAMED_ENTITY_TOKENS if e.key in named or e.name.casefold() in folded
+                                   else ENTITY_TOKENS)
                                   for e in entities), ENTITY_TOKENS,
                                  entity_budget - c_used, tokenizer)
     kept_entities = entities[:len(e_lines)]

@@ -379,7 +379,8 @@ class Retriever:
             return build_evidence_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                                           relation_budget=budget.relation, total_budget=budget.total,
                                           tokenizer=self.tokenizer, instructions=params.instructions,
-                                          communities=finds.communities, wording=wording, question=question.asked)
+                                          communities=finds.communities, wording=wording, question=question.asked,
+                                          named=frozenset(e.key for e in linked.entities) if linked else frozenset())
         return build_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                              relation_budget=budget.relation, total_budget=budget.total,
                              tokenizer=self.tokenizer, instructions=params.instructions,
