@@ -58,7 +58,9 @@ def word_senses(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
     return tuple(senses)
 
 
+@functools.lru_cache(maxsize=4096)
 def asked_stems(text: str) -> frozenset[str]:
     """Every stem ``text``'s words may meet a relation's words by: ``text``'s stems (an unspaced run cut
-    as a whole) and each word's senses (``word_senses``)."""
-    return stems(text).union(*(found for _, found in word_senses(text)))
+    as a whole, as before) and the lemmas and compounds of its spaced words (``word_senses``)."""
+    spaced = (found for word, found in word_senses(text) if not has_unspaced(word))
+    return stems(text).union(*spaced)
