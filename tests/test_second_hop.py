@@ -212,3 +212,30 @@ async def test_a_hop_worded_by_an_irregular_phrasal_verb_is_followed(settings: S
         result = (await client.post("/rag/query", json=body)).json()
         relations = [{r["source"], r["target"]} for r in result["relations"]]
         assert relations.index({world.bridge, world.answer}) < relations.index({"Nova Works", "Ivo Crane"}), relations
+
+
+def made_otherwise() -> World:
+    """The third-hop world with the first hop worded otherwise: the question says "maker", the
+    product's only relation "comes from the workshops of" with the keywords "product, manufactures"."""
+    world = third_hop()
+    nova = "The Quillon comes from the workshops of Nova Works. Zeta Labs acquired Nova Works in 2019."
+    # the acquirer's chair is the one fact of its kind whose keywords the question half matches
+    zeta = world.documents["zeta.txt"].replace("Orla Dent chairs Zeta Labs.",
+                                               "Orla Dent chairs the board of Zeta Labs.")
+    kinds = {"workshops": ["product", "manufactures"], "acquired": ["acquisition", "acquired"],
+             "board": ["chair", "board"], "chairs": ["chair"]}
+    return dataclasses.replace(world, documents={**world.documents, "nova.txt": nova, "zeta.txt": zeta}, kinds=kinds)
+
+
+async def test_a_named_entitys_only_relation_carries_the_chain_whatever_it_is_called(
+        settings: Settings, fake: FakeOllama) -> None:
+    """The Quillon has one relation: whatever the question calls it, the chain goes through it
+    (``hop_confidence``: never less than its share of the entity's edges), so the acquirer's chair
+    comes before the eight other companies' chairs, which answer "chairs" as well."""
+    world = made_otherwise()
+    async with ingested(settings, fake, world) as client:
+        body = {"query": world.question, "mode": "mix", "keywords": "off"}
+        result = (await client.post("/rag/query", json=body)).json()
+        relations = [{r["source"], r["target"]} for r in result["relations"]]
+        answer = relations.index({world.bridge, world.answer})
+        assert all(answer < i for i, pair in enumerate(relations) if pair & world.suppliers), relations

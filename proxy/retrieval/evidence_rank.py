@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from proxy.retrieval.found import FoundEntity, FoundRelation
-from proxy.retrieval.relevance import cosines, relation_relevance, unanswered
+from proxy.retrieval.relevance import cosines, hop_confidence, relation_relevance, unanswered
 from proxy.retrieval.select import word_stems
 from proxy.retrieval.stages import Question
 
@@ -71,7 +71,9 @@ def evidence_scores(store: KnowledgeStore, question: Question, relations: list[F
                     key=lambda r: -scores[r.pair]):
         for key in (r.source, r.target):
             if key not in anchors and key not in reached:
-                reached[key] = (residual_text(question, r), chain_anchor(r, anchors, relevance[r.pair]))
+                named = r.source if r.source in anchors else r.target
+                reached[key] = (residual_text(question, r),
+                                chain_anchor(r, anchors, hop_confidence(relevance[r.pair], len(touching[named]))))
     frontier = list(reached)
     while frontier:
         leaving: dict[str, str] = {}   # each relation onward from the frontier -> the entity it leaves
@@ -97,19 +99,20 @@ def evidence_scores(store: KnowledgeStore, question: Question, relations: list[F
             there = r.target if r.source == here else r.source
             if there not in anchors and there not in reached:
                 rest, inherited = reached[here]
-                reached[there] = (unanswered(question, word_stems(" ".join(r.keywords)) | word_stems(r.description),
-                                             rest), inherited * min(1.0, hop_relevance[pair]))
+                said = word_stems(" ".join(r.keywords)) | word_stems(r.description)
+                reached[there] = (unanswered(question, said, rest),
+                                  inherited * hop_confidence(hop_relevance[pair], len(touching[here])))
                 frontier.append(there)
     return scores
 
 
 def chain_anchor(reaching: FoundRelation, anchors: dict[str, float], relevance: float) -> float:
     """The anchor a next hop inherits from the named entity's relation reaching it, in the measure
-    that relation answers the question (its relevance, cosine share included, capped at 1): the
+    that relation answers the question (``relevance``: its ``hop_confidence``): the
     bridge's fact comes before the named entity's facts that answer nothing; a hop through an
     unasked-for relation inherits little (with e5's high cosines, about a sixth of the anchor)."""
     anchor = max(anchors.get(reaching.source, 0.0), anchors.get(reaching.target, 0.0))
-    return ANCHOR * anchor * min(1.0, relevance)
+    return ANCHOR * anchor * relevance
 
 
 def residual_text(question: Question, answered: FoundRelation) -> str:

@@ -95,3 +95,12 @@ def unanswered(question: Question, said: frozenset[str], asked: str | None = Non
     ``said`` (a hop's keywords' or description's) does not hold: what is left to answer after that hop."""
     asked = question.asked if asked is None else asked
     return " ".join(word for word, senses in word_senses(asked) if not senses & said)
+
+
+def hop_confidence(relevance: float, choices: int) -> float:
+    """How surely a path goes on along an edge: its relevance to what is left (capped at 1), but
+    never less than its share among the ``choices`` edges of the entity it leaves. A product's only
+    edge is its maker's, whatever the question calls it ("who chairs the firm that acquired the
+    maker of P?" against "P comes from the workshops of M"); a hub's edge that answers nothing is
+    one of fifty and carries next to nothing."""
+    return max(min(1.0, relevance), 1.0 / max(choices, 1))

@@ -18,7 +18,7 @@ from proxy.retrieval import search
 from proxy.retrieval.channels.linked import linked_keys
 from proxy.retrieval.found import Found, FoundEntity, FoundRelation
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.relevance import edge_cosines, edge_relevance, unanswered
+from proxy.retrieval.relevance import edge_cosines, edge_relevance, hop_confidence, unanswered
 from proxy.retrieval.select import word_stems
 from proxy.retrieval.stages import Question
 from proxy.store.changes import pair_key, split_pair
@@ -67,7 +67,7 @@ class Chains:
     def __init__(self, question: Question, seeds: dict[str, float]) -> None:
         self.question = question
         self.rest: dict[str, str | None] = dict.fromkeys(seeds)   # None: the question itself
-        self.strength: dict[str, float] = dict.fromkeys(seeds, 1.0)   # how well the path there answers
+        self.strength: dict[str, float] = dict(seeds)   # how well the path there answers (a vector seed: its weight)
         self.depth: dict[str, int] = dict.fromkeys(seeds, 0)
         self.relevance: dict[str, float] = {}
         self.frontier: list[str] = list(seeds)   # where the next ``judge`` starts
@@ -102,7 +102,7 @@ class Chains:
                 asked = self.rest[here]
                 rest = unanswered(self.question, word_stems(" ".join(facts[pair][0])), asked)
                 self.rest[there], self.depth[there] = rest, self.depth[here] + 1
-                self.strength[there] = self.strength[here] * min(1.0, self.relevance[pair])
+                self.strength[there] = self.strength[here] * hop_confidence(self.relevance[pair], len(touching[here]))
                 reached.append(there)
             frontier = reached
         missed = [pair for pair in facts if pair not in self.relevance]
