@@ -18,7 +18,9 @@ matching this reuses.
 ``Noise(seed)`` makes it a sloppier model, deterministically per seed and passage (whatever order
 the chunks come in): 15 % of the entities of a passage are written another way everywhere in its
 answer (a case change; for a company a legal form "Inc.", "Ltd" or "GmbH", or a leading "The ";
-for a product a leading "The "), and 10 % of its relations are left out.
+for a product a leading "The "; in the Chinese world bench/shapes_zh.variants: traditional characters,
+a legal form dropped or added, another dot or none in a person's name, 市 after a city, a product in
+quotation marks), and 10 % of its relations are left out.
 """
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ class Noise:
         return random.Random(f"{self.seed}:{hashlib.sha256(passage.encode()).hexdigest()}")
 
     @staticmethod
-    def variants(name: str, kind: str) -> list[str]:
+    def variants(name: str, kind: str, language: str = "en") -> list[str]:
+        if language == "zh":
+            from bench.shapes_zh import variants
+
+            return variants(name, kind)
         cased = [name.upper(), name.lower()]
         if kind == "Organization":
             return [*cased, f"{name} Inc.", f"{name} Ltd", f"{name} GmbH", f"The {name}"]
@@ -64,6 +70,7 @@ class ShapesExtractor(OracleExtractor):
         self.keywords, self.loose = world.relation_keywords, list(world.loose_keywords)
         self.pattern = name_pattern(list(world.names))
         self.noise = noise
+        self.language, self.joiner = world.language, world.wording.joiner
 
     def extract(self, passage: str) -> dict[str, list[dict[str, Any]]]:
         notes: dict[str, list[tuple[int, int, str]]] = {}   # name -> (0 about it / 1 naming it, order, sentence)
@@ -80,7 +87,7 @@ class ShapesExtractor(OracleExtractor):
                 relations += [{"source": a, "target": b, "keywords": self.loose, "description": sentence,
                                "weight": 2} for a, b in pairwise(names)]
         entities = [{"name": name, "type": self.types[name],
-                     "description": " ".join(s for _, _, s in sorted(found)[:DESCRIPTION_SENTENCES])}
+                     "description": self.joiner.join(s for _, _, s in sorted(found)[:DESCRIPTION_SENTENCES])}
                     for name, found in notes.items()]
         result = {"entities": entities, "relations": relations}
         return self.garble(passage, result) if self.noise else result
@@ -92,7 +99,7 @@ class ShapesExtractor(OracleExtractor):
         written = {}   # every relation's ends are entities of the passage too
         for entity in result["entities"]:
             if rng.random() < self.noise.variant_share:
-                written[entity["name"]] = rng.choice(Noise.variants(entity["name"], entity["type"]))
+                written[entity["name"]] = rng.choice(Noise.variants(entity["name"], entity["type"], self.language))
         entities = [entity | {"name": written.get(entity["name"], entity["name"])} for entity in result["entities"]]
         relations = [relation | {"source": written.get(relation["source"], relation["source"]),
                                  "target": written.get(relation["target"], relation["target"])}

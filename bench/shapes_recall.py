@@ -6,25 +6,28 @@ and figures among trade-press prose) is ingested through /rag/documents of the r
 its upstream the fake Ollama answering extraction with bench/shapes_oracle.py: ``perfect`` (what a
 good model gives under GraphGate's extraction prompt and schema) or ``noisy`` (15 % of a passage's
 entities written another way: case, "Inc."/"Ltd"/"GmbH", a leading "The"; 10 % of its relations
-dropped; seeded). Each extractor and embedder (bench/multihop_recall.py's: ``hash``, ``minilm``,
+dropped; seeded). ``--language`` picks the world's language: ``en``, ``zh`` (bench/shapes_zh.py: the same
+facts in Chinese, names transliterated, Chinese short forms and name variants), or both. Each language,
+extractor and embedder (bench/multihop_recall.py's: ``hash``, ``minilm``,
 ``bigram``, ``multilingual``) gets its own store.
 
 Every question is asked through /rag/query (mix mode unless ``--mode``) at each budget (entity and
 relation budgets scaled as bench/multihop_recall.py does), with the oracle keywords (the names the
 question gives, or for a follow-up the name its earlier turn gave; the shape's themes) or with
 ``keywords=off``; a follow-up's earlier turns go in /rag/query's ``history``. A question counts when
-every gold name is in the injected context (a whole name, case aside: the noisy extractor's
-"KRAVON BROTHERS" is Kravon Brothers to a reader). Each shape is reported on its own, with "all";
+every gold name is in the injected context (a whole name, folded as GraphGate folds text, or written
+as the noisy extractor may write it: "KRAVON BROTHERS" is Kravon Brothers to a reader, and 贝温尔兄弟
+or 貝溫爾兄弟集團 is 贝温尔兄弟集团). Each shape is reported on its own, with "all";
 for updated facts also how often the stale value was in the context too. Beside each store: its
 entity count against the world's true count (an alias and its full name are one entity; a perfect
 extraction leaves them two, as it leaves the noisy name variants apart unless GraphGate merges them).
 
-    python bench/shapes_recall.py [--docs 250] [--budgets 2000 4000 8000] [--extractor perfect noisy]
+    python bench/shapes_recall.py [--language en zh] [--docs 250] [--budgets 2000 4000 8000] [--extractor perfect noisy]
                                   [--embedders hash minilm] [--keywords oracle off] [--store DIR]
                                   [--json FILE] [--misses N] [--set KNOB=VALUE ...]
 
-``--store DIR`` keeps each ingested store (named by extractor, embedder and a digest of the world
-and noise) and reuses it on the next run: only the questions run again.
+``--store DIR`` keeps each ingested store (named by language, extractor, embedder and a digest of
+the world and noise) and reuses it on the next run: only the questions run again.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ from bench.multihop_oracle import holds  # noqa: E402
 from bench.multihop_recall import EMBEDDERS, Cell, gateway, ingest, parse_knob, query_body, upstream  # noqa: E402
 from bench.multihop_world import Question  # noqa: E402
 from bench.shapes_oracle import Noise, ShapesExtractor  # noqa: E402
-from bench.shapes_world import SHAPES, ShapeQuestion, ShapesWorld, build_world  # noqa: E402
+from bench.shapes_world import LANGUAGES, SHAPES, ShapeQuestion, ShapesWorld, build_world  # noqa: E402
 from proxy.core.modes import MODES  # noqa: E402
+from proxy.text.fold import fold  # noqa: E402
 
 BUDGETS = (2000, 4000, 8000)
 EXTRACTORS = ("perfect", "noisy")
@@ -58,12 +62,21 @@ COLUMNS = (*SHAPES, "all")
 MISSES_AT = 4000   # the budget whose misses --misses prints (the issue's target row), if it was asked
 
 
+@dataclass
 class FoldedCell(Cell):
-    """bench/multihop_recall.Cell with names found whatever their case."""
+    """bench/multihop_recall.Cell with names found whatever their case, width or Chinese script (GraphGate's
+    fold), or in another of their ``spellings`` (the ones the noisy extractor may write)."""
+    spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def missing(self, question: Question, context: str) -> list[str]:
-        folded = context.casefold()
-        return [name for name in question.gold if not holds(folded, name.casefold())]
+        folded = fold(context)
+        return [name for name in question.gold
+                if not any(holds(folded, fold(spelt)) for spelt in (name, *self.spellings.get(name, ())))]
+
+
+def spellings(world: ShapesWorld) -> dict[str, tuple[str, ...]]:
+    """Every name's other spellings the noisy extractor may write (bench/shapes_oracle.Noise)."""
+    return {name: tuple(Noise.variants(name, kind, world.language)) for name, kind in world.names.items()}
 
 
 @dataclass
@@ -71,13 +84,15 @@ class ShapesTable:
     extractor: str
     embedder: str
     keywords: str
+    language: str = "en"
+    spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)
     cells: dict[tuple[int, str], FoldedCell] = field(default_factory=dict)
     stale: dict[int, list[int]] = field(default_factory=dict)   # budget -> [stale value also shown, asked]
     tokens: dict[int, list[int]] = field(default_factory=dict)
     seconds: float = 0.0
 
     def cell(self, budget: int, column: str) -> FoldedCell:
-        return self.cells.setdefault((budget, column), FoldedCell())
+        return self.cells.setdefault((budget, column), FoldedCell(spellings=self.spellings))
 
     def add(self, budget: int, question: ShapeQuestion, result: dict[str, Any]) -> None:
         context = result["context"]
@@ -139,7 +154,7 @@ def store_name(world: ShapesWorld, extractor: str, embedder: str, noise: Noise |
     """A store's directory under --store: what was ingested decides it (the same world, the same noise)."""
     digest = hashlib.sha256(json.dumps([world.documents, noise and [noise.seed, noise.variant_share,
                                                                      noise.drop_share]]).encode())
-    return f"{extractor}-{embedder}-{len(world.documents)}-{digest.hexdigest()[:10]}"
+    return f"{world.language}-{extractor}-{embedder}-{len(world.documents)}-{digest.hexdigest()[:10]}"
 
 
 async def run_store(world: ShapesWorld, extractor: str, embedder: str, args: argparse.Namespace,
@@ -154,19 +169,21 @@ async def run_store(world: ShapesWorld, extractor: str, embedder: str, args: arg
     async with gateway(fake, data_dir) as (app, client):
         stats, how = await ingest(app, client, world.documents, data_dir)
         entities, true = stats.get("entities") or 0, world.true_entities
-        print(f"\n## {extractor} extraction, embedder {embedder}: {how}: {stats.get('chunks')} chunks, "
+        print(f"\n## {world.language}: {extractor} extraction, embedder {embedder}: {how}: {stats.get('chunks')} "
+              f"chunks, "
               f"{stats.get('relations')} relations, {entities} entities against the world's {true} "
               f"({(entities - true) / true:+.1%}; {len(world.aliases)} aliases)", flush=True)
         for keywords in args.keywords:
-            table = ShapesTable(extractor, embedder, keywords)
+            table = ShapesTable(extractor, embedder, keywords, world.language, spellings(world))
             await ask(client, world, table, args, knobs)
-            print(f"\n### {extractor} extraction, {embedder}, keywords {keywords}, {args.mode} mode "
+            print(f"\n### {world.language}: {extractor} extraction, {embedder}, keywords {keywords}, {args.mode} mode "
                   f"({table.seconds:.0f} s of queries)\n", flush=True)
             print(table.markdown(), flush=True)
             table.print_misses(args.misses, MISSES_AT if MISSES_AT in args.budgets else args.budgets[0])
             tables.append(table)
-    store = {"extractor": extractor, "embedder": embedder, "chunks": stats.get("chunks"), "entities": entities,
-             "relations": stats.get("relations"), "true_entities": true, "aliases": len(world.aliases)}
+    store = {"language": world.language, "extractor": extractor, "embedder": embedder, "chunks": stats.get("chunks"),
+             "entities": entities, "relations": stats.get("relations"), "true_entities": true,
+             "aliases": len(world.aliases)}
     return store, tables
 
 
@@ -174,7 +191,7 @@ def summary(tables: list[ShapesTable], budget: int) -> str:
     """Every table's recall per shape at one budget, side by side."""
     if not tables or not tables[0].cells.get((budget, "all")):
         return ""
-    heads = [f"{t.extractor}, {t.embedder}, kw {t.keywords}" for t in tables]
+    heads = [f"{t.language}: {t.extractor}, {t.embedder}, kw {t.keywords}" for t in tables]
     lines = [f"| shape @{budget:,} | {' | '.join(heads)} |", "|---|" + "---:|" * len(tables)]
     for column in COLUMNS:
         cells = [t.cells.get((budget, column)) for t in tables]
@@ -185,35 +202,49 @@ def summary(tables: list[ShapesTable], budget: int) -> str:
 
 
 async def run(args: argparse.Namespace) -> None:
-    world = build_world(args.docs, seed=args.seed, questions=args.questions)
-    counts = {shape: sum(q.kind == shape for q in world.questions) for shape in SHAPES}
-    print(f"world: {len(world.documents)} documents, {world.true_entities} entities ({len(world.aliases)} with an "
-          f"alias too), {sum(len(s.relations) for s in world.statements)} stated relations, {len(world.hubs)} hubs; "
-          f"questions: {counts}")
     knobs = dict(parse_knob(item) for item in args.set)
     if knobs:
         print(f"knobs on every query: {knobs}")
-    stores, tables = [], []
+    stores: list[dict[str, Any]] = []
+    tables: list[ShapesTable] = []
+    counts: dict[str, dict[str, int]] = {}
+    for language in dict.fromkeys(args.language):
+        world = build_world(args.docs, seed=args.seed, questions=args.questions, language=language)
+        counts[language] = await run_language(world, args, knobs, stores, tables)
+    if args.json:
+        rows = [{"language": t.language, "extractor": t.extractor, "embedder": t.embedder, "keywords": t.keywords,
+                 "budget": b, "column": c, "recall": cell.recall, "asked": cell.asked, "names": cell.names,
+                 "names_found": cell.names_found, "missed": cell.missed}
+                for t in tables for (b, c), cell in sorted(t.cells.items())]
+        stale = [{"language": t.language, "extractor": t.extractor, "embedder": t.embedder, "keywords": t.keywords,
+                  "budget": b, "stale_shown": shown, "asked": asked}
+                 for t in tables for b, (shown, asked) in sorted(t.stale.items())]
+        tokens = [{"language": t.language, "extractor": t.extractor, "embedder": t.embedder, "keywords": t.keywords,
+                   "budget": b, "mean": sum(v) / max(len(v), 1)} for t in tables for b, v in sorted(t.tokens.items())]
+        args.json.write_text(json.dumps({"docs": args.docs, "seed": args.seed, "mode": args.mode, "knobs": knobs,
+                                         "questions": counts, "stores": stores, "rows": rows, "stale": stale,
+                                         "tokens": tokens}, indent=1, ensure_ascii=False))
+
+
+async def run_language(world: ShapesWorld, args: argparse.Namespace, knobs: dict[str, Any],
+                       stores: list[dict[str, Any]], tables: list[ShapesTable]) -> dict[str, int]:
+    """Every store of one language's world; its stores and tables appended to ``stores`` and ``tables``."""
+    counts = {shape: sum(q.kind == shape for q in world.questions) for shape in SHAPES}
+    print(f"\n# {world.language}: {len(world.documents)} documents, {world.true_entities} entities "
+          f"({len(world.aliases)} with an alias too), {sum(len(s.relations) for s in world.statements)} stated "
+          f"relations, {len(world.hubs)} hubs; "
+          f"questions: {counts}", flush=True)
+    mine = []
     for extractor in args.extractor:
         for embedder in args.embedders:
             store, asked = await run_store(world, extractor, embedder, args, knobs)
             stores.append(store)
-            tables += asked
+            mine += asked
+    tables += mine
     at = MISSES_AT if MISSES_AT in args.budgets else args.budgets[0]
-    if len(tables) > 1:
-        print(f"\n## summary at {at:,} tokens\n\n{summary(tables, at)}")
-    if args.json:
-        rows = [{"extractor": t.extractor, "embedder": t.embedder, "keywords": t.keywords, "budget": b, "column": c,
-                 "recall": cell.recall, "asked": cell.asked, "names": cell.names, "names_found": cell.names_found,
-                 "missed": cell.missed} for t in tables for (b, c), cell in sorted(t.cells.items())]
-        stale = [{"extractor": t.extractor, "embedder": t.embedder, "keywords": t.keywords, "budget": b,
-                  "stale_shown": shown, "asked": asked}
-                 for t in tables for b, (shown, asked) in sorted(t.stale.items())]
-        tokens = [{"extractor": t.extractor, "embedder": t.embedder, "keywords": t.keywords, "budget": b,
-                   "mean": sum(v) / max(len(v), 1)} for t in tables for b, v in sorted(t.tokens.items())]
-        args.json.write_text(json.dumps({"docs": len(world.documents), "seed": args.seed, "mode": args.mode,
-                                         "knobs": knobs, "questions": counts, "stores": stores, "rows": rows,
-                                         "stale": stale, "tokens": tokens}, indent=1, ensure_ascii=False))
+    if len(mine) > 1:
+        print(f"\n## {world.language}: summary at {at:,} tokens\n\n{summary(mine, at)}", flush=True)
+    return counts
 
 
 def main() -> None:
@@ -224,7 +255,10 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS), help="context budgets (tokens)")
     parser.add_argument("--extractor", nargs="+", choices=EXTRACTORS, default=list(EXTRACTORS))
     parser.add_argument("--noise-seed", type=int, default=32, help="the noisy extractor's seed")
-    parser.add_argument("--embedders", nargs="+", choices=EMBEDDERS, default=["hash", "minilm"])
+    parser.add_argument("--language", nargs="+", choices=LANGUAGES, default=["en"],
+                        help="the world's language (bench/shapes_zh.py for zh); each its own stores")
+    parser.add_argument("--embedders", nargs="+", choices=EMBEDDERS, default=["hash", "minilm"],
+                        help="minilm is English only: for zh, hash, bigram or multilingual")
     parser.add_argument("--keywords", nargs="+", choices=("oracle", "off"), default=["oracle", "off"])
     parser.add_argument("--mode", choices=MODES, default="mix", help="the retrieval mode every question is asked in")
     parser.add_argument("--set", nargs="*", default=[], metavar="KNOB=VALUE", help="per-query knobs for every question")

@@ -39,8 +39,9 @@ are unique too: a gold value found in a context is that company's.
 
 All wording is in one table per language (``Wording``: statements, prose, questions, keywords);
 statements and questions keep their template index and slots, so a translation can render the same
-world in another language the way bench/multihop_zh.py does. Only English exists today. Nothing
-here imports GraphGate: the world is plain data.
+world in another language. Two exist: English (``EN``, here) and Chinese (``ZH``, bench/shapes_zh.py,
+with as many templates per key, so one seed draws the same facts in both; names, numbers and dates
+written the Chinese way). Nothing here imports GraphGate: the world is plain data.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ SECTORS: dict[str, tuple[str, ...]] = {
     "accounting": (),
 }
 MAKERS = tuple(s for s, kinds in SECTORS.items() if kinds)
-LANGUAGES = ("en",)
+LANGUAGES = ("en", "zh")
 FOUNDED_BEFORE = 1980   # founding years are all earlier, every other year (deals, tenures, dates) later
 
 SHAPES = ("1-hop", "2-hop", "list", "comparison", "3-hop", "alias by full name", "alias by alias", "paraphrase",
@@ -125,9 +126,23 @@ class Wording:
     sectors: dict[str, str]
     months: tuple[str, ...]
     paraphrase_words: tuple[str, ...]   # the paraphrase questions' relation words: no document may use them
+    language: str = "en"
+    joiner: str = " "                   # between a document's sentences
 
     def number(self, value: int) -> str:
         return f"{value:,}"
+
+    def money(self, millions: str) -> str:
+        """A revenue (millions of euros, "412.5") as the templates' {r} writes it."""
+        return millions
+
+    def name(self, english: str, kind: str, syllables: dict[str, tuple[str, ...]]) -> str:
+        """A name of the world (made in English: "Kravon Brothers") as this language writes it."""
+        return english
+
+    def short_forms(self, name: str, english: str, acronym: str) -> list[str]:
+        """The short forms a text may introduce for the company ``name``, the likeliest first."""
+        return [acronym]
 
     def date(self, iso: str) -> str:
         year, month, day = (int(part) for part in iso.split("-"))
@@ -141,6 +156,8 @@ class Wording:
             values["date"] = self.date(values["date"])
         if "sector" in values:
             values["sector"] = self.sectors[values["sector"]]
+        if "r" in values:
+            values["r"] = self.money(values["r"])
         return template.format(**values)
 
 
@@ -323,7 +340,16 @@ EN = Wording(
                       "set up", "buy", "bought", "purchase", "purchased", "finances", "finance", "money", "checks",
                       "books", "bookkeeping"),
 )
-WORDINGS = {"en": EN}
+
+
+def wording(language: str) -> Wording:
+    if language == "zh":
+        from bench.shapes_zh import ZH  # it builds on this module's Wording
+
+        return ZH
+    if language != "en":
+        raise ValueError(f"language must be one of {', '.join(LANGUAGES)}, not {language!r}")
+    return EN
 
 
 @dataclass(frozen=True)
@@ -418,7 +444,8 @@ class ShapesWorld:
     def value(self, company: str, attribute: str) -> str:
         """An attribute of a company as the text writes it."""
         c = self.companies[company]
-        written = {"founded": str(c.founded), "headcount": self.wording.number(c.headcount), "revenue": c.revenue}
+        written = {"founded": str(c.founded), "headcount": self.wording.number(c.headcount),
+                   "revenue": self.wording.money(c.revenue)}
         return written[attribute]
 
 
@@ -426,7 +453,8 @@ class _Builder:
     def __init__(self, doc_count: int, seed: int, questions: int, wording: Wording) -> None:
         self.rng = random.Random(seed)
         self.doc_count, self.per_shape, self.wording = doc_count, questions, wording
-        self.world = ShapesWorld(wording=wording)
+        self.world = ShapesWorld(language=wording.language, wording=wording)
+        self.english: dict[str, str] = {}   # a name -> the English name it renders
         self.words: set[str] = set()
         self.numbers: set[str] = set()
 
@@ -434,7 +462,9 @@ class _Builder:
     def word(self) -> str:
         return unique_word(self.rng, self.words, self.world.syllables, SYLLABLES, (2, 2, 3))
 
-    def entity(self, name: str, kind: str) -> str:
+    def entity(self, english: str, kind: str) -> str:
+        name = self.wording.name(english, kind, self.world.syllables)
+        self.english[name] = english
         self.world.names[name] = kind
         return name
 
@@ -453,14 +483,23 @@ class _Builder:
         return self.entity(f"{self.word()} {self.rng.choice(SECTORS[sector])}", "Artifact")
 
     def acronym(self, name: str) -> str:
-        """A short form made as real ones are: the name's first letter and two more of its letters
-        in order ("KVB" of "Kravon Brothers")."""
-        letters = [c for c in name[1:] if c.isalpha()]
+        """A short form made as real ones are: in English the name's first letter and two more of its
+        letters in order ("KVB" of "Kravon Brothers"); in other languages the wording's (Chinese: the
+        name's first character and its descriptor's, "贝兄" of "贝温尔兄弟集团"). None stands inside
+        another name, nor holds one."""
+        english = self.english[name]
+        letters = [c for c in english[1:] if c.isalpha()]
         while True:
             i, j = sorted(self.rng.sample(range(len(letters)), 2))
-            short = (name[0] + letters[i] + letters[j]).upper()
-            if short not in self.world.names:
-                return self.entity(short, "Organization")
+            acronym = (english[0] + letters[i] + letters[j]).upper()
+            if acronym not in self.world.names and acronym not in self.english.values():
+                break
+        for short in self.wording.short_forms(name, english, acronym):
+            if not any(_inside(short, other) or _inside(other, short) for other in self.world.names):
+                self.english[short] = acronym
+                self.world.names[short] = "Organization"
+                return short
+        raise ValueError(f"no short form for {name}")
 
     def unique(self, low: int, high: int, scale: int = 1) -> int:
         """A number no other attribute of the world has (as written: headcount 4,270, revenue 412.5)."""
@@ -505,8 +544,8 @@ class _Builder:
             layout.insert(self.rng.randint(0, len(layout)), statement)
         layout.insert(0, self.say("dateline", date=self.date(*years)))
         self.world.layouts.append(layout)
-        text = " ".join(part.text if isinstance(part, Statement)
-                        else self.wording.prose[part[0]].format(n=part[1]) for part in layout)
+        text = self.wording.joiner.join(part.text if isinstance(part, Statement)
+                                        else self.wording.prose[part[0]].format(n=part[1]) for part in layout)
         self.world.documents.append((f"{prefix}-{len(self.world.documents):04d}.txt", text))
 
     def documents(self, prefix: str, years: tuple[int, int], statements: list[Statement],
@@ -848,6 +887,7 @@ class _Questions:
         for company in [c for c in self.plain if c.stale]:
             attribute, old = company.stale or ("", "")
             key = "now-headcount" if attribute == "headcount" else "now-revenue"
+            old = old if attribute == "headcount" else self.wording.money(old)
             asked.append(self.question(key, [self.world.value(company.name, attribute)], stale=(old,), x=company.name))
         self.take(asked)
 
@@ -902,6 +942,11 @@ class _Questions:
         self.take(asked)
 
 
+def _inside(short: str, name: str) -> bool:
+    """Whether ``short`` stands in ``name``: as a word of a spaced name, anywhere in an unspaced one."""
+    return short in name.split(" ") if short.isascii() else short in name
+
+
 def _old_headcount(company: Company) -> int:
     if company.stale and company.stale[0] == "headcount":
         return int(company.stale[1].replace(",", ""))
@@ -911,6 +956,4 @@ def _old_headcount(company: Company) -> int:
 def build_world(doc_count: int = 250, seed: int = 32, questions: int = 40, language: str = "en") -> ShapesWorld:
     """The world of ``doc_count`` documents or a few more, with at most ``questions`` questions of
     each shape (fewer where the world has fewer subjects: one per hub and relation kind, say)."""
-    if language not in WORDINGS:
-        raise ValueError(f"language must be one of {', '.join(WORDINGS)}, not {language!r}")
-    return _Builder(doc_count, seed, questions, WORDINGS[language]).build()
+    return _Builder(doc_count, seed, questions, wording(language)).build()

@@ -4,7 +4,8 @@ and its runner reads recall from the real gateway (bench/shapes_recall.py).
 
 A recall measured on a world whose gold is not in the documents, whose two compared values are the
 same, whose alias documents give the answer away, or whose paraphrases use the documents' own words
-would measure nothing: these tests hold the world to its design."""
+would measure nothing: these tests hold the world to its design, in every language it is written in
+(English, and Chinese: bench/shapes_zh.py)."""
 
 from __future__ import annotations
 
@@ -14,21 +15,33 @@ from pathlib import Path
 
 import pytest
 
-from bench.multihop_oracle import holds, name_pattern
+from bench.multihop_oracle import SENTENCE_END, holds, name_pattern
 from bench.shapes_oracle import Noise, ShapesExtractor
-from bench.shapes_recall import FoldedCell, ShapesTable, ask, body
-from bench.shapes_world import FOUNDED_BEFORE, SHAPES, ShapeQuestion, ShapesWorld, build_world
+from bench.shapes_recall import FoldedCell, ShapesTable, ask, body, spellings
+from bench.shapes_world import FOUNDED_BEFORE, LANGUAGES, SHAPES, ShapeQuestion, ShapesWorld, Statement, build_world
+from bench.shapes_zh import FILLERS, SYLLABLE_CHARACTERS
 from proxy.extraction.prompts import extraction_schema
+from proxy.text.fold import fold
 from tests.fake_ollama import FakeOllama
 
+# a number standing alone: not part of a longer one ("4,270", "412.5") nor an amount in 万 / 亿
+YEAR_LIKE = re.compile(r"(?<![\d.,])(1[0-9]{3})(?!\d|[.,]\d|[万亿])")
 
-@pytest.fixture(scope="module")
-def world() -> ShapesWorld:
-    return build_world()
+
+@pytest.fixture(scope="module", params=LANGUAGES)
+def world(request: pytest.FixtureRequest) -> ShapesWorld:
+    return build_world(language=request.param)
 
 
 def documents_holding(world: ShapesWorld, *names: str) -> list[str]:
     return [doc for doc, text in world.documents if all(holds(text, name) for name in names)]
+
+
+def uses(text: str, word: str) -> bool:
+    """Whether ``text`` uses ``word``: as a whole word in a spaced script, anywhere in an unspaced one."""
+    if word.isascii():
+        return re.search(rf"\b{re.escape(word)}\b", text, re.I) is not None
+    return word in text
 
 
 def test_every_shape_has_its_questions_and_every_gold_name_is_stated(world: ShapesWorld) -> None:
@@ -44,8 +57,9 @@ def test_every_shape_has_its_questions_and_every_gold_name_is_stated(world: Shap
         assert all(holds(asked, name) for name in question.low), question
 
 
-def test_a_small_world_has_every_shape() -> None:
-    small = build_world(60, seed=5, questions=3)
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_a_small_world_has_every_shape(language: str) -> None:
+    small = build_world(60, seed=5, questions=3, language=language)
     assert {q.kind for q in small.questions} == set(SHAPES)
     assert len(small.documents) < 100
 
@@ -80,8 +94,7 @@ def test_compared_values_differ_and_belong_to_their_company(world: ShapesWorld) 
         for company, value in ((x, x_value), (y, y_value)):
             assert documents_holding(world, company, value), (question.text, company, value)
     # every year before 1980 in the text is one company's founding year: a year found is that company's
-    years = Counter(int(y) for _, text in world.documents for y in re.findall(r"\b(1[0-9]{3})\b", text)
-                    if int(y) < FOUNDED_BEFORE)
+    years = Counter(int(y) for _, text in world.documents for y in YEAR_LIKE.findall(text) if int(y) < FOUNDED_BEFORE)
     founded = {c.founded for c in world.companies.values()}
     assert set(years) == founded and len(founded) == len(world.companies)
 
@@ -91,8 +104,9 @@ def test_aliases_appear_as_intended(world: ShapesWorld) -> None:
     for alias, full in world.aliases.items():
         together = documents_holding(world, alias, full)
         assert len(together) == 1 and together[0].startswith("announcement"), (alias, together)
-        text = dict(world.documents)[together[0]]
-        assert f"{full} ({alias})" in text or f"{alias}, short for {full}" in text
+        text = dict(world.documents)[together[0]]   # in brackets right after the name, or set off before it
+        bracketed = re.escape(full) + r"\s*[(（][^)）]*?[“\"]?" + re.escape(alias) + r"[”\"]?[)）]"
+        assert re.search(bracketed, text) or f"{alias}, short for {full}" in text, (alias, full)
         assert len(documents_holding(world, alias)) >= 3 and len(documents_holding(world, full)) >= 2
     asked = [q for q in world.questions if q.kind.startswith("alias")]
     assert {q.kind for q in asked} == {"alias by full name", "alias by alias"}
@@ -108,17 +122,24 @@ def test_aliases_appear_as_intended(world: ShapesWorld) -> None:
 def test_paraphrases_use_words_no_document_has_on_hubs_of_many_relations(world: ShapesWorld) -> None:
     words = world.wording.paraphrase_words
     for doc, text in world.documents:
-        used = [w for w in words if re.search(rf"\b{re.escape(w)}\b", text, re.I)]
+        used = [w for w in words if uses(text, w)]
         assert not used, (doc, used)
+    keywords = {k for kind in world.relation_keywords.values() for k in kind}
+    assert not [w for w in words for k in keywords if uses(k, w)]   # nor does an extracted relation
     for question in (q for q in world.questions if q.kind == "paraphrase"):
-        assert any(re.search(rf"\b{re.escape(w)}\b", question.text, re.I) for w in words), question.text
+        assert any(uses(question.text, w) for w in words), question.text
     for hub in world.hubs:
         relations = [r for s in world.statements for r in s.relations if hub in (r.source, r.target)]
         assert len(relations) >= 50 and len({r.kind for r in relations}) >= 10, hub
 
 
 def test_updated_facts_change_in_a_later_document(world: ShapesWorld) -> None:
-    dated = {doc: int(m.group(1)) for doc, text in world.documents if (m := re.search(r"\b(20\d\d)\.", text))}
+    datelines = [layout[0] for layout in world.layouts]
+    assert all(isinstance(s, Statement) and s.kind == "dateline" for s in datelines)
+    dated = {doc: int(dict(s.slots)["date"][:4]) for (doc, _), s in zip(world.documents, datelines, strict=True)
+             if isinstance(s, Statement)}
+    assert all(s.text in text for (_, text), s in zip(world.documents, datelines, strict=True)
+               if isinstance(s, Statement))
     updated = [q for q in world.questions if q.kind == "updated"]
     assert len(updated) >= 30
     for question in updated:
@@ -166,7 +187,7 @@ def test_the_oracle_answers_only_what_the_extraction_schema_asks(world: ShapesWo
     assert all(set(r) == relation_keys for r in extracted["relations"])
     described = next(e for e in extracted["entities"] if e["name"] == company.name)
     assert str(company.founded) in described["description"]   # an attribute reaches its entity's description
-    assert len(re.findall(r"[.!?](?:\s|$)", described["description"])) <= 3
+    assert len([s for s in SENTENCE_END.split(described["description"]) if s.strip()]) <= 3
     # the sentence that introduces an abbreviation names one company, not two
     alias, full = next(iter(world.aliases.items()))
     announcement = documents_holding(world, alias, full)[0]
@@ -189,14 +210,27 @@ def test_the_noisy_extractor_is_seeded_and_varies_names(world: ShapesWorld) -> N
         for before, after in zip(clean["entities"], garbled["entities"], strict=True):
             if before["name"] != after["name"]:
                 varied += 1
-                assert before["name"].casefold() in after["name"].casefold()
-                forms[after["name"].replace(before["name"], "{}") if before["name"] in after["name"] else "case"] += 1
+                assert after["name"] in Noise.variants(before["name"], before["type"], world.language)
+                forms[form(before["name"], after["name"])] += 1
         relations += len(clean["relations"])
         kept += len(garbled["relations"])
         names = {e["name"] for e in garbled["entities"]}
         assert all(r["source"] in names and r["target"] in names for r in garbled["relations"])
     assert 0.10 < varied / entities < 0.20 and 0.05 < 1 - kept / relations < 0.15, (varied / entities, kept)
-    assert {"case", "{} Inc.", "{} Ltd", "{} GmbH", "The {}"} <= set(forms), forms
+    expected = {"en": {"case", "{} Inc.", "{} Ltd", "{} GmbH", "The {}"},
+                "zh": {"traditional", "{}有限公司", "{}市", "“{}”", "shortened", "another dot"}}[world.language]
+    assert expected <= set(forms), forms
+
+
+def form(name: str, variant: str) -> str:
+    """How ``variant`` writes ``name``: with what around it, in another case or script, shorter, another dot."""
+    if name in variant:
+        return variant.replace(name, "{}")
+    if fold(name) == fold(variant):
+        return "case" if name.isascii() else "traditional"
+    if variant.replace("•", "·").replace("・", "·") == name or "·" in name and variant == name.replace("·", ""):
+        return "another dot"
+    return "shortened" if name.startswith(variant) else variant
 
 
 def test_folded_cells_find_a_name_whatever_its_case() -> None:
@@ -208,15 +242,66 @@ def test_folded_cells_find_a_name_whatever_its_case() -> None:
     assert cell.missed == [("Who chairs Kravon Brothers?", ["Belash Dorvin", "1903"])]
 
 
+def test_folded_cells_find_a_chinese_name_as_a_reader_would() -> None:
+    """Traditional characters, and the spellings the noisy extractor writes, are the name; a number
+    inside a longer one is not the number."""
+    gold = ("贝温尔兄弟集团", "阿蓓尔·涅泰蒂", "4,270")
+    question = ShapeQuestion("1-hop", "贝温尔兄弟集团的董事会主席是谁？", gold, (), ())
+    cell = FoldedCell(spellings={"贝温尔兄弟集团": ("贝温尔兄弟",), "阿蓓尔·涅泰蒂": ("阿蓓尔涅泰蒂",)})
+    cell.add(question, "貝溫爾兄弟集團的董事会主席是阿蓓尔涅泰蒂，员工4,270人。")
+    cell.add(question, "贝温尔兄弟的董事会主席是阿蓓尔·涅泰蒂，员工14,270人。")
+    assert (cell.asked, cell.recalled) == (2, 1) and cell.missed[0][1] == ["4,270"]
+
+
+def test_each_sentence_names_what_the_world_put_there(world: ShapesWorld) -> None:
+    """The names found in a statement are its slots' names, and prose names nothing: no name is spelt
+    by a template's words or by two names side by side (in Chinese, with no spaces, that matters)."""
+    pattern = name_pattern(list(world.names))
+    for statement in world.statements:
+        slots = {value for _, value in statement.slots if value in world.names}
+        assert set(pattern.findall(statement.text)) == slots, statement.text
+    for template in world.wording.prose:
+        assert not pattern.findall(template.format(n=42)), template
+    for question in world.questions:
+        asked = question.text + "".join(content for _, content in question.history)
+        assert set(pattern.findall(asked)) == {v for _, v in question.slots if v in world.names}, question.text
+
+
+def test_the_chinese_world_writes_names_numbers_and_short_forms_the_chinese_way() -> None:
+    """The same facts as the English world of the same seed; dates as 年月日, revenue in 亿 / 万 euros;
+    the name characters used nowhere else; short forms made of the name's characters (its first and
+    its descriptor's), a quarter of them the English acronym, introduced in brackets after the name."""
+    english, chinese = build_world(), build_world(language="zh")
+    assert [(c.founded, c.headcount, c.revenue, c.sector) for c in english.companies.values()] == \
+        [(c.founded, c.headcount, c.revenue, c.sector) for c in chinese.companies.values()]
+    assert [(q.kind, q.shape, q.template, len(q.gold)) for q in english.questions] == \
+        [(q.kind, q.shape, q.template, len(q.gold)) for q in chinese.questions]
+    everything = "".join(text for _, text in chinese.documents)
+    assert re.search(r"20\d\d年\d{1,2}月\d{1,2}日讯。", everything) and re.search(r"\d\.\d+亿欧元", everything)
+    assert re.search(r"\d{4}万欧元", everything) and "million" not in everything
+    names = name_pattern(list(chinese.names))
+    rest = names.sub("", everything + "".join(q.text for q in chinese.questions))
+    assert not set(rest) & set("".join(SYLLABLE_CHARACTERS.values()) + FILLERS)
+    latin = [alias for alias in chinese.aliases if alias.isascii()]
+    assert 2 <= len(latin) <= len(chinese.aliases) // 2
+    for alias, full in chinese.aliases.items():
+        if not alias.isascii():
+            assert alias[0] == full[0] and alias not in full and 2 <= len(alias) <= 3, (alias, full)
+    forms = Counter(re.sub(r"^.*?（|）.*$", "", s.text).replace(dict(s.slots)["k"], "{}")
+                    for s in chinese.statements if s.kind.startswith("alias"))
+    assert set(forms) == {"简称{}", "{}", "以下简称“{}”"}, forms
+
+
 @pytest.mark.anyio
-async def test_the_bench_asks_the_real_gateway_with_earlier_turns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("language", LANGUAGES)
+async def test_the_bench_asks_the_real_gateway_with_earlier_turns(tmp_path: Path, language: str) -> None:
     """A few questions through /rag/query of the real app (the documents they name ingested): follow-ups
     carry their earlier turns as history, and every cell and the stale count come from the answers."""
     import argparse
 
     from bench.multihop_recall import gateway, ingest
 
-    small = build_world(60, seed=5, questions=2)
+    small = build_world(60, seed=5, questions=2, language=language)
     small.questions = [q for q in small.questions if q.kind in ("follow-up", "updated", "comparison")]
     follow_up = next(q for q in small.questions if q.kind == "follow-up")
     sent = body(follow_up, "mix", 4000, "off", {})
@@ -227,7 +312,7 @@ async def test_the_bench_asks_the_real_gateway_with_earlier_turns(tmp_path: Path
     fake.structured = ShapesExtractor(small)
     async with gateway(fake, tmp_path) as (app, client):
         stats, _ = await ingest(app, client, documents, tmp_path)
-        table = ShapesTable("perfect", "hash", "off")
+        table = ShapesTable("perfect", "hash", "off", language, spellings(small))
         await ask(client, small, table, argparse.Namespace(budgets=[4000], mode="mix"), {})
     assert stats["entities"] > 0
     asked = Counter(q.kind for q in small.questions)
