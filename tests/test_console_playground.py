@@ -244,8 +244,11 @@ async def test_the_stages_panel_shows_what_each_channel_found(corpus: httpx.Asyn
     counted = channel_counts(page)
     # Orion is named: the linked channel finds it without the model; the low-level keywords' and
     # the question's own vector searches run too (no high-level keywords here: no relation search)
-    assert {"linked", "entities", "chunks"} <= set(counted) <= {"linked", "entities", "relations", "chunks"}
+    ran = {"linked", "described", "entities", "relations", "chunks"}
+    assert {"linked", "entities", "chunks"} <= set(counted) <= ran
     assert counted["linked"]["entities"] >= 1 and counted["chunks"]["chunks"] >= 1
+    # a named entity: the described channel (a question naming none) ran and found nothing
+    assert not any(counted.get("described", {}).values())
     assert counted["chunks"]["entities"] == counted["chunks"]["relations"] == 0
     assert '<span class="badge">llm</span>' in keyword_source(page)
     assert "back within the keyword budget" in keyword_source(page)

@@ -176,6 +176,8 @@ async def test_a_restart_heals_a_missing_or_stale_index(settings: Settings, fake
         (team,) = await ingest(client, ("team.txt", TEAM))
         store = store_of(client)
         assert found(store, "chunks", "Orion")                      # built on first use, and saved
+        assert store.keyword_count("entities") == 0                 # each table's on its own first use
+        assert found(store, "entities", "Acme") and found(store, "relations", "Acme")
         stale = {table: data / f"{table}.bm25.stale" for table in ("chunks", "entities", "relations")}
         for table, copy in stale.items():
             shutil.copytree(data / f"{table}.bm25", copy)
@@ -194,11 +196,12 @@ async def test_a_restart_heals_a_missing_or_stale_index(settings: Settings, fake
             healed = sorted(store.keyword_search_sync(table, f"{CODE} Orion Acme", 10))
             assert [key for key, _ in healed] == [key for key, _ in hits]
             assert [score for _, score in healed] == pytest.approx([score for _, score in hits])
-    shutil.rmtree(data / "chunks.bm25")                             # a missing one is rebuilt
+    shutil.rmtree(data / "chunks.bm25")                             # a missing one is rebuilt on its first use
     async with gateway_client(settings, fake) as client:
         store = store_of(client)
-        assert store.keyword_count("chunks") == 1
+        assert store.keyword_count("chunks") == 0 and store.keyword_count("entities") > 0
         assert [key for key, _ in store.keyword_search_sync("chunks", CODE, 10)] == [live["chunks"][0][0]]
+        assert store.keyword_count("chunks") == 1
 
 
 async def test_with_keyword_search_off_retrieval_is_unchanged(settings: Settings, fake: FakeOllama,

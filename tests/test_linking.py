@@ -187,8 +187,8 @@ async def test_the_store_links_names_after_ingestion_merges_deletions_and_restar
 def test_the_linked_channel_runs_only_when_linking_is_on() -> None:
     classic = QueryParams.from_settings(Settings().replace(**CLASSIC))
     on = QueryParams.from_settings(Settings().replace(**CLASSIC), linking="on")
-    assert [c.name for c in channels_for(Mode.LOCAL, on)] == ["linked", "entities"]
-    assert [c.name for c in channels_for(Mode.MIX, on)] == ["linked", "entities", "relations", "chunks"]
+    assert [c.name for c in channels_for(Mode.LOCAL, on)] == ["linked", "described", "entities"]
+    assert [c.name for c in channels_for(Mode.MIX, on)] == ["linked", "described", "entities", "relations", "chunks"]
     assert [c.name for c in channels_for(Mode.GLOBAL, on)] == ["linked", "relations"]
     assert all("linked" not in [c.name for c in channels_for(mode, classic)] for mode in Mode)
 

@@ -52,10 +52,10 @@ def retriever_of(client: httpx.AsyncClient) -> Any:
 
 def test_each_mode_runs_its_declared_channels() -> None:
     names = {mode: [channel.name for channel in channels_for(mode)] for mode in Mode}   # the defaults
-    assert names == {Mode.LOCAL: ["linked", "expansion", "entities"], Mode.GLOBAL: ["linked", "relations"],
-                     Mode.HYBRID: ["linked", "expansion", "entities", "relations"],
-                     Mode.MIX: ["linked", "expansion", "entities", "relations", "chunks"], Mode.NAIVE: ["chunks"],
-                     Mode.BYPASS: []}
+    assert names == {Mode.LOCAL: ["linked", "expansion", "described", "entities"], Mode.GLOBAL: ["linked", "relations"],
+                     Mode.HYBRID: ["linked", "expansion", "described", "entities", "relations"],
+                     Mode.MIX: ["linked", "expansion", "described", "entities", "relations", "chunks"],
+                     Mode.NAIVE: ["chunks"], Mode.BYPASS: []}
     classic = QueryParams.from_settings(Settings(), linking="off", expansion="off")   # LightRAG's own channels
     names = {mode: [channel.name for channel in channels_for(mode, classic)] for mode in Mode}
     assert names == {Mode.LOCAL: ["entities"], Mode.GLOBAL: ["relations"], Mode.HYBRID: ["entities", "relations"],

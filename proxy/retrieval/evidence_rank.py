@@ -125,12 +125,16 @@ def _with_text(question: Question, text: str) -> Question:
 
 
 def rank_entities(entities: list[FoundEntity], relations: list[FoundRelation],
-                  anchors: dict[str, float]) -> list[FoundEntity]:
-    """The named entities first, then those of the best relations, then the rest in fused order."""
+                  anchors: dict[str, float], described: list[str] | tuple[str, ...] = ()) -> list[FoundEntity]:
+    """The named entities first; when none is named, the entities the question's words describe
+    (``described``, best first: the described channel's); then those of the best relations, then
+    the rest in fused order."""
     rank: dict[str, int] = {}
     for i, r in enumerate(relations):
         rank.setdefault(r.source, i)
         rank.setdefault(r.target, i)
     order = {e.key: i for i, e in enumerate(entities)}
     last = len(relations)
-    return sorted(entities, key=lambda e: (e.key not in anchors, rank.get(e.key, last), order[e.key]))
+    first = {key: i for i, key in enumerate(described)} if not anchors else {}
+    return sorted(entities, key=lambda e: (e.key not in anchors, first.get(e.key, len(first)),
+                                           rank.get(e.key, last), order[e.key]))

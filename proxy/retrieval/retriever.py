@@ -350,7 +350,9 @@ class Retriever:
             anchors = {e.key: e.score for e in named["linked"].entities} if "linked" in named else {}
             relations = rank_evidence(self._view(question), question, relations, anchors,
                                       shortlist=max(SHORTLIST_FLOOR, budget.relation // LINE_TOKENS), vectors=vectors)
-            entities = rank_entities(entities, relations, anchors)[:max(SHORTLIST_FLOOR, budget.entity // LINE_TOKENS)]
+            described = [e.key for e in named["described"].entities] if "described" in named else []
+            entities = rank_entities(entities, relations, anchors, described
+                                     )[:max(SHORTLIST_FLOOR, budget.entity // LINE_TOKENS)]
             fill_descriptions(self._view(question), entities, [])
         else:
             fill_descriptions(self._view(question), entities, relations)

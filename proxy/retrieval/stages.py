@@ -13,8 +13,8 @@ A channel is one file in proxy/retrieval/channels/ and one line in its registry 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +37,8 @@ class Question:
     turns: tuple[str, ...] = ()       # the recent user turns before it, oldest first
     themes: tuple[str, ...] = ()      # the high-level keywords, when the keyword call gave them in time
     scope: Scope | None = None        # what a metadata filter lets the retrieval see (None: everything)
+    # what one channel worked out that others need too (the entities it names: ``linked_keys``)
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def asked(self) -> str:

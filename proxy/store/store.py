@@ -72,7 +72,7 @@ class KnowledgeStore:
         # (12 s at 100k chunks, and keyword search is off by default), then kept in step with every commit
         self._keywords: dict[str, Keywords] = {
             name: backend.new_keywords(data_dir / f"{name}.bm25") for name in INDEXED_TABLES}
-        self._keywords_ready = False
+        self._keywords_ready: set[str] = set()   # the tables whose keyword index is in use (built on first use)
         self._keywords_generation = 0
         self._keywords_lock = threading.RLock()
         self._keyword_rebuilds: dict[str, threading.Thread] = {}   # by table: at most one at a time
@@ -146,7 +146,7 @@ class KnowledgeStore:
             self._load_memory()
             self.generation = generation
         if self._keywords_ready:
-            self._build_keywords(heal=True)
+            self._build_keywords(heal=True, tables=set(self._keywords_ready))
 
     def embedding_dim(self) -> int | None:
         raw = self.tables.meta_sync("embed_dim")
@@ -297,7 +297,7 @@ class KnowledgeStore:
             for index in self._indexes.values():
                 index.load(self.embedding_dim())
         if self._keywords_ready:
-            self._build_keywords(heal=True)
+            self._build_keywords(heal=True, tables=set(self._keywords_ready))
 
     async def wait_for_commit(self, seen: int) -> None:
         """Return once a commit moved the generation past ``seen`` (background jobs that follow
@@ -553,7 +553,7 @@ class KnowledgeStore:
             self.generation = cast(SharedTables, self.tables).loaded_generation if self.backend.shared else int(
                 self.tables.meta_sync("generation", "0") or 0)
         if self._keywords_ready:
-            self._build_keywords(heal=False)
+            self._build_keywords(heal=False, tables=set(self._keywords_ready))
         self.saved_generation = -1
         self._save_sync()
         return {table: len(index) for table, index in self._indexes.items()}
@@ -590,30 +590,32 @@ class KnowledgeStore:
 
     def keyword_search_sync(self, table: str, query: str, count: int) -> list[tuple[int, float]]:
         """(vector key, BM25 score) of the ``count`` rows of ``table`` whose text best matches
-        ``query``'s words, best first (only rows sharing a word). The indexes are built on first
-        use. Blocking."""
+        ``query``'s words, best first (only rows sharing a word). A table's index is built on its
+        first use (the entities' alone for a question that names none: the chunks' costs far more).
+        Blocking."""
         with self._keywords_lock:
-            if not self._keywords_ready:
-                self._build_keywords(heal=False)
+            if table not in self._keywords_ready:
+                self._build_keywords(heal=False, tables={table})
                 self._save_keywords_quietly()
             return self._keywords[table].search(query, count)
 
     def keyword_count(self, table: str) -> int:
         """How many rows ``table``'s keyword index holds (0 until it is first used)."""
         with self._keywords_lock:
-            return len(self._keywords[table]) if self._keywords_ready else 0
+            return len(self._keywords[table]) if table in self._keywords_ready else 0
 
     def _open_keywords(self) -> None:
         """Saved keyword indexes (keyword search was used on this store) are loaded and healed."""
-        loaded = [index.load() for index in self._keywords.values()]
-        if any(loaded):
-            self._build_keywords(heal=True)
+        loaded = {table for table, index in self._keywords.items() if index.load()}
+        if loaded:
+            self._build_keywords(heal=True, tables=loaded)
 
-    def _build_keywords(self, *, heal: bool) -> None:
-        """Every keyword index made to hold exactly the tables' keys: healed by comparing key sets
-        (a saved copy: the texts added since its last rebuild are read back), or built anew."""
+    def _build_keywords(self, *, heal: bool, tables: set[str]) -> None:
+        """The keyword indexes of ``tables`` made to hold exactly the tables' keys: healed by comparing
+        key sets (a saved copy: the texts added since its last rebuild are read back), or built anew."""
         with self._keywords_lock:
-            for table, index in self._keywords.items():
+            for table in tables:
+                index = self._keywords[table]
                 db_keys = self.tables.keys_sync(table)
                 if not heal:
                     index.rebuild(*self._keyword_texts(table, db_keys.tolist()))
@@ -628,7 +630,8 @@ class KnowledgeStore:
                 if index.generation != self.generation or extra:
                     log.info("keyword index %s was out of step with the tables and has been repaired", table)
                 index.generation = -1
-            self._keywords_ready, self._keywords_generation = True, self.generation
+            self._keywords_ready |= tables
+            self._keywords_generation = self.generation
 
     def _keyword_texts(self, table: str, keys: list[int]) -> tuple[list[int], list[str]]:
         """The texts of ``keys`` as committed (``_apply_keywords`` indexes the same), a batch of
@@ -672,7 +675,7 @@ class KnowledgeStore:
                               for r in changes.relations_upserted],
             }
             for table, delta in deltas.items():
-                if table not in self._keywords:   # the community summaries have no keyword index
+                if table not in self._keywords_ready:   # not in use (the community summaries have none)
                     continue
                 index = self._keywords[table]
                 index.remove(delta.removed_keys)
@@ -714,10 +717,10 @@ class KnowledgeStore:
 
     def _save_keywords(self) -> None:
         with self._keywords_lock:
-            if self._keywords_ready:
-                for index in self._keywords.values():
-                    if index.generation != self._keywords_generation:
-                        index.save(self._keywords_generation)
+            for table in self._keywords_ready:
+                index = self._keywords[table]
+                if index.generation != self._keywords_generation:
+                    index.save(self._keywords_generation)
 
     def _save_keywords_quietly(self) -> None:
         try:

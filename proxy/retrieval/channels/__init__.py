@@ -7,6 +7,7 @@ from __future__ import annotations
 from proxy.core.modes import Mode
 from proxy.retrieval.channels.chunks import ChunkChannel
 from proxy.retrieval.channels.communities import CommunityChannel
+from proxy.retrieval.channels.described import DescribedChannel
 from proxy.retrieval.channels.entities import EntityChannel
 from proxy.retrieval.channels.expansion import ExpansionChannel
 from proxy.retrieval.channels.keywords import MODES as KEYWORD_MODES
@@ -21,6 +22,8 @@ CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (
     # those the themes find: "which products does Y develop?" has no theme naming Y
     (LinkedChannel(), frozenset({Mode.LOCAL, Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
     (ExpansionChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `expansion` knob: off by default
+    # with `linking`: when the question names no entity, the entities its words describe
+    (DescribedChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),
     (EntityChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),
     (RelationChannel(), frozenset({Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
     (ChunkChannel(), frozenset({Mode.MIX, Mode.NAIVE})),

@@ -29,7 +29,16 @@ RELATIONS_PER_TOP_K = 4
 
 
 def linked_keys(store: KnowledgeStore, question: Question) -> dict[str, float]:
-    """Entity key -> confidence: the question's names, then the earlier turns' (newest first)."""
+    """Entity key -> confidence: the question's names, then the earlier turns' (newest first).
+    Worked out once per question and view of the store (the linked, expansion and described
+    channels all ask); each caller gets its own copy."""
+    memo = ("linked", id(store))
+    if memo not in question.memo:
+        question.memo[memo] = _linked(store, question)
+    return dict(question.memo[memo])
+
+
+def _linked(store: KnowledgeStore, question: Question) -> dict[str, float]:
     linked = dict(store.link_sync(question.text))
     weight = 1.0
     for turn in reversed(question.turns):
