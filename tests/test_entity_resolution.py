@@ -236,3 +236,24 @@ async def test_an_alias_goes_with_the_documents_of_its_entity(settings: Settings
         kvd = (await client.get("/rag/entities/KVD")).json()
         assert kvd["name"] == "KVD" and "resolved_from" not in kvd
         assert (await client.delete("/rag/aliases/KVD")).status_code == 404
+
+
+def test_chinese_introductions_as_chinese_texts_write_them() -> None:
+    """A quoted short form (the formal 以下简称“X”), and a name whose legal form the core leaves out
+    before the brackets (issue 32's Chinese shapes world: 5 of 20 short forms were linked)."""
+    cases = {"梅朵兹实业有限公司（以下简称“梅实”）成立于1990年。": ("梅实", "梅朵兹实业有限公司"),
+             "宁贝温伙伴有限公司（NLP）在里斯本开设了工厂。": ("NLP", "宁贝温伙伴有限公司"),
+             "瓦瓦宁协力股份有限公司（简称瓦协）签署了协议。": ("瓦协", "瓦瓦宁协力股份有限公司"),
+             "朵朵恩协力股份有限公司（以下简称“DAI”）成立。": ("DAI", "朵朵恩协力股份有限公司"),
+             "Kravon Dynamics Inc. (KVD) opened a plant.": ("KVD", "Kravon Dynamics Inc.")}
+    for text, (short, name) in cases.items():
+        assert [(s, n) for s, n, _ in introductions(text, [name])] == [(short, name)], text
+
+
+def test_chinese_group_holding_and_cooperative_forms_and_name_dots_fold() -> None:
+    assert normalised("冉泰姆重工集团") == normalised("冉泰姆重工") == normalised("冉泰姆重工（集团）")
+    assert normalised("索詹隆联合控股") == normalised("索詹隆联合")
+    assert normalised("珍贝柯兄弟集团有限公司") == normalised("珍贝柯兄弟")
+    assert normalised("集团") == "集 团"   # a name that is only a legal form keeps it
+    dots = {normalised(name) for name in ("贝温尔・涅泰蒂", "贝温尔·涅泰蒂", "贝温尔•涅泰蒂", "贝温尔涅泰蒂")}
+    assert len(dots) == 1

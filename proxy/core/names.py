@@ -16,9 +16,15 @@ from proxy.text.words import name_tokens
 DROP_WORDS = frozenset({"the", "a", "an", "inc", "incorporated", "corp", "corporation", "co", "company", "ltd",
                         "limited", "llc", "plc", "gmbh", "ag", "sa"})
 # the same for scripts written without spaces, where a legal form is part of the name's run: at its
-# start or end only ("株式会社ソニー", "华为技术有限公司"), longest first
-_UNSPACED_FORMS = ("股份有限公司", "有限责任公司", "有限公司", "株式会社", "有限会社", "合同会社", "公司")
+# start or end only ("株式会社ソニー", "华为技术有限公司", "腾讯控股", "XX集团有限公司"), longest first;
+# a model writes a Chinese firm's name with or without its group / holding / cooperative form
+_UNSPACED_FORMS = ("股份有限公司", "有限责任公司", "有限公司", "株式会社", "有限会社", "合同会社", "公司",
+                   "集团", "控股", "合作社")
 _UNSPACED_FORM = re.compile(f"^(?:{'|'.join(_UNSPACED_FORMS)})(?=.)|(?<=.)(?:{'|'.join(_UNSPACED_FORMS)})$")
+# what may stand between a name's core and a short form in brackets after it: the legal form the
+# core left out ("华为技术有限公司（华为）", "Kravon Dynamics Inc. (KVD)")
+LEGAL_TAIL = re.compile(r"(?:(?:[\s,]*(?:" + "|".join(sorted(DROP_WORDS - {"the", "a", "an"}, key=len, reverse=True))
+                        + r")\.?(?![^\W_]))|" + "|".join(_UNSPACED_FORMS) + r"|[(（]集团[)）])*", re.IGNORECASE)
 
 
 def name_words(text: str) -> list[str]:
@@ -27,9 +33,17 @@ def name_words(text: str) -> list[str]:
 
 
 def strip_unspaced_forms(name: str) -> str:
-    """``name`` folded, less a legal form of an unspaced script at its start or end."""
+    """``name`` folded, less the legal forms of an unspaced script at its start or end ("集团有限公司"
+    is two), and its brackets' ("珍贝柯兄弟（集团）")."""
     folded = fold(name).strip()
-    return folded if folded.isascii() else _UNSPACED_FORM.sub("", folded)
+    if folded.isascii():
+        return folded
+    for _ in range(2):
+        bare = _UNSPACED_FORM.sub("", re.sub(r"[(（]([^()（）]+)[)）]$", r"\1", folded))
+        if bare == folded:
+            break
+        folded = bare
+    return folded
 
 
 def name_core_words(name: str) -> list[str]:

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from proxy.core.names import DROP_WORDS, name_core_words, normalised, strip_unspaced_forms
+from proxy.core.names import DROP_WORDS, LEGAL_TAIL, name_core_words, normalised, strip_unspaced_forms
 from proxy.extraction.results import OTHER, ExtractionResult, name_key
 from proxy.merging.rules import UNKNOWN_TYPE
 from proxy.store.changes import pair_key
@@ -45,7 +45,7 @@ _BRACKETED = re.compile(r"\s*" + _BRACKET.pattern)                   # right aft
 SET_OFF_WINDOW = 80
 _SEPARATORS = ",，:：—–"
 _SHORT_BEFORE = re.compile(r"[^\s,，:：;；—–()（）\[\]]+$")
-_PIECE = re.compile(r"[^\s,，:：;；、/]+")
+_PIECE = re.compile(r"[^\s,，:：;；、/\"“”「」『』‘’']+")   # quotes too: （以下简称“梅实”）
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])|\n+")
 
 
@@ -189,7 +189,9 @@ def introductions(text: str, names: Iterable[str]) -> list[tuple[str, str, str]]
         if seen[name] > OCCURRENCES:
             continue
         shorts: list[tuple[str, bool]] = []
-        bracketed = _BRACKETED.match(text, match.end())
+        # the brackets right after the name as written, its legal form included ("…有限公司（NLP）")
+        tail = LEGAL_TAIL.match(text, match.end())   # it matches the empty string at least
+        bracketed = _BRACKETED.match(text, tail.end() if tail else match.end())
         if bracketed:
             shorts += [(short, True) for short in _bracket_shorts(bracketed.group(1))]
         set_off = _set_off(text, match.start())

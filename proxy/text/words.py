@@ -44,11 +44,14 @@ def _bigrams(run: str) -> list[str]:
     return [run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)]
 
 
+_NAME_DOTS = str.maketrans(dict.fromkeys("·・•‧･", " "))   # between a transliterated name's parts, written any way
+
+
 def name_tokens(text: str) -> list[str]:
     """``text``'s tokens as names are compared: folded and unaccented words, and each character of an
-    unspaced run on its own."""
+    unspaced run on its own; a middle dot of any kind is no token ("贝温尔・涅泰蒂" is "贝温尔·涅泰蒂")."""
     tokens: list[str] = []
-    for piece, unspaced in _pieces(unaccented(fold(text))):
+    for piece, unspaced in _pieces(unaccented(fold(text)).translate(_NAME_DOTS)):
         if unspaced:
             tokens.extend(piece)
         else:
