@@ -72,19 +72,39 @@ def test_words_keep_codes_and_leave_stopwords_out() -> None:
     assert keywords_bm25.words(["The code ERR-4711 is back", ""]) == [["code", "err", "4711", "back"], []]
 
 
-def test_recent_texts_score_as_a_rebuilt_index_does(tmp_path: Path) -> None:
+@pytest.mark.parametrize("b", [keywords_bm25.B, keywords_bm25.ENTITY_B])
+def test_recent_texts_score_as_a_rebuilt_index_does(tmp_path: Path, b: float) -> None:
     texts = ["the code ERR-4711 failed twice", "hello world again", "world peace treaty", "ERR-17 in the world"]
-    recent, rebuilt = KeywordIndex(tmp_path / "a.bm25"), KeywordIndex(tmp_path / "b.bm25")
+    recent, rebuilt = KeywordIndex(tmp_path / "a.bm25", b), KeywordIndex(tmp_path / "b.bm25", b)
     recent.add([1, 2, 3, 4], texts)
     rebuilt.rebuild([1, 2, 3, 4], texts)
     for text in ("err 4711", "world", "peace world", "nothing shared"):
         mine, theirs = recent.search(text, 10), rebuilt.search(text, 10)
         assert [key for key, _ in mine] == [key for key, _ in theirs], text
         assert [score for _, score in mine] == pytest.approx([score for _, score in theirs], rel=1e-5), text
-    model = bm25s.BM25()
+    model = bm25s.BM25(b=b)
     model.index(keywords_bm25.words(texts), show_progress=False)
     assert [score for _, score in rebuilt.search("world", 10)] == pytest.approx(
         sorted((s for s in model.get_scores(["world"]) if s > 0), reverse=True), rel=1e-5)
+
+
+def test_an_entitys_description_is_not_discounted_for_its_length(tmp_path: Path) -> None:
+    """An entity's description is its notes merged from every mention: a hub's long one holding
+    "printing" once scores as a short one holding it once (the chunks' index keeps BM25's usual b)."""
+    hub = "Melvar Trading is one of the printing companies. " + " ".join(
+        f"Melvar Trading signed deal number {i} with a partner." for i in range(40))
+    texts = [hub, "Belsuv Enterprises is one of the printing companies."]
+    entities = KeywordIndex(tmp_path / "entities.bm25", keywords_bm25.ENTITY_B)
+    entities.rebuild([1, 2], texts)
+    scores = dict(entities.search("printing", 10))
+    assert scores[1] == pytest.approx(scores[2])
+    chunks = KeywordIndex(tmp_path / "chunks.bm25")
+    chunks.rebuild([1, 2], texts)
+    assert dict(chunks.search("printing", 10))[1] < dict(chunks.search("printing", 10))[2]
+    # saved with another b, an index is not loaded (the store builds it again)
+    entities.save(1)
+    assert not KeywordIndex(tmp_path / "entities.bm25").load()
+    assert KeywordIndex(tmp_path / "entities.bm25", keywords_bm25.ENTITY_B).load()
 
 
 def test_removed_keys_are_never_found_and_a_rebuild_is_asked_for_past_the_share(

@@ -29,7 +29,7 @@ class Backend:
     open_errors: tuple[type[BaseException], ...]  # what open_tables raises when it cannot open them
     new_vectors: Callable[[Any, str, Path, str], Vectors]  # (tables, table, index file, element type)
     new_graph: Callable[[], Graph]
-    new_keywords: Callable[[Path], Keywords]  # (index folder); loaded or built later
+    new_keywords: Callable[[Path, float], Keywords]  # (index folder, BM25's b); loaded or built later
     # several replicas commit to the same tables: each replays the others' commits (``KnowledgeStore.follow``)
     shared: bool = False
 

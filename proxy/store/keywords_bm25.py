@@ -33,6 +33,11 @@ import numpy as np
 from proxy.text.words import terms
 
 K1, B = 1.5, 0.75          # bm25s' defaults (method "lucene")
+# an entity's description is its notes merged from every mention: its length says how much the
+# documents tell about it, not how wordy one text is, so a hub's description is not discounted for
+# it (with 0.75, "which printing companies ...?" found the printing hubs past the 40th entity; with 0
+# every gold company of the shapes bench's no-entity questions is in the first 40)
+ENTITY_B = 0.0
 # how texts are cut into terms (``proxy.text.words.terms``); a main part saved under another is rebuilt
 TERMS_VERSION = 2          # 1: bm25s' tokenizer (English words only); 2: every script, folded
 REBUILD_MIN = 2_000        # changed rows held outside the main part before a rebuild pays off
@@ -51,8 +56,9 @@ def idf(documents: int, frequency: int) -> float:
 
 
 class KeywordIndex:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, b: float = B) -> None:
         self.path = path   # a folder beside the .usearch files, e.g. chunks.bm25/
+        self.b = b         # BM25's length normalisation (``ENTITY_B`` for the entities' descriptions)
         self.generation = -1
         self._main: bm25s.BM25 | None = None
         self._main_keys = np.empty(0, dtype=np.uint64)
@@ -110,7 +116,7 @@ class KeywordIndex:
         docs = words(texts)
         main = None
         if any(docs):   # bm25s cannot index a corpus without a single word
-            main = bm25s.BM25(k1=K1, b=B)
+            main = bm25s.BM25(k1=K1, b=self.b)
             main.index(docs, show_progress=False)
         self._set_main(main, np.asarray(keys, dtype=np.uint64), np.zeros(len(keys), dtype=bool),
                        sum(len(d) for d in docs))
@@ -169,7 +175,7 @@ class KeywordIndex:
             weight = idf(documents, self._main_frequency(term) + len(postings))
             for key, tf in postings.items():
                 length = self._recent_sizes[key]
-                scores[key] = scores.get(key, 0.0) + weight * tf / (tf + K1 * (1 - B + B * length / average))
+                scores[key] = scores.get(key, 0.0) + weight * tf / (tf + K1 * (1 - self.b + self.b * length / average))
         return list(scores.items())
 
     # --- on disk ---
@@ -186,8 +192,8 @@ class KeywordIndex:
             main = bm25s.BM25.load(str(main_dir), show_progress=False) if built else None
             removed = np.isin(keys, np.asarray(state["removed"], dtype=np.uint64))
             length, generation = int(state["length"]), int(state["generation"])
-            if state.get("terms") != TERMS_VERSION:
-                return False
+            if state.get("terms") != TERMS_VERSION or (main is not None and main.b != self.b):
+                return False   # cut or weighed otherwise: built again
         except (OSError, ValueError, KeyError, TypeError):
             return False
         self._set_main(main, keys.astype(np.uint64), removed, length)

@@ -29,6 +29,7 @@ from proxy.store.change_log import decode
 from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.communities_igraph import Community, leiden_communities
 from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
+from proxy.store.keywords_bm25 import ENTITY_B, B
 from proxy.store.messages import opening_error
 from proxy.store.name_index import NameIndex
 from proxy.store.protocols.graph import Graph
@@ -71,7 +72,7 @@ class KnowledgeStore:
         # keyword (BM25) indexes: loaded and healed at start-up when saved, else built on first use
         # (12 s at 100k chunks, and keyword search is off by default), then kept in step with every commit
         self._keywords: dict[str, Keywords] = {
-            name: backend.new_keywords(data_dir / f"{name}.bm25") for name in INDEXED_TABLES}
+            name: backend.new_keywords(data_dir / f"{name}.bm25", keyword_b(name)) for name in INDEXED_TABLES}
         self._keywords_ready: set[str] = set()   # the tables whose keyword index is in use (built on first use)
         self._keywords_generation = 0
         self._keywords_lock = threading.RLock()
@@ -699,7 +700,7 @@ class KnowledgeStore:
 
     def _rebuild_keywords(self, table: str) -> None:
         try:
-            fresh = self.backend.new_keywords(self.data_dir / f"{table}.bm25")
+            fresh = self.backend.new_keywords(self.data_dir / f"{table}.bm25", keyword_b(table))
             fresh.rebuild(*self._keyword_texts(table, self.tables.keys_sync(table).tolist()))
             with self._keywords_lock:   # the commits since the tables were read: a comparison of key sets
                 live, built = self._keywords[table].keys(), fresh.keys()
@@ -730,6 +731,12 @@ class KnowledgeStore:
 
 
 KEYWORD_BATCH = 10_000  # keys per read of texts when a keyword index is healed or rebuilt
+
+
+def keyword_b(table: str) -> float:
+    """BM25's length normalisation for ``table``'s keyword index: none for the entities' merged
+    descriptions (``keywords_bm25.ENTITY_B``), the usual for chunks and relations."""
+    return ENTITY_B if table == "entities" else B
 
 
 def entity_keyword_text(name: str, description: str) -> str:
