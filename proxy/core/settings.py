@@ -252,7 +252,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("linking", "GRAPHGATE_LINKING", "on", Knob(str, choices=("on", "off")),
             "`on`: the entities a question (or a recent user turn) names, by their names or merge aliases, "
             "seed retrieval in every graph mode without the model (case, punctuation, legal suffixes and "
-            "one typo in a long name do not matter)."),
+            "one typo in a long name do not matter); a question naming none gets, in local, hybrid and mix, "
+            "the entities its words describe (the entities' BM25 index, built on the first such question)."),
     Setting("expansion", "GRAPHGATE_EXPANSION", "ppr", Knob(str, choices=("off", "ppr")),
             "`ppr`: local, hybrid and mix also rank the entities up to two hops from the question's linked and "
             "retrieved entities by personalised PageRank (edges weighted by their relevance to the question) and "
@@ -264,7 +265,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("keyword_search", "GRAPHGATE_KEYWORD_SEARCH", "off", Knob(str, choices=("on", "off")),
             "`on`: mix and naive also search the chunks' words (BM25), and local, global and hybrid the "
             "entities' and relations' names and descriptions, so names, codes and identifiers that "
-            "embeddings miss are found (the index is built on first use, then kept in step)."),
+            "embeddings miss are found (each table's index is built on its first use, then kept in step)."),
     Setting("context_layout", "GRAPHGATE_CONTEXT_LAYOUT", "evidence", Knob(str, choices=("sections", "evidence")),
             "How the context spends its budget: `sections` (entities, relations and passages each up to its own "
             "ceiling) or `evidence` (the facts that answer the question first, long passages with what is left)."),
