@@ -20,7 +20,11 @@ import numpy as np
 import pytest
 
 from proxy.core.settings import Settings
+from proxy.retrieval.channels.expansion import Chains
+from proxy.retrieval.params import QueryParams
 from proxy.retrieval.relevance import standing_out
+from proxy.retrieval.stages import Question
+from proxy.store.changes import pair_key
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -239,3 +243,26 @@ async def test_a_named_entitys_only_relation_carries_the_chain_whatever_it_is_ca
         relations = [{r["source"], r["target"]} for r in result["relations"]]
         answer = relations.index({world.bridge, world.answer})
         assert all(answer < i for i, pair in enumerate(relations) if pair & world.suppliers), relations
+
+
+def test_an_entity_keeps_the_strongest_path_that_reaches_it() -> None:
+    """Best-first, not ring by ring: a weak vector seed's neighbour X is reached in the first ring,
+    but the named entity's chain reaches it a hop later with more strength, and X's onward edge is
+    then judged by what that chain left (here: its edge to Y answers the rest, "chairs")."""
+    key = pair_key
+    facts = {key("named", "b"): (("maker",), "Named", "B", 1), key("weak", "x"): (("partner",), "Weak", "X", 2),
+             key("b", "x"): (("acquisition",), "B", "X", 3), key("x", "y"): (("chair",), "X", "Y", 4)}
+    relevance = {key("named", "b"): 1.0, key("weak", "x"): 1.0, key("b", "x"): 1.0, key("x", "y"): 1.0}
+    asked: dict[str, str | None] = {}
+
+    def judge(rest: str | None, group: list[str]) -> dict[str, float]:
+        for pair in group:
+            asked[pair] = rest
+        return {pair: relevance[pair] for pair in group}
+
+    question = Question("Who chairs the firm that acquired the maker of Named?", QueryParams(), {})
+    chains = Chains(question, {"named": 1.0, "weak": 0.1})
+    chains.judge(facts, judge)
+    assert chains.strength["x"] == pytest.approx(1.0) and chains.depth["x"] == 2
+    assert asked[key("x", "y")] is not None and "maker" not in asked[key("x", "y")].split()
+    assert chains.strength["y"] == pytest.approx(1.0)

@@ -75,36 +75,36 @@ class Chains:
         self.answers: list[str] = []   # beyond the rings, each followed chain's best next fact
 
     def judge(self, facts: dict[str, tuple[tuple[str, ...], str, str, int]], judge: Judge) -> None:
-        """Judge ``facts``' edges hop by hop from the frontier; the entities reached last are the new
-        frontier. Edges no path from it reaches are judged by the question."""
+        """Judge ``facts``' edges from the frontier, the strongest path first (best-first, not ring by
+        ring): an entity keeps the strongest path that reaches it, and its edges are judged by what
+        that path left unanswered. A weak vector seed's neighbour is not claimed for good by the seed
+        when the named entity's chain reaches it a hop later. Edges no path reaches are judged by the
+        question."""
         touching: dict[str, list[str]] = {}
         for pair in facts:
             for key in split_pair(pair):
                 touching.setdefault(key, []).append(pair)
-        frontier = [key for key in self.frontier if key in touching]
-        while frontier:
-            asked_by: dict[str, str] = {}   # each edge leaving the frontier -> the entity it leaves
-            for key in sorted(frontier, key=lambda k: -self.strength[k]):
-                for pair in touching[key]:
-                    if pair not in self.relevance:
-                        asked_by.setdefault(pair, key)
-            groups: dict[str | None, list[str]] = {}
-            for pair, key in asked_by.items():
-                groups.setdefault(self.rest[key], []).append(pair)
-            for asked, group in groups.items():
-                self.relevance.update(judge(asked, group))
-            reached: list[str] = []
-            for pair in sorted(asked_by, key=lambda p: -self.relevance[p]):   # each new entity by its best edge
-                here = asked_by[pair]
+        heap = [(-self.strength[key], key) for key in dict.fromkeys(self.frontier) if key in touching]
+        heapq.heapify(heap)
+        expanded: set[str] = set()
+        while heap:
+            strength, here = heapq.heappop(heap)
+            if here in expanded or -strength < self.strength[here]:
+                continue   # expanded already, or reached since by a stronger path (queued again)
+            expanded.add(here)
+            group = [pair for pair in touching[here] if pair not in self.relevance]
+            if not group:
+                continue
+            self.relevance.update(judge(self.rest[here], group))
+            for pair in group:
                 there = next((key for key in split_pair(pair) if key != here), here)
-                if there in self.rest:
+                reach = self.strength[here] * hop_confidence(self.relevance[pair], len(touching[here]))
+                if there == here or there in expanded or reach <= self.strength.get(there, 0.0):
                     continue
-                asked = self.rest[here]
-                rest = unanswered(self.question, word_stems(" ".join(facts[pair][0])), asked)
-                self.rest[there], self.depth[there] = rest, self.depth[here] + 1
-                self.strength[there] = self.strength[here] * hop_confidence(self.relevance[pair], len(touching[here]))
-                reached.append(there)
-            frontier = reached
+                self.rest[there] = unanswered(self.question, word_stems(" ".join(facts[pair][0])), self.rest[here])
+                self.depth[there], self.strength[there] = self.depth[here] + 1, reach
+                if there in touching:
+                    heapq.heappush(heap, (-reach, there))
         missed = [pair for pair in facts if pair not in self.relevance]
         if missed:
             self.relevance.update(judge(None, missed))
