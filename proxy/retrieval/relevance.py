@@ -15,7 +15,7 @@ from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.select import relation_match
 from proxy.retrieval.stages import Question
-from proxy.text.word_forms import answered, asked_stems, word_senses
+from proxy.text.word_forms import asked_stems, word_senses
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -94,7 +94,7 @@ def unanswered(question: Question, said: frozenset[str], asked: str | None = Non
     """The question's words (and themes; or those of ``asked``, what earlier hops left) whose stems
     ``said`` (a hop's keywords' or description's) does not hold: what is left to answer after that hop."""
     asked = question.asked if asked is None else asked
-    return " ".join(word for word, senses in word_senses(asked) if not answered(word, senses, said))
+    return " ".join(word for word, senses in word_senses(asked) if not senses & said)
 
 
 def hop_confidence(relevance: float, choices: int) -> float:

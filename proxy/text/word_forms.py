@@ -65,11 +65,3 @@ def asked_stems(text: str) -> frozenset[str]:
     spaced = (found for word, found in word_senses(text) if not has_unspaced(word))
     return stems(text).union(*spaced)
 
-
-def answered(word: str, senses: frozenset[str], said: frozenset[str]) -> bool:
-    """Whether what a hop said (``said``: its words' stems) answers ``word`` of the question (with its
-    ``senses``): a spaced word's senses are alternatives (its stem, lemma or compound: any will do);
-    a Chinese word's stems are its characters, parts of one meaning, and half of them must be said
-    ("公司总部", headquarters, is not answered by the 部 of 零部件, components)."""
-    hits = len(senses & said)
-    return hits * 2 >= len(senses) if hits and has_unspaced(word) else hits > 0
