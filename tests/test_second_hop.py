@@ -250,8 +250,9 @@ def test_an_entity_keeps_the_strongest_path_that_reaches_it() -> None:
     but the named entity's chain reaches it a hop later with more strength, and X's onward edge is
     then judged by what that chain left (here: its edge to Y answers the rest, "chairs")."""
     key = pair_key
-    facts = {key("named", "b"): (("maker",), "Named", "B", 1), key("weak", "x"): (("partner",), "Weak", "X", 2),
-             key("b", "x"): (("acquisition",), "B", "X", 3), key("x", "y"): (("chair",), "X", "Y", 4)}
+    facts: dict[str, tuple[tuple[str, ...], str, str, int]] = {
+        key("named", "b"): (("maker",), "Named", "B", 1), key("weak", "x"): (("partner",), "Weak", "X", 2),
+        key("b", "x"): (("acquisition",), "B", "X", 3), key("x", "y"): (("chair",), "X", "Y", 4)}
     relevance = {key("named", "b"): 1.0, key("weak", "x"): 1.0, key("b", "x"): 1.0, key("x", "y"): 1.0}
     asked: dict[str, str | None] = {}
 
@@ -264,5 +265,6 @@ def test_an_entity_keeps_the_strongest_path_that_reaches_it() -> None:
     chains = Chains(question, {"named": 1.0, "weak": 0.1})
     chains.judge(facts, judge)
     assert chains.strength["x"] == pytest.approx(1.0) and chains.depth["x"] == 2
-    assert asked[key("x", "y")] is not None and "maker" not in asked[key("x", "y")].split()
+    rest = asked[key("x", "y")]
+    assert rest is not None and "maker" not in rest.split()
     assert chains.strength["y"] == pytest.approx(1.0)
