@@ -143,6 +143,7 @@ def walk_edges(store: KnowledgeStore, question: Question, seeds: dict[str, float
     seen = set(keys)
     for _ in range(MAX_HOPS - HOPS):
         ends = chains.continuing(BEAM)
+        chains.followed.update(ends)
         more = [pair for pair in search.incident_pairs(store, ends) if pair not in seen][:BEAM_EDGES]
         if not more:
             break
