@@ -99,6 +99,13 @@ async def ingested(settings: Settings, fake: FakeOllama, world: World) -> AsyncI
         yield client
 
 
+async def facts_in_order(client: httpx.AsyncClient, world: World) -> list[set[str]]:
+    """The endpoints of the facts the world's question gets (mix mode, no keyword call), in context order."""
+    body = {"query": world.question, "mode": "mix", "keywords": "off"}
+    result = (await client.post("/rag/query", json=body)).json()
+    return [{r["source"], r["target"]} for r in result["relations"]]
+
+
 @pytest.mark.parametrize("language", ["en", "zh"])
 async def test_the_bridges_answer_comes_before_the_named_entitys_other_facts(
         settings: Settings, fake: FakeOllama, language: str) -> None:
@@ -173,9 +180,7 @@ async def test_the_third_hop_of_a_chain_comes_before_the_same_kind_of_fact_elsew
     which answer "chairs" as well but hang off no hop of the chain."""
     world = third_hop()
     async with ingested(settings, fake, world) as client:
-        body = {"query": world.question, "mode": "mix", "keywords": "off"}
-        whole = (await client.post("/rag/query", json=body)).json()
-        relations = [{r["source"], r["target"]} for r in whole["relations"]]
+        relations = await facts_in_order(client, world)
         answer = relations.index({world.bridge, world.answer})
         assert all(answer < i for i, pair in enumerate(relations) if pair & world.suppliers), relations
 
@@ -212,9 +217,7 @@ async def test_a_hop_worded_by_an_irregular_phrasal_verb_is_followed(settings: S
     answers "chairs" through the hop that only answers "maker")."""
     world = taken_over()
     async with ingested(settings, fake, world) as client:
-        body = {"query": world.question, "mode": "mix", "keywords": "off"}
-        result = (await client.post("/rag/query", json=body)).json()
-        relations = [{r["source"], r["target"]} for r in result["relations"]]
+        relations = await facts_in_order(client, world)
         assert relations.index({world.bridge, world.answer}) < relations.index({"Nova Works", "Ivo Crane"}), relations
 
 
@@ -238,9 +241,7 @@ async def test_a_named_entitys_only_relation_carries_the_chain_whatever_it_is_ca
     comes before the eight other companies' chairs, which answer "chairs" as well."""
     world = made_otherwise()
     async with ingested(settings, fake, world) as client:
-        body = {"query": world.question, "mode": "mix", "keywords": "off"}
-        result = (await client.post("/rag/query", json=body)).json()
-        relations = [{r["source"], r["target"]} for r in result["relations"]]
+        relations = await facts_in_order(client, world)
         answer = relations.index({world.bridge, world.answer})
         assert all(answer < i for i, pair in enumerate(relations) if pair & world.suppliers), relations
 
