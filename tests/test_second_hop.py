@@ -269,3 +269,34 @@ def test_an_entity_keeps_the_strongest_path_that_reaches_it() -> None:
     rest = asked[key("x", "y")]
     assert rest is not None and "maker" not in rest.split()
     assert chains.strength["y"] == pytest.approx(1.0)
+
+
+def seen_from_elsewhere() -> World:
+    """The third-hop world whose question names a partner of the acquirer too, one with a dozen
+    partners: the acquirer's edges (its chair's among them) are in the walk's rings from that second
+    seed, but the stronger path to the acquirer is the chain from the Quillon, which reaches it at
+    the rings' edge."""
+    world = third_hop()
+    partners = [f"{name} Mills" for name in ("Arn", "Bly", "Cray", "Dune", "Eske", "Fenn", "Gorm", "Hale", "Isle",
+                                              "Jura", "Kell")]
+    pike = " ".join(f"Pike Forge signed a partnership with {p}." for p in [*partners, "Zeta Labs"])
+    kinds = {**world.kinds, "partnership": ["partner", "cooperation"]}
+    return dataclasses.replace(world, question="Who chairs the company that acquired the maker of the Quillon? "
+                                               "I read about Pike Forge.",
+                               documents={**world.documents, "pike.txt": pike}, kinds=kinds,
+                               entities={**world.entities, "Pike Forge": "Organization",
+                                         **dict.fromkeys(partners, "Organization")})
+
+
+async def test_a_chains_next_fact_is_given_when_another_seed_brought_it_into_the_rings(
+        settings: Settings, fake: FakeOllama) -> None:
+    """The chain's end (the acquirer) is followed one hop further and its onward edge that answers
+    what is left (its chair) is the chain's next fact, although the walk had that edge already
+    (two hops from the second seed): before, only edges fetched in that hop counted, none were
+    new, and the chair was left to the PageRank's few places."""
+    world = seen_from_elsewhere()
+    async with ingested(settings, fake, world) as client:
+        body = {"query": world.question, "mode": "local", "keywords": "off", "cosine_threshold": 1.0, "top_k": 4}
+        result = (await client.post("/rag/query", json=body)).json()
+        walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
+        assert {world.bridge, world.answer} in walked, walked

@@ -15,12 +15,13 @@ from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer
 from proxy.parsing.chunking import chunk_text
 from proxy.retrieval.context_evidence import notes
+from proxy.retrieval.select import keyword_match
 from proxy.store.keywords_bm25 import KeywordIndex
 from proxy.store.name_index import EXACT, TYPO, NameIndex
 from proxy.store.store import KnowledgeStore
 from proxy.text.fold import fold
 from proxy.text.language import detect
-from proxy.text.words import stems, terms
+from proxy.text.words import stems, strong, terms, without_names
 from tests.conftest import gateway_client
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama
@@ -57,12 +58,32 @@ def test_unspaced_text_is_cut_into_words_by_each_use() -> None:
     assert {"奥巴", "巴尼", "克斯"} <= set(terms("奥巴尼克斯实验室的总部在哪里？"))
     assert set(terms("Zorvel Systems的总部")) >= {"zorvel", "systems", "总部"}
     assert terms("The ERR-4711 code") == ["err", "4711", "code"]              # English as before
-    # relation words: the characters of Han content words (morphemes, as English prefixes are stems)
-    assert stems("收购方由谁创办") >= {"收", "购", "创", "办"}
-    assert stems("收购方") & stems("收购") and stems("创办") & stems("创始人")   # acquirer ~ acquisition
+    # relation words: a Han content word's first character and its bigrams meet fully (a compound's
+    # leading morpheme says what it is about, as an English prefix does; its last is often a class:
+    # 商, 部); a character shared elsewhere meets weakly
+    assert stems("收购方由谁创办") >= {"收", "收购", "创", "创办"}
+    assert stems("公司总部") >= {"公", "总", "总部"}                          # and of the words it holds
+    assert strong(stems("收购方") & stems("收购")) and strong(stems("创办") & stems("创始人"))
+    assert not strong(stems("制造商") & stems("供应商"))                      # maker is no supplier
+    assert not strong(stems("公司总部") & stems("零部件"))                    # head office, components
+    assert not strong(stems("收购") & stems("采购零件"))                      # acquiring is no purchasing
+    assert stems("就职") & stems("任职") and not stems("就职") & stems("员工")  # but 职 (a post) is shared
     assert not {"的", "了", "谁"} & stems("哪家公司收购了凯斯翠的总部？")
     assert stems("Where is it headquartered?") == {"headq"}                  # English as before
     assert stems("總部") == stems("总部")
+
+
+def test_a_keyword_met_only_by_a_character_elsewhere_in_a_word_counts_half() -> None:
+    asked = stems("收购了某制造商的公司总部在哪里？")
+    assert keyword_match(asked, ["收购", "总部"]) == 1.0
+    assert keyword_match(asked, ["供应商", "零部件"]) == 0.5      # 商 and 部 only: a supplier half answers
+    assert keyword_match(stems("谁在那里工作？"), ["员工"]) == 0.5   # 工 (work): staff half answers
+
+
+def test_a_questions_relation_words_leave_out_the_names_however_they_are_cut() -> None:
+    asked = stems("收购了伊韦韦糖浆制造商的公司总部在哪里？")   # the product's name is cut with its neighbours
+    assert without_names(asked, ["伊韦韦糖浆", "璞宁尔联合控股"]) == stems("收购了制造商的公司总部在哪里？")
+    assert without_names(stems("Who chairs Zorvel Systems?"), ["Zorvel Systems"]) == {"chair"}
 
 
 def test_notes_split_at_the_sentences_of_every_script() -> None:

@@ -20,12 +20,11 @@ from collections.abc import Iterable, Iterator
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.context import Context, Section, assemble, header_text
 from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, FoundRelation
-from proxy.retrieval.select import word_stems
 from proxy.retrieval.wording import ENGLISH, Wording
 from proxy.text.fold import fold
 from proxy.text.sentences import split_notes
 from proxy.text.word_forms import asked_stems
-from proxy.text.words import stems
+from proxy.text.words import stems, without_names
 
 uncached_stems = stems.__wrapped__
 
@@ -70,7 +69,7 @@ def entity_text(e: FoundEntity, stated: set[str], asked: frozenset[str] = frozen
     fresh = [note for note in fresh if note_key(note) not in stated]
     if not fresh:
         return f"- {e.name} ({e.type})"
-    wanted = asked - word_stems(e.name)
+    wanted = without_names(asked, (e.name,))
     if wanted:   # stems of a note, uncached: a hub's long description would crowd out the ones that recur
         matched = [len(uncached_stems(note) & wanted) for note in fresh]
         fresh = [fresh[i] for i in sorted(range(len(fresh)), key=lambda i: (-matched[i], i))]
@@ -140,7 +139,7 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # entities: name and type, and the notes the facts do not state, those the question asks about first
     # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
     folded = question.casefold()
-    asked = asked_stems(question).difference(*(word_stems(e.name) for e in entities if e.name.casefold() in folded))
+    asked = without_names(asked_stems(question), [e.name for e in entities if e.name.casefold() in folded])
     e_lines, e_used = fit_capped(((entity_text(e, stated, asked),
                                    NAMED_ENTITY_TOKENS if e.key in named or e.name.casefold() in folded
                                    else ENTITY_TOKENS)

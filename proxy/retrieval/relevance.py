@@ -16,6 +16,7 @@ from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.select import relation_match
 from proxy.retrieval.stages import Question
 from proxy.text.word_forms import asked_stems, word_senses
+from proxy.text.words import strong
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -91,10 +92,12 @@ def standing_out(cosines: np.ndarray) -> np.ndarray:
 
 
 def unanswered(question: Question, said: frozenset[str], asked: str | None = None) -> str:
-    """The question's words (and themes; or those of ``asked``, what earlier hops left) whose stems
-    ``said`` (a hop's keywords' or description's) does not hold: what is left to answer after that hop."""
+    """The question's words (and themes; or those of ``asked``, what earlier hops left) that ``said``
+    (a hop's keywords' or description's stems) does not meet fully (``strong``): what is left to
+    answer after that hop. A character shared elsewhere in a word does not answer it: 零部件
+    (components) answers no 总部 (head office), 供应商 (supplier) no 制造商 (maker)."""
     asked = question.asked if asked is None else asked
-    return " ".join(word for word, senses in word_senses(asked) if not senses & said)
+    return " ".join(word for word, senses in word_senses(asked) if not strong(senses & said))
 
 
 def hop_confidence(relevance: float, choices: int) -> float:

@@ -8,9 +8,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from proxy.text.words import stems
+from proxy.text.words import stems, strong, without_names
 
 T = TypeVar("T")
+
+MORPHEME_MATCH = 0.5   # a keyword met by a character the words share elsewhere than first: 就职 ~ 任职 (post),
+                       # but also 制造商 ~ 供应商 (-er) and 总部 ~ 零部件 (部: head office, parts)
 
 
 def round_robin(lists: Sequence[Sequence[T]], key: Callable[[T], Hashable]) -> list[T]:
@@ -49,18 +52,18 @@ def keyword_match(stems: frozenset[str], keywords: Sequence[str]) -> float:
     """The share of a relation's keywords one of whose words the question has (``word_stems``)."""
     if not keywords:
         return 0.0
-    return sum(1 for keyword in keywords if word_stems(keyword) & stems) / len(keywords)
+    matched = (word_stems(keyword) & stems for keyword in keywords)
+    return sum(1.0 if strong(shared) else MORPHEME_MATCH for shared in matched if shared) / len(keywords)
 
 
 def relation_match(stems: frozenset[str], keywords: Sequence[str], description: str, names: Sequence[str]) -> float:
     """How well a relation answers the question's relation words: ``stems`` less the words of the
     relation's own entity names. The share of its keywords they match, plus the share of them
     its description holds (0 to 2)."""
-    named = frozenset().union(*(word_stems(name) for name in names))
-    asked = stems - named
+    asked = without_names(stems, names)
     if not asked:
         return 0.0
-    described = word_stems(description) - named
+    described = without_names(word_stems(description), names)
     return keyword_match(asked, keywords) + len(asked & described) / len(asked)
 
 

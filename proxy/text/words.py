@@ -7,12 +7,19 @@ are cut by what each use needs:
   (``proxy/store/name_index.py`` matches spans of tokens);
 - ``terms`` (the keyword index): character bigrams, which find invented and transliterated names a
   dictionary does not know, the way search engines index Chinese and Japanese;
-- ``stems`` (how relation words of a question meet a relation's keywords): the characters of the
-  content words of Han runs (words by jieba's dictionary, rjieba; stopwords left out), other
-  unspaced runs by bigrams. A Chinese character is a morpheme, as an English prefix is a stem:
-  收购方 (acquirer) meets 收购 (acquisition), 创办 (founded) meets 创始人 (founder). Measured on the
-  Chinese bench world (bench/multihop_recall.py --language zh, 4k tokens): 2-hop recall 0.87 with
-  characters, 0.53 with the dictionary words themselves, 0.53 with their bigrams.
+- ``stems`` (how relation words of a question meet a relation's keywords): for the content words
+  of Han runs (jieba's search cut, rjieba: a long word and the words it holds; stopwords left out)
+  the first character and the bigrams, which meet fully, and every character as a weak stem
+  (``MORPHEME``); other unspaced runs by bigrams. A Chinese character is a morpheme, and a
+  compound's first one says what it is about, as an English prefix does: 收购方 (acquirer) meets
+  收购 (acquisition), 创办 (founded) meets 创始人 (founder). Its last one is often a class shared by
+  unrelated words (制造商 maker and 供应商 supplier, 总部 head office and 零部件 components), yet
+  sometimes the point (就职 and 任职, taking up and holding a post): a character shared elsewhere
+  is half a match (``proxy.retrieval.select.keyword_match``) and answers no word of a chain
+  (``relevance.unanswered``). Measured on the Chinese worlds: every character alike gave 2-hop
+  0.87 (bench/multihop_recall.py, 4k), the dictionary words or their bigrams alone 0.53, and on the
+  shapes bench every character alike let 3-hop chains turn to the suppliers (0.63 at 4k); the first
+  character and bigrams alone cost the multi-hop bench's staff lists (谁在X工作 against 员工).
 
 Every function folds first (``proxy.text.fold``): full-width forms, case, traditional Chinese."""
 
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 
 import rjieba
 
@@ -27,6 +35,7 @@ from proxy.text.fold import fold, unaccented
 from proxy.text.scripts import HAN, UNSPACED, has_unspaced, is_unspaced
 from proxy.text.stopwords import keyword_stopwords, stopwords
 
+MORPHEME = "~"  # marks a Han word's character as a weak stem: "~商" is 商 anywhere in a word
 STEM = 5  # prefixes of alphabetic words compared: "headquartered" ~ "headquarters", "develop" ~ "develops"
 
 # a run of an unspaced script, or a spaced word (letters, digits and joining marks)
@@ -75,20 +84,48 @@ def terms(text: str) -> list[str]:
 @functools.lru_cache(maxsize=65536)   # keywords, names and descriptions recur from query to query
 def stems(text: str) -> frozenset[str]:
     """The words a question's relation words are compared by: prefixes of alphabetic words of four
-    letters or more (shorter ones are mostly function words), the characters of Han content words,
-    bigrams of other unspaced scripts; no stopwords."""
+    letters or more (shorter ones are mostly function words); the first character and bigrams of
+    Han content words, and each of their characters as a weak stem (``MORPHEME``); bigrams of other
+    unspaced scripts; no stopwords."""
     stop = stopwords()
     found: set[str] = set()
     for piece, unspaced in _pieces(fold(text)):
         if not unspaced:
             found.update(w[:STEM] for w in _LETTERS.findall(piece) if w not in stop)
         elif _HAN_RUN.match(piece):
-            for word in rjieba.cut(piece):
+            for word in rjieba.cut_for_search(piece):
                 if len(word) > 1 and word not in stop:
-                    found.update(word)
+                    found.add(word[0])
+                    found.update(_bigrams(word))
+                    found.update(MORPHEME + ch for ch in word)
         else:
             found.update(_bigrams(piece))
     return frozenset(found)
+
+
+@functools.lru_cache(maxsize=65536)
+def _name_parts(name: str) -> tuple[frozenset[str], frozenset[str]]:
+    """A name's stems and the characters of its unspaced runs."""
+    return stems(name), frozenset(ch for piece, unspaced in _pieces(fold(name)) if unspaced for ch in piece)
+
+
+def without_names(found: frozenset[str], names: Iterable[str]) -> frozenset[str]:
+    """``found`` (stems) less those of ``names``: their own stems, and any unspaced stem made only of
+    their characters. A name inside a Chinese question is cut with its neighbours ("伊韦韦糖浆制造商"
+    may give "伊韦" and "韦糖浆"), so its pieces there are not the stems it has alone."""
+    parts = [_name_parts(name) for name in names]
+    named = frozenset().union(*(own for own, _ in parts))
+    chars = frozenset().union(*(unspaced for _, unspaced in parts))
+    left = found - named
+    if not chars:
+        return left
+    return frozenset(s for s in left if not chars.issuperset(s.removeprefix(MORPHEME)))
+
+
+def strong(shared: frozenset[str]) -> bool:
+    """Whether stems two texts share make them meet fully: a word, a prefix, a leading character or a
+    bigram, not only a character somewhere in both (``MORPHEME``)."""
+    return any(not s.startswith(MORPHEME) for s in shared)
 
 
 def content_words(text: str) -> list[str]:

@@ -109,6 +109,11 @@ class Chains:
         if missed:
             self.relevance.update(judge(None, missed))
 
+    def onward(self, here: str, pair: str) -> bool:
+        """Whether edge ``pair`` leads on from ``here`` (to an entity no nearer the seeds), not back."""
+        there = next((key for key in split_pair(pair) if key != here), here)
+        return there != here and self.depth.get(there, MAX_HOPS) > self.depth[here]
+
     def continuing(self, beam: int) -> list[str]:
         """The ``beam`` strongest ends of chains at or past the walk's rings that still have words to
         answer, below ``MAX_HOPS`` and not followed yet: where the walk goes one hop further."""
@@ -143,19 +148,25 @@ def walk_edges(store: KnowledgeStore, question: Question, seeds: dict[str, float
     seen = set(keys)
     for _ in range(MAX_HOPS - HOPS):
         ends = chains.continuing(BEAM)
-        chains.followed.update(ends)
-        more = [pair for pair in search.incident_pairs(store, ends) if pair not in seen][:BEAM_EDGES]
-        if not more:
+        if not ends:
             break
-        seen.update(more)
-        facts = search.edge_facts(store, more)
-        chains.frontier = ends
-        chains.judge(facts, judge_edges(store, question, facts))
-        edges += [split_pair(pair) for pair in more]
+        chains.followed.update(ends)
+        incident = search.incident_pairs(store, ends)
+        more = [pair for pair in incident if pair not in seen][:BEAM_EDGES]
+        if more:
+            seen.update(more)
+            facts = search.edge_facts(store, more)
+            chains.frontier = ends
+            chains.judge(facts, judge_edges(store, question, facts))
+            edges += [split_pair(pair) for pair in more]
         for end in ends:   # each chain's next fact: the end's onward edge that answers the most of what is left
-            onward = [pair for pair in more if end in split_pair(pair) and chains.relevance.get(pair, 0.0) > 0]
+            # (onward from it, whether just fetched or already in the rings: reached from another seed)
+            onward = [pair for pair in incident if end in split_pair(pair) and chains.relevance.get(pair, 0.0) > 0
+                      and chains.onward(end, pair)]
             if onward:
                 chains.answers.append(max(onward, key=lambda pair: chains.relevance[pair]))
+        if not more:
+            break
     return edges
 
 
