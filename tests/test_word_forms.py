@@ -9,7 +9,7 @@ from proxy.retrieval.params import QueryParams
 from proxy.retrieval.relevance import unanswered
 from proxy.retrieval.select import relation_match, word_stems
 from proxy.retrieval.stages import Question
-from proxy.text.word_forms import asked_stems, word_senses
+from proxy.text.word_forms import asked_stems, relation_words, word_senses
 
 
 def senses(text: str) -> dict[str, frozenset[str]]:
@@ -54,3 +54,12 @@ def test_names_and_unknown_words_stay_as_they_are() -> None:
     assert asked_stems("Kravon Dynamics") >= word_stems("Kravon Dynamics")
     assert word_stems("Halgolvar") <= asked_stems("Who makes the Halgolvar?")
 
+
+
+def test_the_names_a_question_writes_are_cut_where_written_not_their_words_everywhere() -> None:
+    # 合作社 (a cooperative) is in the hub's name and in its partner's; 合作 (to work with) is asked
+    asked = relation_words("哪些公司与卡卡兹合作社合作？", ["卡卡兹合作社", "詹温戈合作社"])
+    assert relation_match(asked, ["合作", "合作伙伴"], "", ("卡卡兹合作社", "詹温戈合作社")) == 1.0
+    assert not asked & word_stems("卡卡兹")
+    english = relation_words("Which firms cooperate with Zandor Cooperative?", ["Zandor Cooperative", "Acme Works"])
+    assert "coope" in english and "zando" not in english

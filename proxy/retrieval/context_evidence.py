@@ -23,7 +23,7 @@ from proxy.retrieval.found import FoundChunk, FoundCommunity, FoundEntity, Found
 from proxy.retrieval.wording import ENGLISH, Wording
 from proxy.text.fold import fold
 from proxy.text.sentences import split_notes
-from proxy.text.word_forms import asked_stems
+from proxy.text.word_forms import relation_words
 from proxy.text.words import stems, without_names
 
 uncached_stems = stems.__wrapped__
@@ -139,7 +139,7 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # entities: name and type, and the notes the facts do not state, those the question asks about first
     # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
     folded = question.casefold()
-    asked = without_names(asked_stems(question), [e.name for e in entities if e.name.casefold() in folded])
+    asked = relation_words(question, [e.name for e in entities])
     e_lines, e_used = fit_capped(((entity_text(e, stated, asked),
                                    NAMED_ENTITY_TOKENS if e.key in named or e.name.casefold() in folded
                                    else ENTITY_TOKENS)

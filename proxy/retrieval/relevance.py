@@ -15,7 +15,7 @@ from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.select import relation_match
 from proxy.retrieval.stages import Question
-from proxy.text.word_forms import asked_stems, word_senses
+from proxy.text.word_forms import relation_words, word_senses
 from proxy.text.words import strong
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ def relation_relevance(store: KnowledgeStore, question: Question, relations: lis
     if descriptions:
         fill_descriptions(store, [], [r for r in relations if not r.description])
     sims = similarity if similarity is not None else cosines(store, question, relations)
-    stems = asked_stems(question.asked)
-    return [relation_match(stems, r.keywords, r.description, (r.source_name, r.target_name))
+    return [relation_match(relation_words(question.asked, (r.source_name, r.target_name)), r.keywords,
+                           r.description, (r.source_name, r.target_name))
             + COSINE_SHARE * sims.get(r.pair, 0.0) for r in relations]
 
 
@@ -63,9 +63,9 @@ def edge_relevance(store: KnowledgeStore, question: Question,
     pairs = list(facts)
     if similarity is None:
         similarity = edge_cosines(store, question, facts)
-    stems = asked_stems(question.asked if asked is None else asked)
-    return {pair: relation_match(stems, facts[pair][0], "", facts[pair][1:3]) + COSINE_SHARE * similarity.get(pair, 0.0)
-            for pair in pairs}
+    text = question.asked if asked is None else asked
+    return {pair: relation_match(relation_words(text, facts[pair][1:3]), facts[pair][0], "", facts[pair][1:3])
+            + COSINE_SHARE * similarity.get(pair, 0.0) for pair in pairs}
 
 
 def edge_cosines(store: KnowledgeStore, question: Question,

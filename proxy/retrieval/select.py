@@ -56,11 +56,11 @@ def keyword_match(stems: frozenset[str], keywords: Sequence[str]) -> float:
     return sum(1.0 if strong(shared) else MORPHEME_MATCH for shared in matched if shared) / len(keywords)
 
 
-def relation_match(stems: frozenset[str], keywords: Sequence[str], description: str, names: Sequence[str]) -> float:
-    """How well a relation answers the question's relation words: ``stems`` less the words of the
-    relation's own entity names. The share of its keywords they match, plus the share of them
-    its description holds (0 to 2)."""
-    asked = without_names(stems, names)
+def relation_match(asked: frozenset[str], keywords: Sequence[str], description: str, names: Sequence[str]) -> float:
+    """How well a relation answers the question's relation words (``asked``: their stems, the
+    names the question writes cut out, ``word_forms.relation_words``): the share of its keywords
+    they match, plus the share of them its description holds less the words of the relation's
+    own entity names (0 to 2)."""
     if not asked:
         return 0.0
     described = without_names(word_stems(description), names)

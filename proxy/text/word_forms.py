@@ -14,6 +14,7 @@ know is left as it is. Unspaced scripts (Chinese) keep their stems: a Chinese wo
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import simplemma
 
@@ -65,3 +66,18 @@ def asked_stems(text: str) -> frozenset[str]:
     spaced = (found for word, found in word_senses(text) if not has_unspaced(word))
     return stems(text).union(*spaced)
 
+
+
+def relation_words(text: str, names: Sequence[str]) -> frozenset[str]:
+    """``asked_stems`` of ``text`` with each of ``names`` it writes cut out where it is written: what
+    the question asks of those entities. The names' words are not dropped everywhere: in "which
+    companies work with 卡卡兹合作社 (a cooperative)?", 合作 (to work with) is still asked."""
+    folded = fold(text)
+    return _cut_stems(folded, tuple(name for name in names if (f := fold(name)) and f in folded))
+
+
+@functools.lru_cache(maxsize=4096)   # a hub's hundreds of edges share the question and the hub's name
+def _cut_stems(folded: str, present: tuple[str, ...]) -> frozenset[str]:
+    for name in sorted(present, key=len, reverse=True):   # the longer first: a name may hold another
+        folded = folded.replace(fold(name), " ")
+    return asked_stems(folded)

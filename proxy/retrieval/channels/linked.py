@@ -17,7 +17,7 @@ from proxy.retrieval.found import Found
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.select import relation_match
 from proxy.retrieval.stages import Question
-from proxy.text.word_forms import asked_stems
+from proxy.text.word_forms import relation_words
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -79,5 +79,6 @@ def asked_kind(question: Question) -> Callable[[Sequence[str], str, str], float]
     after the fusion (the evidence layout)."""
     if question.params.relation_ranking != "question":
         return None
-    stems = asked_stems(question.asked)
-    return lambda keywords, source, target: relation_match(stems, keywords, "", (source, target))
+    asked = question.asked
+    return lambda keywords, source, target: relation_match(relation_words(asked, (source, target)), keywords, "",
+                                                           (source, target))
