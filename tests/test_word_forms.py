@@ -3,12 +3,15 @@ and compounds of adjacent words, on the question's side only."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.relevance import unanswered
+from proxy.retrieval.relevance import edge_relevance, unanswered
 from proxy.retrieval.select import relation_match, word_stems
 from proxy.retrieval.stages import Question
+from proxy.store.changes import pair_key
 from proxy.text.word_forms import asked_stems, relation_words, word_senses
 
 
@@ -63,3 +66,18 @@ def test_the_names_a_question_writes_are_cut_where_written_not_their_words_every
     assert not asked & word_stems("卡卡兹")
     english = relation_words("Which firms cooperate with Zandor Cooperative?", ["Zandor Cooperative", "Acme Works"])
     assert "coope" in english and "zando" not in english
+
+
+def test_the_names_the_question_writes_are_no_relation_words_on_any_hop() -> None:
+    """The acquirer's edges are judged by what the acquisition left ("chairs"); the named company's
+    name is still in those words, and its "Cooperative" would meet a partnership's "cooperation"."""
+    question = Question("Who chairs the company that acquired Zanvingol Cooperative?", QueryParams(), {})
+    chair, partner = pair_key("zanwicjen cooperative", "yelcas"), pair_key("zanwicjen cooperative", "dorbel works")
+    facts: dict[str, tuple[tuple[str, ...], str, str, int]] = {
+        chair: (("chair", "board"), "Zanwicjen Cooperative", "Yelcas", 1),
+        partner: (("partner", "cooperation"), "Zanwicjen Cooperative", "Dorbel Works", 2)}
+    rest = "Who chairs the company that Zanvingol Cooperative?"
+    store = cast(Any, None)   # with the cosines given, no index is read
+    named = edge_relevance(store, question, facts, asked=rest, similarity={}, named=("zanvingol cooperative",))
+    assert named[partner] == 0.0 and named[chair] > 0.0
+    assert edge_relevance(store, question, facts, asked=rest, similarity={})[partner] > 0.0   # what it was

@@ -56,7 +56,8 @@ def evidence_scores(store: KnowledgeStore, question: Question, relations: list[F
     reaching it left unanswered, plus the anchor it inherits along that path (``chain_anchor``).
     Without ``descriptions``, what is in memory alone (keywords, vectors): the shortlist's pass."""
     relevance = dict(zip((r.pair for r in relations),
-                         relation_relevance(store, question, relations, descriptions=descriptions, similarity=sims),
+                         relation_relevance(store, question, relations, descriptions=descriptions, similarity=sims,
+                                            named=tuple(anchors)),
                          strict=True))
     scores = {r.pair: relevance[r.pair] + ANCHOR * max(anchors.get(r.source, 0.0), anchors.get(r.target, 0.0))
               for r in relations}
@@ -88,7 +89,7 @@ def evidence_scores(store: KnowledgeStore, question: Question, relations: list[F
         hop_relevance: dict[str, float] = {}
         for rest, onward in by_rest.items():
             hop = (relation_relevance(store, _with_text(question, rest), onward, descriptions=descriptions,
-                                      similarity=sims) if rest.strip() else [0.0] * len(onward))
+                                      similarity=sims, named=tuple(anchors)) if rest.strip() else [0.0] * len(onward))
             for r, score in zip(onward, hop, strict=True):
                 hop_relevance[r.pair] = score
                 scores[r.pair] = score + reached[leaving[r.pair]][1]

@@ -7,6 +7,7 @@ every edge of a hub shares deciding). Used to rank a hub's relations by the kind
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,34 +38,38 @@ def cosines(store: KnowledgeStore, question: Question, relations: list[FoundRela
 
 
 def relation_relevance(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
-                       *, descriptions: bool = True, similarity: dict[str, float] | None = None) -> list[float]:
+                       *, descriptions: bool = True, similarity: dict[str, float] | None = None,
+                       named: Sequence[str] = ()) -> list[float]:
     """One score per relation, higher for those about what the question asks (reads the
     descriptions of those that have none yet, unless ``descriptions`` is False: then only what
-    is in memory and the vectors count; ``similarity``: the cosines, when already read)."""
+    is in memory and the vectors count; ``similarity``: the cosines, when already read; ``named``:
+    the names of the entities the question names, cut out of its words with the relation's own)."""
     if not relations:
         return []
     if descriptions:
         fill_descriptions(store, [], [r for r in relations if not r.description])
     sims = similarity if similarity is not None else cosines(store, question, relations)
-    return [relation_match(relation_words(question.asked, (r.source_name, r.target_name)), r.keywords,
+    return [relation_match(relation_words(question.asked, (*named, r.source_name, r.target_name)), r.keywords,
                            r.description, (r.source_name, r.target_name))
             + COSINE_SHARE * sims.get(r.pair, 0.0) for r in relations]
 
 
 def edge_relevance(store: KnowledgeStore, question: Question,
                    facts: dict[str, tuple[tuple[str, ...], str, str, int]], *, asked: str | None = None,
-                   similarity: dict[str, float] | None = None) -> dict[str, float]:
+                   similarity: dict[str, float] | None = None, named: Sequence[str] = ()) -> dict[str, float]:
     """``relation_relevance`` without descriptions, from ``search.edge_facts``: the expansion weighs
     hundreds of edges per turn, and building a record for each cost more than the walk. ``asked``:
     the words to judge them by, when not the question's own; ``similarity``: the vectors' part
-    (``edge_cosines``: what stands out of the neighbourhood's cosines), when read."""
+    (``edge_cosines``: what stands out of the neighbourhood's cosines), when read; ``named``: as for
+    ``relation_relevance``."""
     if not facts:
         return {}
     pairs = list(facts)
     if similarity is None:
         similarity = edge_cosines(store, question, facts)
     text = question.asked if asked is None else asked
-    return {pair: relation_match(relation_words(text, facts[pair][1:3]), facts[pair][0], "", facts[pair][1:3])
+    return {pair: relation_match(relation_words(text, (*named, *facts[pair][1:3])), facts[pair][0], "",
+                                 facts[pair][1:3])
             + COSINE_SHARE * similarity.get(pair, 0.0) for pair in pairs}
 
 

@@ -72,12 +72,15 @@ def relation_words(text: str, names: Sequence[str]) -> frozenset[str]:
     """``asked_stems`` of ``text`` with each of ``names`` it writes cut out where it is written: what
     the question asks of those entities. The names' words are not dropped everywhere: in "which
     companies work with 卡卡兹合作社 (a cooperative)?", 合作 (to work with) is still asked."""
-    folded = fold(text)
-    return _cut_stems(folded, tuple(name for name in names if (f := fold(name)) and f in folded))
+    folded = _folded(text)
+    return _cut_stems(folded, tuple(dict.fromkeys(f for name in names if (f := _folded(name)) and f in folded)))
+
+
+_folded = functools.lru_cache(maxsize=65536)(fold)   # per edge per turn: names recur, and folding Han text converts it
 
 
 @functools.lru_cache(maxsize=4096)   # a hub's hundreds of edges share the question and the hub's name
 def _cut_stems(folded: str, present: tuple[str, ...]) -> frozenset[str]:
     for name in sorted(present, key=len, reverse=True):   # the longer first: a name may hold another
-        folded = folded.replace(fold(name), " ")
+        folded = folded.replace(name, " ")
     return asked_stems(folded)

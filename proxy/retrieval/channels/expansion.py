@@ -128,12 +128,13 @@ def judge_edges(store: KnowledgeStore, question: Question,
     """Edges' relevance (``edge_relevance``) by the words given (None: the question's), their
     cosines read once for the batch."""
     similarity = edge_cosines(store, question, facts)
+    named = tuple(linked_keys(store, question))
 
     def judge(asked: str | None, group: list[str]) -> dict[str, float]:
         if asked is not None and not asked.strip():
             return dict.fromkeys(group, 0.0)   # the path answered every word: nothing further is asked for
         return edge_relevance(store, question, {pair: facts[pair] for pair in group}, asked=asked,
-                              similarity=similarity)
+                              similarity=similarity, named=named)
     return judge
 
 

@@ -68,17 +68,18 @@ class LinkedChannel:
                 entity.score, entity.degree = linked[key], degree[key]
                 entities.append(entity)
         return Found(entities, search.central_incident_relations(
-            store, [e.key for e in entities], RELATIONS_PER_TOP_K * params.top_k, asked_kind(question)))
+            store, [e.key for e in entities], RELATIONS_PER_TOP_K * params.top_k, asked_kind(question, tuple(linked))))
 
 
-def asked_kind(question: Question) -> Callable[[Sequence[str], str, str], float] | None:
+def asked_kind(question: Question, named: tuple[str, ...] = ()) -> Callable[[Sequence[str], str, str], float] | None:
     """How a linked entity's relations rank, by the ``relation_ranking`` knob: the most central
     first (None), or those whose keywords hold the question's relation words first (a hub's
     hundreds of relations hide the asked kind). Keywords only: a hub's relations are not built,
     read or embedded per turn; the kept ones are ranked again with their descriptions and vectors
-    after the fusion (the evidence layout)."""
+    after the fusion (the evidence layout). ``named``: the entities the question names, whose names
+    are no relation words."""
     if question.params.relation_ranking != "question":
         return None
     asked = question.asked
-    return lambda keywords, source, target: relation_match(relation_words(asked, (source, target)), keywords, "",
-                                                           (source, target))
+    return lambda keywords, source, target: relation_match(relation_words(asked, (*named, source, target)),
+                                                           keywords, "", (source, target))
