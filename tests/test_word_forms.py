@@ -12,7 +12,8 @@ from proxy.retrieval.relevance import edge_relevance, unanswered
 from proxy.retrieval.select import relation_match, word_stems
 from proxy.retrieval.stages import Question
 from proxy.store.changes import pair_key
-from proxy.text.word_forms import asked_stems, relation_words, word_senses
+from proxy.text.word_forms import asked_stems, cut_names, relation_words, word_senses
+from proxy.text.words import split_words
 
 
 def senses(text: str) -> dict[str, frozenset[str]]:
@@ -81,3 +82,9 @@ def test_the_names_the_question_writes_are_no_relation_words_on_any_hop() -> Non
     named = edge_relevance(store, question, facts, asked=rest, similarity={}, named=("zanvingol cooperative",))
     assert named[partner] == 0.0 and named[chair] > 0.0
     assert edge_relevance(store, question, facts, asked=rest, similarity={})[partner] > 0.0   # what it was
+
+
+def test_a_name_is_cut_from_a_chains_remaining_words_in_chinese_too() -> None:
+    rest = " ".join(split_words("收购了伊韦韦糖浆制造商的公司总部在哪里？"))   # as unanswered() leaves them
+    assert "韦" in rest and " " in rest
+    assert not set("伊韦糖浆") & set(cut_names(rest, ("伊韦韦糖浆",)))

@@ -16,7 +16,7 @@ from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.select import relation_match
 from proxy.retrieval.stages import Question
-from proxy.text.word_forms import relation_words, word_senses
+from proxy.text.word_forms import cut_names, relation_words, word_senses
 from proxy.text.words import strong
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ def relation_relevance(store: KnowledgeStore, question: Question, relations: lis
     if descriptions:
         fill_descriptions(store, [], [r for r in relations if not r.description])
     sims = similarity if similarity is not None else cosines(store, question, relations)
-    return [relation_match(relation_words(question.asked, (*named, r.source_name, r.target_name)), r.keywords,
+    asked = cut_names(question.asked, tuple(named))
+    return [relation_match(relation_words(asked, (r.source_name, r.target_name)), r.keywords,
                            r.description, (r.source_name, r.target_name))
             + COSINE_SHARE * sims.get(r.pair, 0.0) for r in relations]
 
@@ -67,9 +68,8 @@ def edge_relevance(store: KnowledgeStore, question: Question,
     pairs = list(facts)
     if similarity is None:
         similarity = edge_cosines(store, question, facts)
-    text = question.asked if asked is None else asked
-    return {pair: relation_match(relation_words(text, (*named, *facts[pair][1:3])), facts[pair][0], "",
-                                 facts[pair][1:3])
+    text = cut_names(question.asked if asked is None else asked, tuple(named))
+    return {pair: relation_match(relation_words(text, facts[pair][1:3]), facts[pair][0], "", facts[pair][1:3])
             + COSINE_SHARE * similarity.get(pair, 0.0) for pair in pairs}
 
 

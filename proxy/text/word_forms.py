@@ -14,12 +14,13 @@ know is left as it is. Unspaced scripts (Chinese) keep their stems: a Chinese wo
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 
 import simplemma
 
 from proxy.text.fold import fold
-from proxy.text.scripts import has_unspaced
+from proxy.text.scripts import UNSPACED, has_unspaced
 from proxy.text.stopwords import stopwords
 from proxy.text.words import STEM, split_words, stems
 
@@ -74,6 +75,21 @@ def relation_words(text: str, names: Sequence[str]) -> frozenset[str]:
     companies work with 卡卡兹合作社 (a cooperative)?", 合作 (to work with) is still asked."""
     folded = _folded(text)
     return _cut_stems(folded, tuple(dict.fromkeys(f for name in names if (f := _folded(name)) and f in folded)))
+
+
+_SPLIT_RUN = re.compile(f"(?<=[{UNSPACED}])\\s+(?=[{UNSPACED}])")   # spaces a cut put inside an unspaced run
+NAMES_CUT = 64   # a question pasting thousands of names asks no relation words: the rest are not cut
+
+
+@functools.lru_cache(maxsize=1024)
+def cut_names(text: str, names: tuple[str, ...]) -> str:
+    """``text`` folded, with the first ``NAMES_CUT`` of ``names`` cut out where it writes them (the
+    entities a question names: their names are no relation words on any hop of a chain)."""
+    folded = _SPLIT_RUN.sub("", _folded(text))   # a chain's remaining words are joined by spaces
+    present = {f for name in names[:NAMES_CUT] if (f := _folded(name)) and f in folded}
+    for name in sorted(present, key=len, reverse=True):   # the longer first: a name may hold another
+        folded = folded.replace(name, " ")
+    return folded
 
 
 _folded = functools.lru_cache(maxsize=65536)(fold)   # per edge per turn: names recur, and folding Han text converts it

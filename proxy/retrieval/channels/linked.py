@@ -17,7 +17,7 @@ from proxy.retrieval.found import Found
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.select import relation_match
 from proxy.retrieval.stages import Question
-from proxy.text.word_forms import relation_words
+from proxy.text.word_forms import cut_names, relation_words
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -80,6 +80,6 @@ def asked_kind(question: Question, named: tuple[str, ...] = ()) -> Callable[[Seq
     are no relation words."""
     if question.params.relation_ranking != "question":
         return None
-    asked = question.asked
-    return lambda keywords, source, target: relation_match(relation_words(asked, (*named, source, target)),
-                                                           keywords, "", (source, target))
+    asked = cut_names(question.asked, named)
+    return lambda keywords, source, target: relation_match(relation_words(asked, (source, target)), keywords, "",
+                                                           (source, target))
