@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import simplemma
 
@@ -69,6 +69,7 @@ def asked_stems(text: str) -> frozenset[str]:
 
 
 
+
 def relation_words(text: str, names: Sequence[str]) -> frozenset[str]:
     """``asked_stems`` of ``text`` with each of ``names`` it writes cut out where it is written: what
     the question asks of those entities. The names' words are not dropped everywhere: in "which
@@ -86,10 +87,7 @@ def cut_names(text: str, names: tuple[str, ...]) -> str:
     """``text`` folded, with the first ``NAMES_CUT`` of ``names`` cut out where it writes them (the
     entities a question names: their names are no relation words on any hop of a chain)."""
     folded = _SPLIT_RUN.sub("", _folded(text))   # a chain's remaining words are joined by spaces
-    present = {f for name in names[:NAMES_CUT] if (f := _folded(name)) and f in folded}
-    for name in sorted(present, key=len, reverse=True):   # the longer first: a name may hold another
-        folded = folded.replace(name, " ")
-    return folded
+    return _cut(folded, {f for name in names[:NAMES_CUT] if (f := _folded(name)) and f in folded})
 
 
 _folded = functools.lru_cache(maxsize=65536)(fold)   # per edge per turn: names recur, and folding Han text converts it
@@ -97,6 +95,11 @@ _folded = functools.lru_cache(maxsize=65536)(fold)   # per edge per turn: names 
 
 @functools.lru_cache(maxsize=4096)   # a hub's hundreds of edges share the question and the hub's name
 def _cut_stems(folded: str, present: tuple[str, ...]) -> frozenset[str]:
+    return asked_stems(_cut(folded, present))
+
+
+def _cut(folded: str, present: Iterable[str]) -> str:
+    """``folded`` with each of the folded names ``present`` in it replaced by a space."""
     for name in sorted(present, key=len, reverse=True):   # the longer first: a name may hold another
         folded = folded.replace(name, " ")
-    return asked_stems(folded)
+    return folded
