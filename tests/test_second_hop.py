@@ -106,6 +106,15 @@ async def facts_in_order(client: httpx.AsyncClient, world: World) -> list[set[st
     return [{r["source"], r["target"]} for r in result["relations"]]
 
 
+async def walked_facts(client: httpx.AsyncClient, world: World, **knobs: object) -> tuple[list[set[str]], dict]:
+    """The endpoints of the expansion channel's facts for the world's question (local mode, no keyword
+    call, no vector above the threshold, room for four), and the whole answer."""
+    body = {"query": world.question, "mode": "local", "keywords": "off", "cosine_threshold": 1.0, "top_k": 4,
+            **knobs}
+    result = (await client.post("/rag/query", json=body)).json()
+    return [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]], result
+
+
 @pytest.mark.parametrize("language", ["en", "zh"])
 async def test_the_bridges_answer_comes_before_the_named_entitys_other_facts(
         settings: Settings, fake: FakeOllama, language: str) -> None:
@@ -150,10 +159,7 @@ async def test_the_walk_itself_reaches_the_bridges_answer_not_its_other_acquisit
     acquisitions (they answer "acquired" too, but the hop reaching the bridge already did)."""
     world = english() if language == "en" else chinese()
     async with ingested(settings, fake, world) as client:
-        body = {"query": world.question, "mode": "local", "keywords": "off", "linking": "off",
-                "cosine_threshold": 1.0, "top_k": 4}
-        result = (await client.post("/rag/query", json=body)).json()
-        walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
+        walked, _ = await walked_facts(client, world, linking="off")
         assert {world.named, world.bridge} in walked and {world.bridge, world.answer} in walked, walked
 
 
@@ -191,9 +197,7 @@ async def test_the_walk_follows_a_chain_past_its_rings_to_the_third_fact(setting
     ("chairs") is its chair, not one of its acquisitions."""
     world = third_hop()
     async with ingested(settings, fake, world) as client:
-        body = {"query": world.question, "mode": "local", "keywords": "off", "cosine_threshold": 1.0, "top_k": 4}
-        result = (await client.post("/rag/query", json=body)).json()
-        walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
+        walked, result = await walked_facts(client, world)
         assert {world.bridge, world.answer} in walked, walked
         assert world.answer in {e["name"] for e in result["entities"]}
 
@@ -296,7 +300,5 @@ async def test_a_chains_next_fact_is_given_when_another_seed_brought_it_into_the
     new, and the chair was left to the PageRank's few places."""
     world = seen_from_elsewhere()
     async with ingested(settings, fake, world) as client:
-        body = {"query": world.question, "mode": "local", "keywords": "off", "cosine_threshold": 1.0, "top_k": 4}
-        result = (await client.post("/rag/query", json=body)).json()
-        walked = [{r["source"], r["target"]} for r in result["relations"] if "expansion" in r["channels"]]
+        walked, _ = await walked_facts(client, world)
         assert {world.bridge, world.answer} in walked, walked
