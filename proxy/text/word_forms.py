@@ -68,8 +68,6 @@ def asked_stems(text: str) -> frozenset[str]:
     return stems(text).union(*spaced)
 
 
-
-
 def relation_words(text: str, names: Sequence[str]) -> frozenset[str]:
     """``asked_stems`` of ``text`` with each of ``names`` it writes cut out where it is written: what
     the question asks of those entities. The names' words are not dropped everywhere: in "which
