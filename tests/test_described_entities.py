@@ -94,3 +94,37 @@ async def test_only_a_question_naming_nothing_builds_the_entities_keyword_index(
         await ingested(client, {"late2.txt": "Osprey Aviation builds aviation parts for export."})
         late = (await client.post("/rag/query", json={"query": question, "mode": "mix", "keywords": "off"})).json()
         assert "Osprey Aviation" in [e["name"] for e in late["entities"][:len(aviation) + 1]]
+
+
+NOTES = ("{} repainted its hangars after a long winter of storms.", "{} moved its offices twice in ten years.",
+         "{} builds aviation parts.")
+# one document per note: an entity's description is its notes merged from every document
+HANGARS = {f"note{i}.txt": " ".join(note.format(name) for name in AVIATION) for i, note in enumerate(NOTES)}
+
+
+async def test_an_unnamed_entitys_line_gives_the_notes_the_question_asks_about(settings: Settings,
+                                                                              fake: FakeOllama) -> None:
+    """A line is cut at a few dozen tokens: notes the question does not ask about would crowd the
+    other candidates out of the entity section (the shapes bench's "which firms are active in the
+    aviation sector?" lost two of eight firms at 4k). A named entity's line keeps every note."""
+    fake.structured = KnownFacts(dict.fromkeys(AVIATION, "Organization"))
+    async with gateway_client(settings, fake) as client:
+        await ingested(client, HANGARS)
+        asked = (await client.post("/rag/query", json={"query": "Which firms make aviation parts?", "mode": "mix",
+                                                        "keywords": "off"})).json()
+        lines = {line.split(" (")[0][2:]: line for line in asked["context"].splitlines()
+                 if line.startswith("- ") and "(Organization)" in line}
+        assert set(lines) == set(AVIATION), asked["context"]
+        for name, line in lines.items():
+            assert f"{name} builds aviation parts." in line
+            assert "hangars" not in line and "offices" not in line, line
+        # one the question names: its other notes are what it may ask about
+        named = (await client.post("/rag/query", json={"query": f"Tell me about {AVIATION[0]} and aviation.",
+                                                        "mode": "mix", "keywords": "off"})).json()
+        line = next(line for line in named["context"].splitlines() if line.startswith(f"- {AVIATION[0]} ("))
+        assert "hangars" in line and "aviation parts" in line, line
+        # notes that meet none of the question's words: the first ones, the entity's gist
+        gist = (await client.post("/rag/query", json={"query": "Which firms repainted?", "mode": "mix",
+                                                       "keywords": "off"})).json()
+        line = next(line for line in gist["context"].splitlines() if line.startswith(f"- {AVIATION[1]} ("))
+        assert "hangars" in line, line

@@ -24,7 +24,7 @@ from proxy.retrieval.wording import ENGLISH, Wording
 from proxy.text.fold import fold
 from proxy.text.sentences import split_notes
 from proxy.text.word_forms import relation_words
-from proxy.text.words import stems, without_names
+from proxy.text.words import stems, strong, without_names
 
 uncached_stems = stems.__wrapped__
 
@@ -60,19 +60,24 @@ def community_text(c: FoundCommunity) -> str:
     return f"- {c.title}: {summary}" if c.title else f"- {summary}"
 
 
-def entity_text(e: FoundEntity, stated: set[str], asked: frozenset[str] = frozenset()) -> str:
+def entity_text(e: FoundEntity, stated: set[str], asked: frozenset[str] = frozenset(), focused: bool = False) -> str:
     """Name and type, then the notes of its description that no fact above states, those holding
     the question's words (``asked``: their stems, the names it gives left out) first: a line is cut
     at ``ENTITY_TOKENS``, and the founding year or the headcount a question compares may be any
-    note of a merged description."""
+    note of a merged description. ``focused`` (an entity the question does not name): only the notes
+    that meet a question word, when any does; the others would crowd the next candidates out of the
+    section ("which firms are active in the aviation sector?" is answered by a list of lines)."""
     fresh = [" ".join(note.split()) for note in split_notes(e.description[:NOTES_CHARS])]
     fresh = [note for note in fresh if note_key(note) not in stated]
     if not fresh:
         return f"- {e.name} ({e.type})"
     wanted = without_names(asked, (e.name,))
     if wanted:   # stems of a note, uncached: a hub's long description would crowd out the ones that recur
-        matched = [len(uncached_stems(note) & wanted) for note in fresh]
-        fresh = [fresh[i] for i in sorted(range(len(fresh)), key=lambda i: (-matched[i], i))]
+        shared = [uncached_stems(note) & wanted for note in fresh]
+        order = sorted(range(len(fresh)), key=lambda i: (-len(shared[i]), i))
+        if focused:
+            order = [i for i in order if strong(shared[i])] or order
+        fresh = [fresh[i] for i in order]
     return f"- {e.name} ({e.type}): " + "".join(joined(fresh))
 
 
@@ -140,10 +145,13 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
     folded = question.casefold()
     asked = relation_words(question, [e.name for e in entities])
-    e_lines, e_used = fit_capped(((entity_text(e, stated, asked),
-                                   NAMED_ENTITY_TOKENS if e.key in named or e.name.casefold() in folded
-                                   else ENTITY_TOKENS)
-                                  for e in entities), ENTITY_TOKENS,
+
+    def entity_line(e: FoundEntity) -> tuple[str, int]:
+        if e.key in named or e.name.casefold() in folded:
+            return entity_text(e, stated, asked), NAMED_ENTITY_TOKENS
+        return entity_text(e, stated, asked, focused=True), ENTITY_TOKENS
+
+    e_lines, e_used = fit_capped((entity_line(e) for e in entities), ENTITY_TOKENS,
                                  entity_budget - c_used, tokenizer)
     kept_entities = entities[:len(e_lines)]
     return assemble(header, header_tokens, [
