@@ -13,7 +13,8 @@ from proxy.text.words import stems, strong, without_names
 T = TypeVar("T")
 
 MORPHEME_MATCH = 0.5   # a keyword met by a character the words share elsewhere than first: 就职 ~ 任职 (post),
-                       # but also 制造商 ~ 供应商 (-er) and 总部 ~ 零部件 (部: head office, parts)
+                       # but also 制造商 ~ 供应商 (-er) and 总部 ~ 零部件 (部: head office, parts); counted
+                       # once per relation, so two stray characters never weigh as one keyword met
 
 
 def round_robin(lists: Sequence[Sequence[T]], key: Callable[[T], Hashable]) -> list[T]:
@@ -49,11 +50,14 @@ def word_stems(text: str) -> frozenset[str]:
 
 
 def keyword_match(stems: frozenset[str], keywords: Sequence[str]) -> float:
-    """The share of a relation's keywords one of whose words the question has (``word_stems``)."""
+    """The share of a relation's keywords one of whose words the question has (``word_stems``); the
+    keywords met only by a character elsewhere in a word count as half of one, however many."""
     if not keywords:
         return 0.0
-    matched = (word_stems(keyword) & stems for keyword in keywords)
-    return sum(1.0 if strong(shared) else MORPHEME_MATCH for shared in matched if shared) / len(keywords)
+    matched = [word_stems(keyword) & stems for keyword in keywords]
+    full = sum(1 for shared in matched if strong(shared))
+    weak = MORPHEME_MATCH if any(shared and not strong(shared) for shared in matched) else 0.0
+    return (full + weak) / len(keywords)
 
 
 def relation_match(asked: frozenset[str], keywords: Sequence[str], description: str, names: Sequence[str]) -> float:
