@@ -128,3 +128,26 @@ async def test_an_unnamed_entitys_line_gives_the_notes_the_question_asks_about(s
                                                        "keywords": "off"})).json()
         line = next(line for line in gist["context"].splitlines() if line.startswith(f"- {AVIATION[1]} ("))
         assert "hangars" in line, line
+
+
+FLEET = [f"{tree} {kind}" for tree in TREES for kind in ("Air", "Aero")]   # sixteen aviation firms
+PARTNERS = {"fleet.txt": " ".join(f"{name} builds aviation parts." for name in FLEET),
+            "partners.txt": " ".join(f"{a} and {b} signed a cooperation agreement."
+                                     for a, b in zip(FLEET, FLEET[1:], strict=False))}
+
+
+@pytest.mark.parametrize("budget", [650, 800])
+async def test_a_question_naming_nothing_gets_its_entities_before_the_facts(settings: Settings, fake: FakeOllama,
+                                                                            budget: int) -> None:
+    """Its answer is the list of the entities it describes: their lines take the whole graph budget
+    (the entities' and the facts') first. On the Chinese shapes world at 4k the entities' own section
+    held eleven companies of other sectors (their descriptions share the question's frame, 活跃在…领域)
+    and left out up to three of eight shipping firms, while the facts' room held unrelated facts."""
+    fake.structured = KnownFacts(dict.fromkeys(FLEET, "Organization"))
+    async with gateway_client(settings, fake) as client:
+        await ingested(client, PARTNERS)
+        result = (await client.post("/rag/query", json={"query": "Which firms build aviation parts?", "mode": "mix",
+                                                         "keywords": "off", "max_total_tokens": budget})).json()
+        graph = result["context"].split("## Document passages")[0]
+        assert [name for name in FLEET if f"- {name} (Organization)" not in graph] == [], graph
+        assert "signed a cooperation agreement" in graph, graph   # the facts have the room the lines leave

@@ -117,9 +117,12 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
                            entity_budget: int, relation_budget: int, total_budget: int, tokenizer: Tokenizer,
                            instructions: str | None = None, communities: list[FoundCommunity] | None = None,
                            wording: Wording = ENGLISH, question: str = "",
-                           named: frozenset[str] = frozenset()) -> Context:
+                           named: frozenset[str] = frozenset(), described: int = 0) -> Context:
     """``named``: the keys of the entities the question names (linked, by any of their names, or by
-    an earlier turn of a follow-up); one whose name the question spells counts too."""
+    an earlier turn of a follow-up); one whose name the question spells counts too. ``described``:
+    how many leading ``entities`` a question naming none asks for ("which firms are active in the
+    aviation sector?"): those lines are the answer, so they come out of the whole graph budget
+    (entities' and facts') first, and the facts and the other entities share what they leave."""
     header = header_text(instructions, wording)
     header_tokens = tokenizer.count(header)
     communities = communities or []
@@ -135,6 +138,12 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
                 unique.append(relation)
                 yield text
 
+    asked = relation_words(question, [e.name for e in entities])
+    # the entities a question naming none asks for: out of both sections' budgets, the entities' first
+    d_lines, d_used = fit_capped((entity_text(e, set(), asked, focused=True) for e in entities[:described]),
+                                 ENTITY_TOKENS, entity_budget + relation_budget, tokenizer)
+    from_entities = min(d_used, entity_budget)
+    entity_budget, relation_budget = entity_budget - from_entities, relation_budget - (d_used - from_entities)
     r_lines, r_used = fit_capped(distinct(), RELATION_TOKENS, relation_budget, tokenizer)
     kept_relations = unique[:len(r_lines)]
     stated = {note for r in kept_relations for note in notes(r.description)}
@@ -144,16 +153,16 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # entities: name and type, and the notes the facts do not state, those the question asks about first
     # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
     folded = question.casefold()
-    asked = relation_words(question, [e.name for e in entities])
 
     def entity_line(e: FoundEntity) -> tuple[str, int]:
         if e.key in named or e.name.casefold() in folded:
             return entity_text(e, stated, asked), NAMED_ENTITY_TOKENS
         return entity_text(e, stated, asked, focused=True), ENTITY_TOKENS
 
-    e_lines, e_used = fit_capped((entity_line(e) for e in entities), ENTITY_TOKENS,
-                                 entity_budget - c_used, tokenizer)
-    kept_entities = entities[:len(e_lines)]
+    others = entities[described:] if len(d_lines) == described else []   # all the described fitted, or none else
+    e_lines, e_used = fit_capped((entity_line(e) for e in others), ENTITY_TOKENS, entity_budget - c_used, tokenizer)
+    kept_entities = entities[:len(d_lines)] + others[:len(e_lines)]
+    e_lines, e_used = d_lines + e_lines, d_used + e_used
     return assemble(header, header_tokens, [
         Section("relations", wording.facts, kept_relations, r_lines, r_used),
         Section("communities", wording.communities, communities[:len(c_lines)], c_lines, c_used),

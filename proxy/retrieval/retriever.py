@@ -106,6 +106,7 @@ class GraphFinds:
     relations: list[FoundRelation]
     chunk_lists: list[list[ChunkHit]]   # the channels' own chunk hits, one list per channel that has any
     communities: list[FoundCommunity] = field(default_factory=list)
+    described: int = 0   # how many leading entities a question naming none asks for (the described channel's)
 
 
 class Retriever:
@@ -350,14 +351,16 @@ class Retriever:
             anchors = {e.key: e.score for e in named["linked"].entities} if "linked" in named else {}
             relations = rank_evidence(self._view(question), question, relations, anchors,
                                       shortlist=max(SHORTLIST_FLOOR, budget.relation // LINE_TOKENS), vectors=vectors)
-            described = [e.key for e in named["described"].entities] if "described" in named else []
+            described = [e.key for e in named["described"].entities] if "described" in named and not anchors else []
             entities = rank_entities(entities, relations, anchors, described
-                                     )[:max(SHORTLIST_FLOOR, budget.entity // LINE_TOKENS)]
+                                     )[:max(SHORTLIST_FLOOR, len(described), budget.entity // LINE_TOKENS)]
             fill_descriptions(self._view(question), entities, [])
         else:
+            described = []
             fill_descriptions(self._view(question), entities, relations)
         communities = sorted((c for f in finds for c in f.communities), key=lambda c: -c.score)
-        return GraphFinds(entities, relations, [f.chunks for f in finds if f.chunks], communities)
+        leading = len(set(described) & {e.key for e in entities})
+        return GraphFinds(entities, relations, [f.chunks for f in finds if f.chunks], communities, leading)
 
     def _collect_chunks(self, question: Question, finds: GraphFinds) -> list[FoundChunk]:
         lists = [*finds.chunk_lists, *graph_sources(self._view(question), question, finds.entities, finds.relations)]
@@ -382,7 +385,8 @@ class Retriever:
                                           relation_budget=budget.relation, total_budget=budget.total,
                                           tokenizer=self.tokenizer, instructions=params.instructions,
                                           communities=finds.communities, wording=wording, question=question.asked,
-                                          named=frozenset(e.key for e in linked.entities) if linked else frozenset())
+                                          named=frozenset(e.key for e in linked.entities) if linked else frozenset(),
+                                          described=finds.described)
         return build_context(finds.entities, finds.relations, chunks, entity_budget=budget.entity,
                              relation_budget=budget.relation, total_budget=budget.total,
                              tokenizer=self.tokenizer, instructions=params.instructions,
