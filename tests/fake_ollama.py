@@ -74,6 +74,8 @@ class Recorded:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     json: Any  # parsed JSON or None
+    at: float = 0.0   # time.monotonic() when its body was read
+    client: str = ""  # "host:port" of the connection it came on
 
 
 @dataclass
@@ -269,7 +271,9 @@ class _Gate:
         for key, value in scope["headers"]:
             name, text = key.decode("latin-1").lower(), value.decode("latin-1")
             headers[name] = f"{headers[name]}, {text}" if name in headers else text
-        recorded = Recorded(scope["method"], path, headers, body, _try_json(body))
+        peer = scope.get("client") or ("", 0)
+        recorded = Recorded(scope["method"], path, headers, body, _try_json(body), time.monotonic(),
+                            f"{peer[0]}:{peer[1]}")
         self.fake.requests.append(recorded)  # (a test may trim the list meanwhile: keep our own)
 
         if path in self.fake.hang_paths:

@@ -397,7 +397,11 @@ class KillLoop:
         """No chunk twice in one process's life; none after its extraction was stored."""
         start = self.lifetimes[-1][0]
         twice = {c: n for c, n in self.upstream.extraction_counts(start, end).items() if n > 1}
-        assert not twice, f"chunks extracted more than once by one process: {twice}"
+        # when, and on which connection, each came: a client's resend tells apart from two runs
+        seen = [(round(r.at - self.upstream.fake.requests[start].at, 3), r.client)
+                for i, c in self.upstream.extractions(start, end) if c in twice
+                for r in [self.upstream.fake.requests[i]]] if twice else []
+        assert not twice, f"chunks extracted more than once by one process: {twice}; (seconds in, connection): {seen}"
         again = [(i, c) for i, c in self.upstream.extractions(start, end)
                  if c in self.stored_at and i >= self.stored_at[c]]
         assert not again, f"chunks extracted again after their extraction was stored: {again}"
