@@ -11,7 +11,7 @@ import pytest
 
 from proxy.core.settings import Settings
 from proxy.core.tokens import get_tokenizer
-from proxy.retrieval.context_evidence import ENTITY_TOKENS, build_evidence_context, entity_text
+from proxy.retrieval.context_evidence import ENTITY_TOKENS, NAMED_ENTITY_TOKENS, build_evidence_context, entity_text
 from proxy.retrieval.found import FoundEntity, FoundRelation
 from proxy.retrieval.select import word_stems
 from tests.conftest import gateway_client
@@ -121,3 +121,30 @@ def test_the_notes_of_an_entity_the_question_names_are_not_cut_at_a_pointers_len
                                       total_budget=4000, tokenizer=get_tokenizer(),
                                       question="And how much revenue do they make?", named=frozenset({named.key}))
     assert "728.7" in followed.text and "508.4" not in followed.text, followed.text
+
+
+def test_the_entities_a_question_names_share_half_the_entity_section() -> None:
+    """A hub's merged description is long, and the note that answers may share no word with the
+    question ("Sales at X reached 405.1 million euros" for "annual revenue"): the named entities'
+    lines may take half of the section between them, so a larger budget reaches further into their
+    notes; at a small one they keep NAMED_ENTITY_TOKENS."""
+    notes = " ".join(f"{{x}} opened a showroom in district {i} of the old harbour town." for i in range(30))
+    hub = entity("Zanwicjen Cooperative", (notes + " Sales at {x} reached 405.1 million euros.").format(
+        x="Zanwicjen Cooperative"))
+    other = entity("Belfas Cooperative", "Belfas Cooperative reported annual revenue of 283.1 million euros.")
+    question = "What is the annual revenue of Zanwicjen Cooperative?"
+
+    def text(entity_budget: int, entities: list[FoundEntity]) -> str:
+        return build_evidence_context(entities, [], [], entity_budget=entity_budget, relation_budget=500,
+                                      total_budget=8000, tokenizer=get_tokenizer(), question=question).text
+
+    assert "405.1" in text(2000, [hub])
+    assert "405.1" not in text(300, [hub])   # 150 tokens of 300: the floor of 160 holds
+    line = next(line for line in text(2000, [hub]).splitlines() if line.startswith("- Zanwicjen"))
+    assert NAMED_ENTITY_TOKENS < get_tokenizer().count(line) <= 1000 + 2
+    # two named share it: each line is cut at a quarter of the section
+    both = build_evidence_context([hub, other], [], [], entity_budget=2000, relation_budget=500, total_budget=8000,
+                                  tokenizer=get_tokenizer(),
+                                  question="Which has the larger revenue, Zanwicjen Cooperative or Belfas Cooperative?")
+    line = next(line for line in both.text.splitlines() if line.startswith("- Zanwicjen"))
+    assert NAMED_ENTITY_TOKENS < get_tokenizer().count(line) <= 500 + 2

@@ -32,6 +32,7 @@ RELATION_TOKENS = 80   # a relation merged from many notes is cut: its first not
 ENTITY_TOKENS = 48     # an entity's line is a pointer (type, gist); its facts are the relations'
 NAMED_ENTITY_TOKENS = 160  # but one the question names is what it asks about: the founding year, the
                            # headcount or the revenue it compares or lists may be any of its notes
+NAMED_SHARE = 0.5      # ... and the entities it names share up to this part of the section, when that is more
 COMMUNITY_TOKENS = 200  # a community's summary: its members and what joins them
 CHARS_PER_TOKEN_MAX = 12  # more characters than a line's token limit can ever take (cl100k: ~4 a token)
 NOTES_CHARS = 4096     # the part of a hub's long description whose notes an entity line chooses from
@@ -153,10 +154,12 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # entities: name and type, and the notes the facts do not state, those the question asks about first
     # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
     folded = question.casefold()
+    subjects = [e for e in entities if e.key in named or e.name.casefold() in folded]
+    named_limit = max(NAMED_ENTITY_TOKENS, int(entity_budget * NAMED_SHARE) // max(len(subjects), 1))
 
     def entity_line(e: FoundEntity) -> tuple[str, int]:
         if e.key in named or e.name.casefold() in folded:
-            return entity_text(e, stated, asked), NAMED_ENTITY_TOKENS
+            return entity_text(e, stated, asked), named_limit
         return entity_text(e, stated, asked, focused=True), ENTITY_TOKENS
 
     others = entities[described:] if len(d_lines) == described else []   # all the described fitted, or none else
