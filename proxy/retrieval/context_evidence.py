@@ -154,11 +154,15 @@ def build_evidence_context(entities: list[FoundEntity], relations: list[FoundRel
     # entities: name and type, and the notes the facts do not state, those the question asks about first
     # (the names it gives are left out: in "which was founded first, X or Y?" a note of X naming Y is not)
     folded = question.casefold()
-    subjects = [e for e in entities if e.key in named or e.name.casefold() in folded]
-    named_limit = max(NAMED_ENTITY_TOKENS, int(entity_budget * NAMED_SHARE) // max(len(subjects), 1))
+
+    def is_subject(e: FoundEntity) -> bool:
+        return e.key in named or e.name.casefold() in folded
+
+    subjects = sum(1 for e in entities if is_subject(e))
+    named_limit = max(NAMED_ENTITY_TOKENS, int(entity_budget * NAMED_SHARE) // max(subjects, 1))
 
     def entity_line(e: FoundEntity) -> tuple[str, int]:
-        if e.key in named or e.name.casefold() in folded:
+        if is_subject(e):
             return entity_text(e, stated, asked), named_limit
         return entity_text(e, stated, asked, focused=True), ENTITY_TOKENS
 
