@@ -225,6 +225,78 @@ async def test_a_hop_worded_by_an_irregular_phrasal_verb_is_followed(settings: S
         assert relations.index({world.bridge, world.answer}) < relations.index({"Nova Works", "Ivo Crane"}), relations
 
 
+def harvester() -> World:
+    """A Chinese 3-hop chain whose product's name starts with the character the question's middle
+    relation word starts with: 收割机 (harvester) and 收购 (acquired). The maker and the acquirer
+    each have a head office."""
+    others = [f"{name}系统" for name in ("奥德", "伯奇", "塞达", "艾尔", "菲尔", "黑泽", "拉奇", "梅普")]
+    nova = "诺瓦工坊生产奎隆收割机。泽塔实验室于2019年收购了诺瓦工坊。诺瓦工坊的总部位于根特。"
+    zeta = "".join([*(f"泽塔实验室收购了{o}。" for o in others), "泽塔实验室的总部位于里斯本。"])
+    entities = {"诺瓦工坊": "Organization", "泽塔实验室": "Organization", "奎隆收割机": "Artifact",
+                "里斯本": "Location", "根特": "Location", **dict.fromkeys(others, "Organization")}
+    kinds = {"生产": ["制造商", "产品"], "收购": ["收购", "被收购"], "总部": ["总部", "所在地"]}
+    return World("收购了奎隆收割机制造商的公司总部在哪里？", "奎隆收割机", "泽塔实验室", "里斯本", frozenset(),
+                 {"nova.txt": nova, "zeta.txt": zeta}, entities, kinds)
+
+
+async def test_a_names_characters_answer_no_relation_word_of_the_chain(settings: Settings, fake: FakeOllama) -> None:
+    """"诺瓦工坊生产奎隆收割机" (the maker makes the harvester) does not answer 收购 (acquired) by
+    the 收 of the harvester's name: the maker's acquisition is still asked for, so the acquirer's
+    head office comes before the maker's own."""
+    world = harvester()
+    async with ingested(settings, fake, world) as client:
+        relations = await facts_in_order(client, world)
+        assert relations.index({world.bridge, world.answer}) < relations.index({"诺瓦工坊", "根特"}), relations
+
+
+def chaired(language: str) -> World:
+    """A 3-hop chain from a person: Orla Dent chairs Nova Works, which Zeta Labs acquired; Zeta Labs'
+    head office is asked for. Eight other companies' chairs answer "chairs" as the question's own
+    first hop does."""
+    if language == "en":
+        others = [f"{name} Systems" for name in ("Alder", "Birch", "Cedar", "Elm", "Fir", "Hazel", "Larch", "Maple")]
+        chairs = [f"{name} Vale" for name in ("Ada", "Bea", "Cal", "Dov", "Eli", "Fay", "Gus", "Hal")]
+        nova = "Orla Dent chairs Nova Works. Nova Works is headquartered in Ghent. Nova Works merged into Zeta Labs."
+        zeta = "Zeta Labs is headquartered in Lisbon."
+        boards = " ".join(f"{person} chairs {company}." for person, company in zip(chairs, others, strict=True))
+        names = {"Nova Works": "Organization", "Zeta Labs": "Organization", "Orla Dent": "Person",
+                 "Lisbon": "Location", "Ghent": "Location"}
+        kinds = {"chairs": ["chair", "board"], "merged": ["acquisition", "merger"],
+                 "headquartered": ["headquarters", "location"]}
+        question = "Where is the head office of the company that acquired the firm chaired by Orla Dent?"
+        named, bridge, answer = "Orla Dent", "Zeta Labs", "Lisbon"
+    else:
+        others = [f"{name}系统" for name in ("奥德", "伯奇", "塞达", "艾尔", "菲尔", "黑泽", "拉奇", "梅普")]
+        chairs = [f"{name}·维尔" for name in ("艾达", "比娅", "卡尔", "多夫", "伊莱", "费伊", "格斯", "哈尔")]
+        nova = "欧拉·登特担任诺瓦工坊董事会主席。诺瓦工坊的总部位于根特。诺瓦工坊于2007年并入泽塔实验室。"
+        zeta = "泽塔实验室的总部位于里斯本。"
+        boards = "".join(f"{person}担任{company}董事会主席。" for person, company in zip(chairs, others, strict=True))
+        names = {"诺瓦工坊": "Organization", "泽塔实验室": "Organization", "欧拉·登特": "Person",
+                 "里斯本": "Location", "根特": "Location"}
+        kinds = {"董事会主席": ["董事会主席", "董事会"], "并入": ["收购", "并购"], "总部": ["总部", "所在地"]}
+        question = "收购了由欧拉·登特担任董事会主席的公司的那家企业，总部设在哪个城市？"
+        named, bridge, answer = "欧拉·登特", "泽塔实验室", "里斯本"
+    entities = {**names, **dict.fromkeys(others, "Organization"), **dict.fromkeys(chairs, "Person")}
+    return World(question, named, bridge, answer, frozenset(chairs),
+                 {"nova.txt": nova, "zeta.txt": zeta, "boards.txt": boards}, entities, kinds)
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+async def test_facts_apart_from_the_chain_are_judged_by_what_the_named_entity_left(
+        settings: Settings, fake: FakeOllama, language: str) -> None:
+    """The named person's chair answers "chaired": the other companies' chairs answer nothing the
+    question still asks, and come after the chain's acquisition and the acquirer's head office
+    (they were judged by the whole question, and outranked the chain's later hops). No cosine
+    threshold: the relations channel brings every fact, and the order decides."""
+    world = chaired(language)
+    async with ingested(settings, fake, world) as client:
+        body = {"query": world.question, "mode": "mix", "keywords": "off", "cosine_threshold": 0.0}
+        result = (await client.post("/rag/query", json=body)).json()
+        relations = [{r["source"], r["target"]} for r in result["relations"]]
+        answer = relations.index({world.bridge, world.answer})
+        assert all(answer < i for i, pair in enumerate(relations) if pair & world.suppliers), relations
+
+
 def made_otherwise() -> World:
     """The third-hop world with the first hop worded otherwise: the question says "maker", the
     product's only relation "comes from the workshops of" with the keywords "product, manufactures"."""

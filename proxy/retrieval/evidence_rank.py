@@ -22,6 +22,7 @@ from proxy.retrieval.found import FoundEntity, FoundRelation
 from proxy.retrieval.relevance import cosines, hop_confidence, relation_relevance, unanswered
 from proxy.retrieval.select import word_stems
 from proxy.retrieval.stages import Question
+from proxy.text.words import without_names
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -100,10 +101,16 @@ def evidence_scores(store: KnowledgeStore, question: Question, relations: list[F
             there = r.target if r.source == here else r.source
             if there not in anchors and there not in reached:
                 rest, inherited = reached[here]
-                said = word_stems(" ".join(r.keywords)) | word_stems(r.description)
-                reached[there] = (unanswered(question, said, rest),
+                reached[there] = (unanswered(question, said_by(r), rest),
                                   inherited * hop_confidence(hop_relevance[pair], len(touching[here])))
                 frontier.append(there)
+    apart = [r for r in relations if r.pair not in judged]
+    anchored = [r for key in anchors for r in touching.get(key, ())]
+    if apart and anchored:
+        rest = residual_text(question, max(anchored, key=lambda r: scores[r.pair]))
+        relevant = (relation_relevance(store, _with_text(question, rest), apart, descriptions=descriptions,
+                                       similarity=sims, named=tuple(anchors)) if rest.strip() else [0.0] * len(apart))
+        scores.update(zip((r.pair for r in apart), relevant, strict=True))
     return scores
 
 
@@ -118,7 +125,15 @@ def chain_anchor(reaching: FoundRelation, anchors: dict[str, float], relevance: 
 
 def residual_text(question: Question, answered: FoundRelation) -> str:
     """The question (and its themes) without the words a relation's keywords or description answer."""
-    return unanswered(question, word_stems(" ".join(answered.keywords)) | word_stems(answered.description))
+    return unanswered(question, said_by(answered))
+
+
+def said_by(relation: FoundRelation) -> frozenset[str]:
+    """The stems a relation answers a question's words with: its keywords', and its description's
+    less its entities' names. "M makes the 涅梅尔收割机" says nothing of 收购 (acquired), though the
+    harvester's name starts with the same character: a name answers no relation word."""
+    described = without_names(word_stems(relation.description), (relation.source_name, relation.target_name))
+    return word_stems(" ".join(relation.keywords)) | described
 
 
 def _with_text(question: Question, text: str) -> Question:
