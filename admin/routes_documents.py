@@ -62,8 +62,9 @@ async def documents_page(request: Request) -> Response:
 async def upload(request: Request) -> Response:
     results = await submit_uploads(request)
     if is_htmx(request):
-        return render(request, "_upload_results.html", {"results": results})
-    return render(request, "upload_done.html", {"results": results},
+        return render(request, "_upload_results.html", {"results": results, "standalone": False})
+    # posted before htmx ran (or without scripts): a page of its own, with no documents table to refresh
+    return render(request, "upload_done.html", {"results": results, "standalone": True},
                   status=200 if any(r["outcome"] != "rejected" for r in results) else results[0]["status_code"])
 
 

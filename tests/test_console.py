@@ -64,6 +64,21 @@ async def test_upload_reports_each_file_and_the_table_shows_them_processed(conso
     assert (await console.get("/admin/documents?page=0")).status_code == 400
 
 
+async def test_an_upload_posted_before_htmx_ran_gets_a_page_that_targets_nothing_it_lacks(
+        console: httpx.AsyncClient) -> None:
+    """A click on Upload before the page's scripts ran (a slow machine) posts the plain form: the
+    answer is a whole page with the results, and no element on it asks htmx to refresh a documents
+    table the page does not have (htmx reported a targetError)."""
+    files = [("files", ("team.txt", TEAM.encode(), "text/plain"))]
+    response = await post(console, "/admin/documents", files=files)
+    assert response.status_code == 200 and "<html" in response.text
+    assert re.search(r'id="upload-results">\s*<ul class="results">\s*<li><span class="badge accepted">', response.text)
+    ids = set(re.findall(r'\bid="([^"]+)"', response.text))
+    targets = set(re.findall(r'hx-target="#([^"]+)"', response.text))
+    assert targets <= ids, targets - ids
+    await settled(console)
+
+
 async def test_document_page_shows_chunks_with_what_each_yielded_and_delete_confirms(
         console: httpx.AsyncClient) -> None:
     await upload_texts(console, ("team.txt", TEAM), ("city.md", CITY))

@@ -179,6 +179,7 @@ def _upload_and_watch(page: Page, fake: FakeOllama) -> None:
     _nav(page, "Documents").click()
     expect(page).to_have_url(re.compile(r"/admin/documents$"))
     expect(page.locator("#document-table")).to_contain_text("No documents yet")
+    page.wait_for_load_state("load")   # htmx has taken the form: a click before it posts the plain form
     page.evaluate(WATCH)
     _no_reload_marker(page)
 

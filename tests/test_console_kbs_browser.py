@@ -73,6 +73,7 @@ def _upload(page: Page) -> None:
     _nav(page, "Documents").click()
     expect(page).to_have_url(re.compile(r"/admin/documents\?kb=hr$"))
     expect(page.locator("#document-table")).to_contain_text("No documents yet")
+    page.wait_for_load_state("load")   # htmx has taken the form: a click before it posts the plain form
     page.locator("input[type=file][name=files]").set_input_files([
         FilePayload(name="handbook.txt", mimeType="text/plain", buffer=TEAM.encode())])
     page.get_by_role("button", name="Upload", exact=True).click()

@@ -239,6 +239,7 @@ def test_metadata_in_a_real_browser(live_gateway: str, facts: KnownFacts) -> Non
 def _upload_filter_and_edit(page: Page) -> None:
     page.goto("/admin/documents")
     expect(page.locator("#document-table")).to_contain_text("No documents yet")
+    page.wait_for_load_state("load")   # htmx has taken the form: a click before it posts the plain form
     for name, text, meta in (("team.txt", TEAM, TEAM_META), ("city.md", CITY, CITY_META)):
         page.get_by_label("Metadata", exact=True).fill(json.dumps(meta))
         page.locator("input[type=file][name=files]").set_input_files(

@@ -120,6 +120,8 @@ def _real_data(page: Page, url: str) -> list[str]:
     """Documents, entities, a cache, a chat turn, a second base and a knowledge model, made as a
     user makes them; the console's addresses that show them."""
     _nav(page, "Documents").click()
+    expect(page.locator("#document-table")).to_be_visible()
+    page.wait_for_load_state("load")   # htmx has taken the form: a click before it posts the plain form
     page.locator("input[type=file][name=files]").set_input_files([
         FilePayload(name="team-minutes-of-the-quarterly-planning-meeting-with-every-department.txt",
                     mimeType="text/plain", buffer=TEAM.encode()),
