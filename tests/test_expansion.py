@@ -53,6 +53,20 @@ def test_the_neighbourhood_stops_at_its_hops_and_its_cap() -> None:
     assert all("hub" in pair for pair in edges)
 
 
+def test_a_dense_neighbourhood_keeps_the_edges_nearest_the_seed_up_to_the_edge_cap() -> None:
+    """The seed's 30 neighbours all know one another (435 edges among them): with room for 20 edges,
+    they are 20 of the seed's own; with room for 40, all 30 of its own and 10 among its neighbours;
+    with room for all, the same edges as without a cap."""
+    ring = [f"n{i:02d}" for i in range(30)]
+    dense = graph_of([("seed", n) for n in ring] + [(a, b) for i, a in enumerate(ring) for b in ring[i + 1:]])
+    assert all("seed" in pair for pair in dense.neighbourhood_edges(["seed"], 2, 100, 20))
+    forty = dense.neighbourhood_edges(["seed"], 2, 100, 40)
+    assert len(forty) == 40 and sum("seed" in pair for pair in forty) == 30
+    every = dense.neighbourhood_edges(["seed"], 2, 100)
+    assert len(every) == 465 and sorted(dense.neighbourhood_edges(["seed"], 2, 100, 1000)) == sorted(every)
+    assert len(set(map(frozenset, every))) == 465   # no edge twice
+
+
 def test_the_walk_follows_the_edges_weighted_by_the_question() -> None:
     # seed -> bridge -> answer, beside a decoy the bridge also reaches
     graph = graph_of([("seed", "bridge"), ("bridge", "answer"), ("bridge", "decoy")])

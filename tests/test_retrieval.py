@@ -11,12 +11,14 @@ import httpx
 import numpy as np
 import pytest
 
+from admin.rendering import ref
 from proxy.core.settings import Settings
 from proxy.core.tokens import get_tokenizer
 from proxy.retrieval.select import round_robin, weighted_quota
 from proxy.store.postgres.connection import vector_array
 from tests.background import background_written
 from tests.conftest import gateway_client
+from tests.console_helpers import post
 from tests.corpus import CITY, CLUB, TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, fake_embedding
@@ -127,6 +129,31 @@ async def test_keywords_come_from_the_model_and_are_cached(kb: httpx.AsyncClient
     second = await query(kb, query="What  does Acme Corp do?", mode="local")  # same after normalising
     assert second["keywords"]["source"] == "cache"
     assert facts.calls.count("keywords") == 1
+
+
+async def test_cached_keywords_deleted_or_cleared_in_the_console_are_asked_for_again(
+        kb: httpx.AsyncClient, facts: KnownFacts) -> None:
+    """A turn's keywords are served from memory once read (a stored reply costs DuckDB a block's
+    decompression); an entry deleted in the console, or its kind cleared, is not served again."""
+    ask = "What does Acme Corp do?"
+    await query(kb, query=ask, mode="local")
+    await background_written()
+    assert (await query(kb, query=ask, mode="local"))["keywords"]["source"] == "cache"
+    key = next(key for kind, key in await cache_entries(kb) if kind == "keywords")
+    assert (await post(kb, f"/admin/cache/keywords/{ref(key)}/delete")).status_code == 303
+    assert (await query(kb, query=ask, mode="local"))["keywords"]["source"] == "llm"
+    assert facts.calls.count("keywords") == 2
+    await background_written()
+    assert (await query(kb, query=ask, mode="local"))["keywords"]["source"] == "cache"
+    assert (await post(kb, "/admin/cache/keywords/clear")).status_code == 303
+    assert (await query(kb, query=ask, mode="local"))["keywords"]["source"] == "llm"
+    assert facts.calls.count("keywords") == 3
+
+
+async def cache_entries(client: httpx.AsyncClient) -> set[tuple[str, str]]:
+    cache = client._transport.app.state.gateway.knowledge.cache  # type: ignore[attr-defined]
+    rows, _ = await cache.entries("keywords", None, 100, 0)
+    return {("keywords", row["key"]) for row in rows}
 
 
 async def test_follow_up_question_resolves_through_history(kb: httpx.AsyncClient) -> None:

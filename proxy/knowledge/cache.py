@@ -3,6 +3,7 @@ for the model calls, and the console's view of it (kinds, entries, deleting, cle
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from anyio.abc import TaskGroup
@@ -12,14 +13,21 @@ from proxy.store.protocols.cache import CACHE_KINDS, CacheEntry, CacheTables, Ki
 
 # new entries wait this long for others to share their commit (they are off every caller's path)
 WRITE_DELAY = 0.2
+# small replies (a turn's keywords) kept in memory too: DuckDB reads a stored reply by decompressing
+# the block of replies around it, ~5 ms beside big extraction replies, on every grounded turn
+MEMORY_ENTRIES = 4096
+MEMORY_REPLY_CHARS = 4096
 
 
 class CacheService:
-    def __init__(self, tables: CacheTables) -> None:
+    def __init__(self, tables: CacheTables, *, in_memory: bool = True) -> None:
+        """``in_memory``: keep small replies in this process too (not on a store several replicas
+        share: one's deletion would not reach the others' memory)."""
         self.tables = tables
         self.writer = tables.writer(WRITE_DELAY)
         self._reader = tables.reader()
         self._group: TaskGroup | None = None
+        self._memory: OrderedDict[tuple[str, str], str] | None = OrderedDict() if in_memory else None
 
     def start(self, group: TaskGroup) -> None:
         """Commit new entries from now on, in ``group`` (cancelled at shutdown)."""
@@ -30,13 +38,30 @@ class CacheService:
 
     async def lookup(self, kind: str, key: str) -> str | None:
         """The cached response, or None; lookups made in the same moment share one query."""
-        return await self._reader.get((kind, key))
+        memory = self._memory
+        if memory is not None and (kind, key) in memory:
+            memory.move_to_end((kind, key))
+            return memory[(kind, key)]
+        found = await self._reader.get((kind, key))
+        if found is not None:
+            self._keep(kind, key, found)
+        return found
 
     def remember(self, entry: CacheEntry) -> None:
-        """Keep a new entry, in the background."""
+        """Keep a new entry (or count a hit), in the background."""
         if self._group is None:
             raise RuntimeError("the cache service is not started")
+        self._keep(entry.kind, entry.key, entry.response)
         write_in_background(self._group, self.writer, entry)
+
+    def _keep(self, kind: str, key: str, response: str) -> None:
+        memory = self._memory
+        if memory is None or len(response) > MEMORY_REPLY_CHARS:
+            return
+        memory[(kind, key)] = response
+        memory.move_to_end((kind, key))
+        if len(memory) > MEMORY_ENTRIES:
+            memory.popitem(last=False)
 
     def remember_answer(self, model: str, key: str, request: bytes, response: bytes) -> None:
         self.remember(CacheEntry("answer", key, model, request.decode("utf-8", "replace"),
@@ -60,7 +85,12 @@ class CacheService:
         return await self.tables.count(kind)
 
     async def delete(self, kind: str, key: str) -> None:
+        if self._memory is not None:
+            self._memory.pop((kind, key), None)
         await self.tables.delete(kind, key)
 
     async def clear(self, kind: str) -> None:
+        if self._memory is not None:
+            for held in [held for held in self._memory if held[0] == kind]:
+                del self._memory[held]
         await self.tables.clear(kind)

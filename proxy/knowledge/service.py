@@ -125,7 +125,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
     try:
         limiter = limiter or PriorityLimiter(settings.llm_concurrency)
 
-        cache = CacheService(store.tables.cache)
+        cache = CacheService(store.tables.cache, in_memory=not store.backend.shared)
         traces = TraceService(store.tables.traces)
         models = ModelClient(upstream, limiter, settings, cache_lookup=cache.lookup,
                              embed_limiter=embed_limiter or PriorityLimiter(settings.embed_concurrency),

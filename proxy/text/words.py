@@ -113,6 +113,8 @@ def without_names(found: frozenset[str], names: Iterable[str]) -> frozenset[str]
     """``found`` (stems) less those of ``names``: their own stems, and any unspaced stem made only of
     their characters. A name inside a Chinese question is cut with its neighbours ("伊韦韦糖浆制造商"
     may give "伊韦" and "韦糖浆"), so its pieces there are not the stems it has alone."""
+    if not found:   # an edge judged without its description: nothing to cut (hundreds per turn)
+        return found
     parts = [_name_parts(name) for name in names]
     named = frozenset().union(*(own for own, _ in parts))
     chars = frozenset().union(*(unspaced for _, unspaced in parts))
