@@ -20,6 +20,7 @@ import pytest
 from admin.rendering import ref
 from proxy.app import create_app
 from proxy.core.settings import Settings
+from proxy.core.tokens import get_tokenizer
 from tests.corpus import TEAM
 from tests.extractor import KnownFacts
 from tests.fake_ollama import FakeOllama, StreamEvent
@@ -114,3 +115,43 @@ def test_a_held_merge_commit_stalls_no_page_no_stream_and_no_entity_lookup(
         assert answered_while_held[phase] == [("GET /", True), ("entity page", True)], (
             f"answered only after the commit's {phase} was released: {answered_while_held[phase]}")
         assert relayed_while_held[phase], f"the stream's lines waited for the commit's {phase}"
+
+
+def test_a_long_conversation_is_tokenised_off_the_event_loop(
+        gateway: str, fake: FakeOllama, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn whose conversation holds a pasted document (67 KB: ~8 ms of tokenising) has it counted
+    in a worker thread: while that count is held, the gateway answers /api/version. On the loop, the
+    answer would come only once the hold gave up (HANG_GUARD), and the test fails."""
+    tokenizer = get_tokenizer()
+    counting, release = threading.Event(), threading.Event()
+    encode = tokenizer.encode
+    pasted = "The quarterly report of the Orion project, section after section. " * 1000
+
+    def held(text: str) -> list[int]:
+        if len(text) >= len(pasted):
+            counting.set()
+            release.wait(HANG_GUARD)
+        return encode(text)
+
+    monkeypatch.setattr(tokenizer, "encode", held)
+    with httpx.Client(base_url=gateway, timeout=2 * HANG_GUARD) as client:
+        _processed(client, "team.md", TEAM)
+        answers: list[httpx.Response] = []
+        body = {"model": "llama3.2:latest", "stream": False, "options": {"num_ctx": 65536},
+                "messages": [{"role": "user", "content": pasted}, {"role": "assistant", "content": "Noted."},
+                             {"role": "user", "content": "Who leads the Orion project?"}]}
+        chat = threading.Thread(target=lambda: answers.append(client.post("/api/chat", json=body)), daemon=True)
+        chat.start()
+        try:
+            assert counting.wait(HANG_GUARD), "the conversation was never counted"
+            started = time.monotonic()
+            version = client.get("/api/version", timeout=HANG_GUARD)
+            assert version.status_code == 200
+            assert not release.is_set() and time.monotonic() - started < HANG_GUARD
+        finally:
+            release.set()
+            chat.join(2 * HANG_GUARD)
+        assert answers and answers[0].status_code == 200, answers
+        # the turn was grounded: the pasted document was counted, and the question's context injected
+        chats = [r for r in fake.requests_to("/api/chat") if "Orion project?" in r.body.decode()]
+        assert chats and "Alice Smith" in json.dumps(chats[-1].json["messages"])

@@ -209,3 +209,16 @@ def test_a_window_too_small_for_the_instructions_is_forwarded_and_traced_with_wh
     trace = traced(world["url"], 1024 + 64 + 60)
     assert not trace["augmented"] and "cannot hold the instructions" in trace["reason"]
 
+
+
+def test_a_long_messages_count_is_remembered_without_keeping_its_text() -> None:
+    """A pasted document comes back in every later turn of its conversation: its count is kept by
+    length and hash, so the next turn counts it without tokenising (and on the event loop)."""
+    tokenizer = get_tokenizer()
+    pasted = "Section after section of the quarterly report, with figures. " * 2000 + str(time.time_ns())
+    assert tokenizer.counted(pasted) is None and tokenizer.uncounted_chars([pasted, "short"]) == len(pasted) + 5
+    count = tokenizer.count(pasted)
+    assert count == len(tokenizer.encode(pasted))
+    assert tokenizer.counted(pasted) == count and tokenizer.uncounted_chars([pasted]) == 0
+    assert tokenizer.counted(pasted[:-1] + "!") is None   # another text of the same length
+    assert pasted not in tokenizer._counts   # its text is not kept

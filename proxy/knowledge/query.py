@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.core.errors import BadRequest
 from proxy.knowledge.traces import Trace
-from proxy.retrieval.budget import Budget, conversation_tokens, plan_budget
+from proxy.retrieval.budget import Budget, conversation_size, plan_budget
 from proxy.retrieval.context import inject
 from proxy.retrieval.found import FoundChunk
 from proxy.retrieval.params import QueryParams
@@ -58,8 +58,8 @@ def history_of(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return history
 
 
-def plan(knowledge: Knowledge, body: Mapping[str, Any], messages: list[dict[str, Any]],
-         params: QueryParams) -> Budget:
+async def plan(knowledge: Knowledge, body: Mapping[str, Any], messages: list[dict[str, Any]],
+               params: QueryParams) -> Budget:
     """The request's ``num_ctx`` as the window to fit, or ``max_total_tokens`` alone when it has
     none; the same plan as a chat turn's (``plan_budget``)."""
     ceilings = (params.max_total_tokens, params.max_entity_tokens, params.max_relation_tokens)
@@ -69,7 +69,7 @@ def plan(knowledge: Knowledge, body: Mapping[str, Any], messages: list[dict[str,
     if isinstance(num_ctx, bool) or not isinstance(num_ctx, int) or num_ctx < 1:
         raise BadRequest("num_ctx must be a positive whole number")
     return plan_budget(max_total=ceilings[0], max_entity=ceilings[1], max_relation=ceilings[2], window=num_ctx,
-                       source="request", conversation=conversation_tokens(messages, knowledge.tokenizer.count),
+                       source="request", conversation=await conversation_size(messages, knowledge.tokenizer),
                        reserve=knowledge.retriever.settings.answer_reserve)
 
 
@@ -123,7 +123,7 @@ async def run_query(knowledge: Knowledge, body: Mapping[str, Any], *, api: str =
     history = history_of(body)
     params = QueryParams.from_settings(knowledge.retriever.settings).with_overrides(dict(body))
     messages = [*history, {"role": "user", "content": text}]
-    budget = plan(knowledge, body, messages, params)
+    budget = await plan(knowledge, body, messages, params)
     if budget.reason:
         result = describe(Retrieval(text, params.mode, None, None, skipped=budget.reason), budget)
     else:

@@ -13,7 +13,14 @@ references. The context builders (``context.py``) then hold the text itself to t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+if TYPE_CHECKING:
+    from proxy.core.tokens import Tokenizer
+
+LOOP_TOKENISING_CHARS = 16_384   # more than this to tokenise (~2 ms) goes to a worker thread
 
 MARGIN = 64          # chat-template tokens the tokenizer does not see
 PER_MESSAGE = 4      # role markers and separators per message
@@ -76,6 +83,14 @@ def conversation_tokens(messages: list[dict[str, Any]], count: Any) -> int:
     for message in messages:
         tokens += PER_MESSAGE + count(message_text(message))
     return tokens
+
+
+async def conversation_size(messages: list[dict[str, Any]], tokenizer: Tokenizer) -> int:
+    """``conversation_tokens``, off the event loop when much of it was not counted lately: a pasted
+    document of 210 KB takes ~23 ms to tokenise, and every stream the loop relays would wait."""
+    if tokenizer.uncounted_chars(message_text(m) for m in messages) <= LOOP_TOKENISING_CHARS:
+        return conversation_tokens(messages, tokenizer.count)
+    return await anyio.to_thread.run_sync(conversation_tokens, messages, tokenizer.count)
 
 
 def message_text(message: dict[str, Any]) -> str:
