@@ -48,6 +48,15 @@ def note_key(note: str) -> str:
     return fold(" ".join(note.split())).rstrip(".。")
 
 
+@functools.lru_cache(maxsize=2048)   # an entity's line is made again in every turn that finds it
+def described_notes(description: str) -> tuple[tuple[str, str, frozenset[str]], ...]:
+    """A description's notes: each as written (spaces collapsed), as compared (``note_key``), and
+    its stems. Cached per description, not per note: a hub's many notes would crowd the notes that
+    recur out of the stems' own cache."""
+    notes = [" ".join(note.split()) for note in split_notes(description)]
+    return tuple((note, note_key(note), uncached_stems(note)) for note in notes)
+
+
 def relation_text(r: FoundRelation) -> str:
     description = " ".join(r.description.split())
     folded = description.casefold()
@@ -68,13 +77,14 @@ def entity_text(e: FoundEntity, stated: set[str], asked: frozenset[str] = frozen
     note of a merged description. ``focused`` (an entity the question does not name): only the notes
     that meet a question word, when any does; the others would crowd the next candidates out of the
     section ("which firms are active in the aviation sector?" is answered by a list of lines)."""
-    fresh = [" ".join(note.split()) for note in split_notes(e.description[:NOTES_CHARS])]
-    fresh = [note for note in fresh if note_key(note) not in stated]
-    if not fresh:
+    described = [(note, key, found) for note, key, found in described_notes(e.description[:NOTES_CHARS])
+                 if key not in stated]
+    if not described:
         return f"- {e.name} ({e.type})"
+    fresh = [note for note, _, _ in described]
     wanted = without_names(asked, (e.name,))
-    if wanted:   # stems of a note, uncached: a hub's long description would crowd out the ones that recur
-        shared = [uncached_stems(note) & wanted for note in fresh]
+    if wanted:
+        shared = [found & wanted for _, _, found in described]
         order = sorted(range(len(fresh)), key=lambda i: (-len(shared[i]), i))
         if focused:
             order = [i for i in order if strong(shared[i])] or order
