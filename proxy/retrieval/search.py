@@ -161,6 +161,21 @@ def edges_touching(graph: Graph, keys: list[str]) -> dict[str, tuple[str, str]]:
     return pairs
 
 
+def pairs_among(store: KnowledgeStore, keys: list[str]) -> list[str]:
+    """Pair keys of the edges joining two of ``keys``, in the order of ``incident_pairs``: a hub's
+    other edges (thousands) are passed over without making their keys."""
+    among = set(keys)
+
+    def read(rows: MemoryRows, graph: Graph) -> list[str]:
+        pairs: dict[str, None] = {}
+        for key in keys:
+            for neighbour in graph.neighbourhood(key, 1):
+                if neighbour != key and neighbour in among:
+                    pairs.setdefault(pair_key(key, neighbour))
+        return list(pairs)
+    return store.read_memory_sync(read)
+
+
 def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:
     """Pair keys of every edge touching ``keys``, in the order of ``keys``."""
     return store.read_memory_sync(lambda rows, graph: list(edges_touching(graph, keys)))

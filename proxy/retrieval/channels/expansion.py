@@ -215,8 +215,7 @@ class ExpansionChannel:
         hub's many others. Only the best ``top_k`` are read, and the chains' facts beyond the rings
         (``answers``), which carry little of the walk.
         (Discounting each kind's later relations was measured: it cost 2-hop and list recall.)"""
-        pairs = [pair for pair in search.incident_pairs(store, list(ranked))
-                 if all(key in ranked for key in split_pair(pair))]   # only the edges among them
+        pairs = search.pairs_among(store, list(ranked))
         strength: dict[str, float] = {}   # each entity's weighed edges, summed: how its walk splits
         scope = question.scope   # under a metadata filter the walk gave the edges outside it no weight
         for pair, weight in relevance.items():
