@@ -7,6 +7,7 @@ every edge of a hub shares deciding). Used to rank a hub's relations by the kind
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.search import fill_descriptions
-from proxy.retrieval.select import relation_match
+from proxy.retrieval.select import relation_match, word_stems
 from proxy.retrieval.stages import Question
 from proxy.text.word_forms import cut_names, relation_words, word_senses
 from proxy.text.words import strong
@@ -102,6 +103,13 @@ def unanswered(question: Question, said: frozenset[str], asked: str | None = Non
     answer after that hop. A character shared elsewhere in a word does not answer it: 零部件
     (components) answers no 总部 (head office), 供应商 (supplier) no 制造商 (maker)."""
     asked = question.asked if asked is None else asked
+    return " ".join(word for word, senses in word_senses(asked) if not strong(senses & said))
+
+
+@functools.lru_cache(maxsize=8192)   # a walk reaches hundreds of entities by edges of a few kinds
+def left_after(asked: str, keywords: tuple[str, ...]) -> str:
+    """``unanswered``: what of ``asked`` an edge with ``keywords`` leaves (the walk's next hop)."""
+    said = word_stems(" ".join(keywords))
     return " ".join(word for word, senses in word_senses(asked) if not strong(senses & said))
 
 

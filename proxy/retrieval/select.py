@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
@@ -54,6 +55,11 @@ def keyword_match(stems: frozenset[str], keywords: Sequence[str]) -> float:
     keywords met only by a character elsewhere in a word count as half of one, however many."""
     if not keywords:
         return 0.0
+    return _keyword_share(stems, tuple(keywords))
+
+
+@functools.lru_cache(maxsize=16384)   # a turn judges hundreds of edges, most of a few kinds' keywords
+def _keyword_share(stems: frozenset[str], keywords: tuple[str, ...]) -> float:
     matched = [word_stems(keyword) & stems for keyword in keywords]
     full = sum(1 for shared in matched if strong(shared))
     weak = MORPHEME_MATCH if any(shared and not strong(shared) for shared in matched) else 0.0

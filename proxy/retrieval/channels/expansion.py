@@ -18,8 +18,7 @@ from proxy.retrieval import search
 from proxy.retrieval.channels.linked import linked_keys
 from proxy.retrieval.found import Found, FoundEntity, FoundRelation
 from proxy.retrieval.params import QueryParams
-from proxy.retrieval.relevance import edge_cosines, edge_relevance, hop_confidence, unanswered
-from proxy.retrieval.select import word_stems
+from proxy.retrieval.relevance import edge_cosines, edge_relevance, hop_confidence, left_after
 from proxy.retrieval.stages import Question
 from proxy.store.changes import pair_key, split_pair
 
@@ -101,7 +100,8 @@ class Chains:
                 reach = self.strength[here] * hop_confidence(self.relevance[pair], len(touching[here]))
                 if there == here or there in expanded or reach <= self.strength.get(there, 0.0):
                     continue
-                self.rest[there] = unanswered(self.question, word_stems(" ".join(facts[pair][0])), self.rest[here])
+                asked = self.rest[here]
+                self.rest[there] = left_after(self.question.asked if asked is None else asked, tuple(facts[pair][0]))
                 self.depth[there], self.strength[there] = self.depth[here] + 1, reach
                 if there in touching:
                     heapq.heappush(heap, (-reach, there))
