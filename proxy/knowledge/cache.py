@@ -4,6 +4,7 @@ for the model calls, and the console's view of it (kinds, entries, deleting, cle
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from anyio.abc import TaskGroup
@@ -28,6 +29,7 @@ class CacheService:
         self._reader = tables.reader()
         self._group: TaskGroup | None = None
         self._memory: OrderedDict[tuple[str, str], str] | None = OrderedDict() if in_memory else None
+        self._erasures = 0   # deletions and clearings so far: a read begun before one keeps nothing
 
     def start(self, group: TaskGroup) -> None:
         """Commit new entries from now on, in ``group`` (cancelled at shutdown)."""
@@ -42,8 +44,9 @@ class CacheService:
         if memory is not None and (kind, key) in memory:
             memory.move_to_end((kind, key))
             return memory[(kind, key)]
+        erasures = self._erasures
         found = await self._reader.get((kind, key))
-        if found is not None:
+        if found is not None and erasures == self._erasures:
             self._keep(kind, key, found)
         return found
 
@@ -85,12 +88,21 @@ class CacheService:
         return await self.tables.count(kind)
 
     async def delete(self, kind: str, key: str) -> None:
-        if self._memory is not None:
-            self._memory.pop((kind, key), None)
-        await self.tables.delete(kind, key)
+        self._forget(lambda held: held == (kind, key))
+        try:
+            await self.tables.delete(kind, key)
+        finally:   # a lookup that read the row while it was being deleted keeps nothing either
+            self._forget(lambda held: held == (kind, key))
 
     async def clear(self, kind: str) -> None:
+        self._forget(lambda held: held[0] == kind)
+        try:
+            await self.tables.clear(kind)
+        finally:
+            self._forget(lambda held: held[0] == kind)
+
+    def _forget(self, erased: Callable[[tuple[str, str]], bool]) -> None:
+        self._erasures += 1
         if self._memory is not None:
-            for held in [held for held in self._memory if held[0] == kind]:
+            for held in [held for held in self._memory if erased(held)]:
                 del self._memory[held]
-        await self.tables.clear(kind)
