@@ -155,38 +155,3 @@ def test_a_long_conversation_is_tokenised_off_the_event_loop(
         # the turn was grounded: the pasted document was counted, and the question's context injected
         chats = [r for r in fake.requests_to("/api/chat") if "Orion project?" in r.body.decode()]
         assert chats and "Alice Smith" in json.dumps(chats[-1].json["messages"])
-
-
-def test_extraction_waits_for_its_commits_while_the_store_is_held(
-        settings: Settings, fake: FakeOllama, facts: KnownFacts, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While a merge commit holds the store's one writer, finished extractions cannot be recorded:
-    a kill then would repeat every one of them. Extraction waits once its calls out and its answers
-    not committed reach twice the LLM concurrency (4), so the calls made during the hold stay
-    within 4, however many chunks are left (here 30)."""
-    held = HeldCommit(monkeypatch, hold_seconds=HANG_GUARD)
-    long = " ".join(f"Alice Smith met Bob Jones about the Orion project, meeting {i}. " * 12 for i in range(30))
-    with fake.serve() as upstream, serve_in_thread(create_app(settings.replace(
-            upstream=upstream, chunk_tokens=128))) as url, httpx.Client(base_url=url, timeout=2 * HANG_GUARD) as client:
-        held.armed = True
-        client.post("/rag/documents", json={"name": "team.md", "text": TEAM})
-        client.post("/rag/documents", json={"name": "long.md", "text": long})
-        try:
-            assert held.entered["transaction"].wait(HANG_GUARD), "no merge commit came"
-            at_hold = facts.calls.count("extract")
-            _wait(lambda: facts.calls.count("extract") - at_hold > 4 or _steady(facts), "extraction never settled")
-            during = facts.calls.count("extract") - at_hold
-        finally:
-            held.release["transaction"].set()
-            held.release["vector inserts"].set()
-        assert during <= 4, f"{during} extraction calls while the store could record none"
-        deadline = time.monotonic() + 60
-        while {d["status"] for d in client.get("/rag/documents").json()["documents"]} != {"processed"}:
-            assert time.monotonic() < deadline, "the documents were not processed after the hold"
-            time.sleep(0.05)
-
-
-def _steady(facts: KnownFacts, quiet: float = 0.5) -> bool:
-    """Whether no extraction call came for ``quiet`` seconds (the pipeline waits)."""
-    before = facts.calls.count("extract")
-    time.sleep(quiet)
-    return facts.calls.count("extract") == before

@@ -41,7 +41,6 @@ from proxy.store.store import KnowledgeStore, now
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
 log = logging.getLogger("graphgate.ingest")
-UNCOMMITTED_POLL = 0.005   # seconds between looks while extraction waits for its calls or commits
 HANDOVER_BYTES = 64_000_000  # memory for the text of queued uploads, kept for their workers; the rest is read back
 
 
@@ -69,10 +68,6 @@ class Pipeline:
         # a first extraction pass answered while its chunk still waits for gleaning: committed at once
         self.reply_writer = self.writes.replies
         self.extraction_writer = self.writes.extractions
-        # answered extractions not committed yet, and calls out: a kill repeats both, so together
-        # they are bounded (a merge commit holding the store's one writer would let them pile up)
-        self._uncommitted: list[Committed] = []
-        self._extracting = 0
         self.stored_seq = 0  # uploads stored so far; with when each id and name was last stored
         self._stored_at: dict[str, int] = {}
         self._stored_forgotten = 0
@@ -420,38 +415,21 @@ class Pipeline:
                     group.start_soon(self._extract_chunk, work, chunk)
 
     async def _extract_chunk(self, work: Work, chunk: Chunk) -> None:
-        await self._room_to_extract()
-        self._extracting += 1
-        try:
-            extraction = await extract_chunk(self.models, self.settings, chunk, save=self._save_reply,
-                                             resumed=work.resumed)
-        finally:
-            self._extracting -= 1
+        extraction = await extract_chunk(self.models, self.settings, chunk, save=self._save_reply,
+                                         resumed=work.resumed)
         result, raw, entries, hits = extraction.result, extraction.raw, extraction.entries, extraction.hits
         model = entries[0].model if entries else (hits[0].model if hits else "")
         # not awaited here: the worker moves on to its next document while the record is committed;
         # the merger waits for the document's commits before merging it
-        committed = self.extraction_writer.submit(
-            ExtractionRecord(work.document_id, chunk.id, model, result.to_json(), raw, entries, hits))
-        work.commits.append(committed)
-        self._uncommitted.append(committed)
+        work.commits.append(self.extraction_writer.submit(
+            ExtractionRecord(work.document_id, chunk.id, model, result.to_json(), raw, entries, hits)))
         work.done += 1
         self.finished.append((time.monotonic(), 1))
 
     def _save_reply(self, entry: CacheEntry) -> None:
         """Commit an answered extraction pass now (not awaited: the next pass goes on meanwhile;
         should it fail, the chunk's record still carries the entry)."""
-        self._uncommitted.append(self.reply_writer.submit(entry))
-
-    async def _room_to_extract(self) -> None:
-        """Wait while the calls out and the answers not committed yet reach twice the LLM
-        concurrency: the store's writer is behind (a merge commit), and a kill would repeat them."""
-        limit = 2 * self.settings.llm_concurrency
-        while True:
-            self._uncommitted = [c for c in self._uncommitted if not c.finished()]
-            if self._extracting + len(self._uncommitted) < limit:
-                return
-            await anyio.sleep(UNCOMMITTED_POLL)   # a call or a commit ends soon (a failed one too)
+        self.reply_writer.submit(entry)
 
     # --- status ---
 

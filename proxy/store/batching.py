@@ -38,9 +38,6 @@ class Pending:
         if self.errors:
             raise self.errors[0]
 
-    def finished(self) -> bool:
-        return self.done.is_set()
-
 
 class BatchWriter(Generic[T]):
     def __init__(self, db: Database, apply: Callable[[Con, list[T]], None], *, max_items: int = 64,

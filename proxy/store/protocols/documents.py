@@ -53,9 +53,6 @@ class Committed(Protocol):
     async def wait(self) -> None:
         """Returns once the item is committed; raises the commit's error if it failed."""
 
-    def finished(self) -> bool:
-        """Whether its commit has ended (done, or failed)."""
-
 
 class Writer(Protocol[Item_contra]):
     def submit(self, item: Item_contra) -> Committed: ...
