@@ -84,12 +84,16 @@ def test_sigkill_mid_ingestion_then_restart(tmp_path: Path, upstream, kill_at_ca
     assert saved == {str(stats["generation"])}  # the shutdown saved every index
 
     counts = check_store(tmp_path / "data")
-    # every chunk extracted once, except those whose call was in flight at the kill
+    # every chunk extracted, none more than once per process: a kill repeats the calls in flight and
+    # the answers not recorded yet. Those are not bounded: recorded without being awaited, they wait
+    # behind a merge commit holding the store's one writer (86 of them with the writer held; bounding
+    # them cost ingestion half its rate: see docs/performance.md). This test asserted at most 4 and
+    # failed on that in two clean CI runs.
     passages = Counter(r.json["messages"][-1]["content"] for r in fake.requests_to("/api/chat")
                        if r.json and r.json["messages"][-1]["content"].startswith("Passage:"))
     chunk_total = sum(d["chunks_total"] for d in documents)
     assert len(passages) == chunk_total
-    assert sum(passages.values()) - chunk_total <= 4  # llm_concurrency 2 (+ retries of those)
+    assert max(passages.values()) <= 2, passages.most_common(3)   # one kill: at most one repeat a chunk
     assert 0 < extracted_before < chunk_total, "the kill did not land mid-ingestion"
     # nothing merged twice: each relation's weight is exactly its number of source chunks
     con = duckdb.connect(str(tmp_path / "data" / "graphgate.duckdb"), read_only=True)
