@@ -102,14 +102,16 @@ def unanswered(question: Question, said: frozenset[str], asked: str | None = Non
     (a hop's keywords' or description's stems) does not meet fully (``strong``): what is left to
     answer after that hop. A character shared elsewhere in a word does not answer it: 零部件
     (components) answers no 总部 (head office), 供应商 (supplier) no 制造商 (maker)."""
-    asked = question.asked if asked is None else asked
-    return " ".join(word for word, senses in word_senses(asked) if not strong(senses & said))
+    return _left(question.asked if asked is None else asked, said)
 
 
 @functools.lru_cache(maxsize=8192)   # a walk reaches hundreds of entities by edges of a few kinds
 def left_after(asked: str, keywords: tuple[str, ...]) -> str:
     """``unanswered``: what of ``asked`` an edge with ``keywords`` leaves (the walk's next hop)."""
-    said = word_stems(" ".join(keywords))
+    return _left(asked, word_stems(" ".join(keywords)))
+
+
+def _left(asked: str, said: frozenset[str]) -> str:
     return " ".join(word for word, senses in word_senses(asked) if not strong(senses & said))
 
 

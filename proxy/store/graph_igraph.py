@@ -205,8 +205,10 @@ class EntityGraph:
         ends = ends[:edge_cap]
         if not ends:
             return []
-        names = graph.vs["name"]
-        return [(names[s], names[t]) for s, t in (edge.tuple for edge in graph.es[sorted(graph.get_eids(ends))])]
+        pairs = [edge.tuple for edge in graph.es[sorted(graph.get_eids(ends))]]
+        ids = list(dict.fromkeys(v for pair in pairs for v in pair))   # the ends' names only, not the graph's
+        names = dict(zip(ids, graph.vs[ids]["name"], strict=True))
+        return [(names[s], names[t]) for s, t in pairs]
 
     def personalized_pagerank(self, seeds: dict[str, float], edges: list[tuple[str, str]], weights: list[float],
                               damping: float) -> dict[str, float]:
