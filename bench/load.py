@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -444,6 +445,7 @@ class Ingestion:
     first_processed: float | None = None   # monotonic time the knowledge base stopped being empty
     finished: float | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    traces: dict[int, dict[str, Any]] = field(default_factory=dict)   # the chat turns' traces, by id
 
 
 async def ingest(base: str, corpus: Corpus, result: Ingestion, done: asyncio.Event, ingest_timeout: float) -> None:
@@ -507,11 +509,28 @@ async def load_phase(servers: Servers, corpus: Corpus, clients: int, *, turns: i
         stop.set()
 
     stop_task = asyncio.create_task(stopper())
+    sample_task = asyncio.create_task(sample_traces(servers.gateway, ingestion.traces, stop))
     chats = await run_phase(servers.gateway, corpus, "graphgate", clients, turns=turns, stop=stop,
                             request_timeout=request_timeout)
     stop_task.cancel()
     await ingest_task
+    await sample_task
     return chats, ingestion
+
+
+async def sample_traces(base: str, traces: dict[int, dict[str, Any]], stop: asyncio.Event) -> None:
+    """The gateway's turn traces (GET /rag/traces keeps the last 100), read every second until
+    ``stop``: how many turns took the light path under the burst, and where their time went."""
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        while not stop.is_set():
+            try:
+                response = await client.get("/rag/traces")
+                for row in response.json().get("traces", []):
+                    traces[row["id"]] = row
+            except (httpx.HTTPError, ValueError):
+                pass   # a sample missed under load is no failure of the run
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
 
 
 # ----------------------------------------------------------------------------- the whole run
@@ -657,6 +676,7 @@ def report(result: LoadResult) -> None:
           f"({100 * augmented / max(1, augmented + plain):.0f} %); upstream calls: {stats.get('keywords', 0)} keyword, "
           f"{stats.get('extractions', 0)} extraction, {stats.get('summaries', 0)} summary, "
           f"{stats.get('embeds', 0)} embedding")
+    report_traces(result.ingestion.traces)
     ing = result.ingestion
     docs = ing.stats.get("documents", {})
     if ing.finished is not None:
@@ -683,6 +703,34 @@ def report(result: LoadResult) -> None:
             print(f"  {count:5d} x {line}")
     print(f"\n{'OK' if result.ok else 'FAILED'}: {len(result.failures)} failed requests, ingestion "
           f"{'complete' if result.ingestion_complete else 'INCOMPLETE'}; wall time {result.wall:.0f} s")
+
+
+STAGES = ("embedding", "linking", "graph", "keywords", "keyword embedding", "keyword search", "fusion", "chunks",
+          "context", "total")
+
+
+def report_traces(traces: dict[int, dict[str, Any]]) -> None:
+    """The sampled turn traces: how many were grounded, how many took the light path, and the
+    retrieval's stages (p50 / p95 of what each traced turn spent, as GraphGate timed them)."""
+    turns = [t for t in traces.values() if t.get("api") in ("ollama", "openai")]
+    if not turns:
+        return
+    grounded = [t for t in turns if t.get("augmented")]
+    light = [t for t in grounded if t["detail"].get("shed")]
+    print(f"turn traces sampled: {len(turns)}, grounded {len(grounded)}, light path {len(light)} "
+          f"({100 * len(light) / max(1, len(grounded)):.0f} % of the grounded)")
+    reasons = Counter(t.get("reason") for t in turns if not t.get("augmented"))
+    if reasons:
+        print("  not grounded: " + ", ".join(f"{n} x {r}" for r, n in reasons.most_common(5)))
+    for name, group in (("full", [t for t in grounded if not t["detail"].get("shed")]), ("light", light)):
+        if not group:
+            continue
+        cells = []
+        for stage in STAGES:
+            values = [t["detail"]["timings"][stage] / 1000 for t in group if stage in t["detail"].get("timings", {})]
+            if values:
+                cells.append(f"{stage} {_ms(values, 50):.1f}/{_ms(values, 95):.1f}")
+        print(f"  {name} path, ms p50/p95: " + ", ".join(cells))
 
 
 def _pair(text: str) -> tuple[float, float]:

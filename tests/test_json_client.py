@@ -288,9 +288,9 @@ async def test_a_reply_longer_than_it_said_is_not_followed_on_the_same_connectio
 
 
 async def test_a_request_the_server_held_for_a_while_is_never_sent_twice(monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.upstream import json_client
+    from proxy.upstream import http11
 
-    monkeypatch.setattr(json_client, "STALE_WINDOW", 0.2)
+    monkeypatch.setattr(http11, "STALE_WINDOW", 0.2)
     received: list[bytes] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -11,7 +11,8 @@
     rerank     an optional async reranker's new order of the chunks (the fused one when it fails)
     context    the token-budgeted text
 
-Each blocking stage runs in its own worker-thread call, so async stages sit between them.
+The blocking stages share one worker-thread call, or two when the turn awaits its keywords between
+the searches that need none and those that do (and the context its own after an async reranker).
 """
 
 from __future__ import annotations
@@ -200,35 +201,35 @@ class Retriever:
             vectors = await self._embed(query, None)
         question = Question(query, params, vectors, self.user_turns(history), scope=scope)
         own = [channel for channel in channels if channel.vector not in KEYWORD_VECTORS]
-        with timer.step("graph"):
-            finds = await anyio.to_thread.run_sync(self._search_channels, question, own, timer)
-        if "linking" in timer.timings:   # the graph step's channels but linking (its own step)
-            timer.timings["graph"] = round(timer.timings["graph"] - timer.timings["linking"], 2)
+        # the blocking stages run in as few worker-thread calls as the turn's awaits allow: each
+        # hop back to the event loop waits behind every other turn's work under a burst of chats
         keywords = None
-        if arriving is not None:
+        if arriving is None:
+            finds, graph, chunks, context = await anyio.to_thread.run_sync(
+                self._blocking, question, own, channels, budget, shed is None, timer)
+        else:
+            # given, or off (the question stands in): nothing to wait for, the searches go together
+            searched = None if arriving.done.is_set() else await anyio.to_thread.run_sync(
+                self._search_timed, question, own, timer)
             with timer.step("keywords"):   # only what the turn waited beyond its own searches
                 keywords = await arriving.wait(start + params.keyword_budget)
             if keywords is None:
                 return Retrieval(query, params.mode, None, None, timer.timings,
                                  skipped="no keywords in a long question")
             with timer.step("keyword embedding"):
-                question = Question(query, params, await self._embed(query, keywords, vectors["query"]),
-                                    question.turns, keywords.high, scope)
-            with timer.step("keyword search"):
-                finds |= await anyio.to_thread.run_sync(self._search_channels, question, wanted)
-        with timer.step("fusion"):
-            graph = await anyio.to_thread.run_sync(self._fuse_graph, question, finds,
-                                                   [c.name for c in channels if c.name in finds], budget,
-                                                   shed is None)
-        with timer.step("chunks"):
-            chunks = await anyio.to_thread.run_sync(self._collect_chunks, question, graph)
+                worded = Question(query, params, await self._embed(query, keywords, vectors["query"]),
+                                  question.turns, keywords.high, scope)
+            finds, graph, chunks, context = await anyio.to_thread.run_sync(
+                self._blocking, question, own, channels, budget, shed is None, timer, searched, (worded, wanted))
+            question = worded
         rerank = None
         if self.reranker is not None:
             with timer.step("rerank"):
                 chunks, rerank = await self._rerank(question, chunks)
-        with timer.step("context"):
-            context = await anyio.to_thread.run_sync(self._build_context, graph, chunks, params, budget,
-                                                     question, finds.get("linked"))
+            with timer.step("context"):
+                context = await anyio.to_thread.run_sync(self._build_context, graph, chunks, params, budget,
+                                                         question, finds.get("linked"))
+        assert context is not None
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
         counted = {name: {"entities": len(f.entities), "relations": len(f.relations), "chunks": len(f.chunks),
                           "communities": len(f.communities)} for name, f in finds.items()}
@@ -307,7 +308,38 @@ class Retriever:
             vectors["low"] = vectors["high"] = vectors["query"]
         return vectors
 
-    # --- the blocking stages: each runs in a worker thread ---
+    # --- the blocking stages: run in worker threads ---
+
+    def _search_timed(self, question: Question, channels: list[Channel], timer: Timer) -> dict[str, Found]:
+        """The channels' searches as the "graph" step, entity linking's time its own ("linking")."""
+        with timer.step("graph"):
+            finds = self._search_channels(question, channels, timer)
+        if "linking" in timer.timings:
+            timer.timings["graph"] = round(timer.timings["graph"] - timer.timings["linking"], 2)
+        return finds
+
+    def _blocking(self, question: Question, own: list[Channel], every: list[Channel], budget: Budget,
+                  vectors: bool, timer: Timer, finds: dict[str, Found] | None = None,
+                  worded: tuple[Question, list[Channel]] | None = None
+                  ) -> tuple[dict[str, Found], GraphFinds, list[FoundChunk], Context | None]:
+        """One worker-thread call: the ``own`` channels' searches (unless their ``finds`` are
+        given), the keyword channels' with the ``worded`` question, fusion, the chunks and, without
+        a reranker to await first, the context."""
+        if finds is None:
+            finds = self._search_timed(question, own, timer)
+        if worded is not None:
+            question, wanted = worded
+            with timer.step("keyword search"):
+                finds |= self._search_channels(question, wanted)
+        with timer.step("fusion"):
+            graph = self._fuse_graph(question, finds, [c.name for c in every if c.name in finds], budget, vectors)
+        with timer.step("chunks"):
+            chunks = self._collect_chunks(question, graph)
+        if self.reranker is not None:
+            return finds, graph, chunks, None
+        with timer.step("context"):
+            context = self._build_context(graph, chunks, question.params, budget, question, finds.get("linked"))
+        return finds, graph, chunks, context
 
     def _search_channels(self, question: Question, channels: list[Channel],
                          timer: Timer | None = None) -> dict[str, Found]:

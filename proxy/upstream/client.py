@@ -32,6 +32,7 @@ from proxy.core.errors import (
 from proxy.core.settings import Settings
 from proxy.upstream.json_client import ConnectFailed, JsonClient, ProtocolViolation
 from proxy.upstream.paths import check_path, within
+from proxy.upstream.relay_transport import RelayTransport
 
 Headers = Iterable[tuple[str, str]]
 
@@ -48,14 +49,9 @@ class Upstream:
                                       write=settings.read_timeout, pool=None).as_dict()
         # The transport, not an AsyncClient: a client would keep one cookie jar for all users and
         # add headers of its own (User-Agent, Accept); the proxy must forward what it was sent.
-        # No pool cap: a waiting pool slot would look like a hang to a chatting user. Idle
-        # connections are dropped well before a server's keep-alive timeout (uvicorn's is 5 s, the
-        # same as httpx's default): reusing one the server is closing fails the request. The
-        # keep-alive cap is high because httpcore compares it with *all* connections, idle or not:
-        # with more streams open than the cap, every freed connection would be closed and the next
-        # request would pay for a new one.
-        self._transport = transport or httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024, keepalive_expiry=2.0))
+        # No cap on connections in use: a waiting pool slot would look like a hang to a chatting
+        # user. Idle ones are dropped well before a server's keep-alive timeout (see http11.py).
+        self._transport = transport or RelayTransport()
         self._json = None if transport is not None else JsonClient(
             self.url, connect_timeout=settings.connect_timeout, read_timeout=settings.read_timeout)
 
