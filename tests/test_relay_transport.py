@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import anyio
 import httpx
@@ -67,7 +68,7 @@ async def test_chunks_are_relayed_as_the_upstream_sends_them_and_the_connection_
         for _ in range(2):
             sent_last = anyio.Event()
             response = await upstream.open("POST", "/api/chat", content=b"{}")
-            got = []
+            got: list[bytes] = []
             async for chunk in upstream.iter_raw(response):
                 if not got:
                     assert not sent_last.is_set()   # the first line came while the server was still writing
@@ -134,7 +135,7 @@ async def test_a_streamed_request_body_arrives_whole_in_chunks() -> None:
         writer.write(reply(b"{}"))
         await writer.drain()
 
-    async def pieces():  # type: ignore[no-untyped-def]
+    async def pieces() -> AsyncIterator[bytes]:
         for i in range(5):
             yield b"piece %d;" % i
 
