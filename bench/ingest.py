@@ -8,7 +8,7 @@ relations), starts the fake upstream and a real `graphgate serve` as separate pr
   (b) every LLM call answered after 200 ms, GRAPHGATE_LLM_CONCURRENCY=4: pipeline efficiency =
       achieved LLM calls/s divided by the ideal 4 / 0.2 s = 20 calls/s.
 
-    python bench/ingest.py [--docs 500] [--concurrency-a 2] [--skip-a] [--skip-b] [--docs-b 500]
+    python bench/ingest.py [--docs 500] [--concurrency-a 2] [--skip-a] [--skip-b] [--docs-b 500] [--probe-loop]
 
 (a) runs at the default LLM concurrency of 2 unless --concurrency-a says otherwise.
 
@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -114,7 +115,34 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency: int) -> dict[str, Any]:
+class LoopProbe(threading.Thread):
+    """GET /api/version every ``every`` seconds while documents are ingested: how long the
+    gateway's event loop keeps a trivial request waiting (its stalls)."""
+
+    def __init__(self, url: str, every: float = 0.005) -> None:
+        super().__init__(daemon=True)
+        self.url, self.every = url, every
+        self.latencies: list[float] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            while not self.stopped.wait(self.every):
+                start = time.perf_counter()
+                client.get("/api/version")
+                self.latencies.append(time.perf_counter() - start)
+
+    def figures(self) -> str:
+        if not self.latencies:
+            return "no probes"
+        ordered = sorted(self.latencies)
+        at = lambda p: 1000 * ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]  # noqa: E731
+        return (f"{len(ordered)} probes: p50 {at(50):.1f} ms, p99 {at(99):.1f} ms, max {1000 * ordered[-1]:.1f} ms "
+                f"(target max <= 50 ms)")
+
+
+def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency: int,
+        probe: bool = False) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="gg-bench-"))
     fake_port, gate_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TIKTOKEN_CACHE_DIR": ""}
@@ -129,7 +157,10 @@ def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency
     try:
         wait_ready(upstream)
         wait_ready(url)
+        prober = LoopProbe(url) if probe else None
         with httpx.Client(base_url=url, timeout=60) as client:
+            if prober is not None:
+                prober.start()
             start = time.perf_counter()
             # as `graphgate ingest` does: UPLOADS_IN_FLIGHT uploads at a time
             with ThreadPoolExecutor(UPLOADS_IN_FLIGHT) as pool:
@@ -144,6 +175,9 @@ def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency
                     break
                 time.sleep(0.2)
             elapsed = time.perf_counter() - start
+            if prober is not None:
+                prober.stopped.set()
+                prober.join()
             calls = httpx.get(upstream + "/__stats").json()
         rss = peak_rss_mb(gate.pid)
         cpu = {"gateway": cpu_seconds(gate.pid), "upstream": cpu_seconds(fake.pid)}
@@ -153,7 +187,7 @@ def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency
         return {"seconds": elapsed, "chunks": stats["chunks"], "failed": stats["documents"]["failed"],
                 "entities": stats["entities"], "relations": stats["relations"], "rss_mb": rss,
                 "bytes": size, "llm_calls": calls["calls"], "llm_span": calls["last"] - calls["first"], "cpu": cpu,
-                "uploaded": uploaded}
+                "uploaded": uploaded, "probe": prober.figures() if prober is not None else None}
     finally:
         for process in (gate, fake):
             if process.poll() is None:
@@ -169,13 +203,15 @@ def main() -> None:
     parser.add_argument("--concurrency-a", type=int, default=2, help="GRAPHGATE_LLM_CONCURRENCY for (a)")
     parser.add_argument("--skip-a", action="store_true")
     parser.add_argument("--skip-b", action="store_true")
+    parser.add_argument("--probe-loop", action="store_true",
+                        help="during (a), GET /api/version every 5 ms: the event loop's stalls (costs (a) a little)")
     args = parser.parse_args()
     rng = random.Random(42)
     names = invented_names(2000, rng)
     names_file = Path(tempfile.mkstemp(suffix=".json")[1])
     names_file.write_text(__import__("json").dumps(names))
     if not args.skip_a:
-        a = run(make_documents(args.docs, names, rng), names_file, 0.0, args.concurrency_a)
+        a = run(make_documents(args.docs, names, rng), names_file, 0.0, args.concurrency_a, args.probe_loop)
         print(f"(a) {args.docs} documents, LLM concurrency {args.concurrency_a}, {a['chunks']} chunks in "
               f"{a['seconds']:.1f} s: {a['chunks'] / a['seconds']:.0f} chunks/s (target >= 100); failed {a['failed']}")
         print(f"    {a['entities']} entities, {a['relations']} relations; peak RSS {a['rss_mb']:.0f} MB; "
@@ -184,6 +220,8 @@ def main() -> None:
               f"took {a['uploaded']:.1f} s of it")
         print(f"    CPU per chunk: gateway {1000 * a['cpu']['gateway'] / a['chunks']:.1f} ms, fake upstream "
               f"{1000 * a['cpu']['upstream'] / a['chunks']:.1f} ms (both on the same 2 cores)")
+        if a["probe"]:
+            print(f"    the event loop meanwhile: {a['probe']}")
     if not args.skip_b:
         b = run(make_documents(args.docs_b, names, rng), names_file, 0.2, 4)
         rate = b["llm_calls"] / b["llm_span"] if b["llm_span"] else 0

@@ -290,6 +290,11 @@ SETTINGS: tuple[Setting, ...] = (
             "Retrievals in flight beyond which a new one runs light: no expansion, no keyword call, evidence "
             "ranked by words and source chunks picked by weighted polling (no vector reads beyond the "
             "searches). Under a burst of chats each turn stays quick; its trace says what was shed. 0: never."),
+    Setting("retrieval_threads", "GRAPHGATE_RETRIEVAL_THREADS", "2", int_between(1, 64),
+            "Retrievals whose searching, ranking and context building run at once (each in a worker "
+            "thread); the others wait their turn, first come first served. Python runs one thread at a "
+            "time: more at once would only share the same CPU, each turn slower, and starve the event "
+            "loop that relays every chat's answer."),
     Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,
             "Seconds retrieval may take before the turn is forwarded without context."),
     Setting("rerank_url", "GRAPHGATE_RERANK_URL", "", parse_optional_url,
@@ -418,6 +423,7 @@ class Settings:
     keyword_wait: float = 1.0
     history_turns: int = 3
     burst_retrievals: int = 2
+    retrieval_threads: int = 2
     retrieval_timeout: float = 10.0
     rerank_url: str | None = None
     rerank_model: str | None = None

@@ -127,7 +127,17 @@ class Retriever:
         # the processed documents' (name, metadata), read once per commit and metadata edit
         self._metadata: tuple[tuple[int, int], list[tuple[str, dict[str, Any]]]] | None = None
         self._searches: ThreadPoolExecutor | None = None   # a shared store's channel searches (``_pool``)
+        self._working: anyio.CapacityLimiter | None = None   # made on first use (it needs the event loop)
         self._searches_lock = threading.Lock()
+
+    async def _in_thread(self, work: Callable[..., Any], *args: Any) -> Any:
+        """Run a retrieval's blocking part in a worker thread, at most ``retrieval_threads`` at
+        once, the rest waiting in arrival order: under a burst of chats forty threads taking turns
+        on Python's one interpreter lock made every turn slow and left the event loop, which relays
+        every answer, a fortieth of the CPU."""
+        if self._working is None:
+            self._working = anyio.CapacityLimiter(self.settings.retrieval_threads)
+        return await anyio.to_thread.run_sync(work, *args, limiter=self._working)
 
     def has_chunks(self) -> bool:
         """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
@@ -205,11 +215,11 @@ class Retriever:
         # hop back to the event loop waits behind every other turn's work under a burst of chats
         keywords = None
         if arriving is None:
-            finds, graph, chunks, context = await anyio.to_thread.run_sync(
+            finds, graph, chunks, context = await self._in_thread(
                 self._blocking, question, own, channels, budget, shed is None, timer)
         else:
             # given, or off (the question stands in): nothing to wait for, the searches go together
-            searched = None if arriving.done.is_set() else await anyio.to_thread.run_sync(
+            searched = None if arriving.done.is_set() else await self._in_thread(
                 self._search_timed, question, own, timer)
             with timer.step("keywords"):   # only what the turn waited beyond its own searches
                 keywords = await arriving.wait(start + params.keyword_budget)
@@ -219,7 +229,7 @@ class Retriever:
             with timer.step("keyword embedding"):
                 worded = Question(query, params, await self._embed(query, keywords, vectors["query"]),
                                   question.turns, keywords.high, scope)
-            finds, graph, chunks, context = await anyio.to_thread.run_sync(
+            finds, graph, chunks, context = await self._in_thread(
                 self._blocking, question, own, channels, budget, shed is None, timer, searched, (worded, wanted))
             question = worded
         rerank = None
@@ -227,8 +237,8 @@ class Retriever:
             with timer.step("rerank"):
                 chunks, rerank = await self._rerank(question, chunks)
             with timer.step("context"):
-                context = await anyio.to_thread.run_sync(self._build_context, graph, chunks, params, budget,
-                                                         question, finds.get("linked"))
+                context = await self._in_thread(self._build_context, graph, chunks, params, budget,
+                                                question, finds.get("linked"))
         assert context is not None
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)
         counted = {name: {"entities": len(f.entities), "relations": len(f.relations), "chunks": len(f.chunks),
