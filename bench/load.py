@@ -647,7 +647,7 @@ def report(result: LoadResult) -> None:
           f"{cfg.extract_delay * 1000:.0f} ms, keywords {cfg.keyword_delay * 1000:.0f} ms, embeddings "
           f"{cfg.embed_delay * 1000:.0f} ms")
     header = (f"{'path':<22} {'requests':>8} {'failed':>6} {'p50':>8} {'p95':>8} {'max':>8} "
-              f"{'1st p50':>8} {'1st p95':>8}")
+              f"{'1st p50':>8} {'1st p95':>8} {'1st p99':>8}")
     print("\n" + header)
     rows: dict[str, list[float]] = {}
     for name, chats, all_chats in (("direct", good["direct"], result.baseline),
@@ -655,7 +655,8 @@ def report(result: LoadResult) -> None:
                                    ("graphgate (KB ready)", after, None)):
         seconds = [c.seconds for c in chats]
         firsts = [c.first for c in chats if "non-stream" not in c.kind]
-        rows[name] = [_ms(seconds, 50), _ms(seconds, 95), _ms(seconds, None), _ms(firsts, 50), _ms(firsts, 95)]
+        rows[name] = [_ms(seconds, 50), _ms(seconds, 95), _ms(seconds, None), _ms(firsts, 50), _ms(firsts, 95),
+                      _ms(firsts, 99)]
         count = len(all_chats) if all_chats is not None else len(chats)
         failed = sum(1 for c in all_chats if c.error) if all_chats is not None else 0
         print(f"{name:<22} {count:8d} {failed:6d} " + " ".join(f"{v:6.0f}ms" for v in rows[name]))
@@ -705,8 +706,8 @@ def report(result: LoadResult) -> None:
           f"{'complete' if result.ingestion_complete else 'INCOMPLETE'}; wall time {result.wall:.0f} s")
 
 
-STAGES = ("embedding", "linking", "graph", "keywords", "keyword embedding", "keyword search", "fusion", "chunks",
-          "context", "total")
+STAGES = ("queued", "embedding", "linking", "graph", "keywords", "keyword embedding", "keyword search", "fusion",
+          "chunks", "context", "total")
 
 
 def report_traces(traces: dict[int, dict[str, Any]]) -> None:

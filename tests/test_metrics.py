@@ -102,7 +102,7 @@ async def test_a_query_and_an_augmented_chat_fill_the_latency_histograms(setting
     assert moved("graphgate_query_duration_seconds_count", kb="default", mode=settings.mode) == 1   # the chat turn
     assert moved("graphgate_query_duration_seconds_sum", kb="default", mode="local") > 0
     for mode in ("local", settings.mode):
-        for stage in ("linking", "embedding", "keywords", "search", "fusion", "chunks", "context"):
+        for stage in ("queued", "linking", "embedding", "keywords", "search", "fusion", "chunks", "context"):
             assert moved("graphgate_query_stage_duration_seconds_count", kb="default", mode=mode,
                          stage=stage) == 1, (mode, stage)
         for stage in ("rerank", "filter"):   # no reranker set, no metadata filter given

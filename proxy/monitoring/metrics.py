@@ -37,6 +37,7 @@ CHAT_APIS = frozenset({"ollama", "openai"})   # a trace's api for a chat turn (e
 # metadata filter's scope)
 STAGES: Mapping[str, str] = {
     "filter": "filter",
+    "queued": "queued",   # waiting for a retrieval thread (GRAPHGATE_RETRIEVAL_THREADS)
     "linking": "linking",
     "embedding": "embedding", "keyword embedding": "embedding",
     "keywords": "keywords",

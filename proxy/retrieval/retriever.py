@@ -130,14 +130,20 @@ class Retriever:
         self._working: anyio.CapacityLimiter | None = None   # made on first use (it needs the event loop)
         self._searches_lock = threading.Lock()
 
-    async def _in_thread(self, work: Callable[..., Any], *args: Any) -> Any:
+    async def _in_thread(self, timer: Timer, work: Callable[..., Any], *args: Any) -> Any:
         """Run a retrieval's blocking part in a worker thread, at most ``retrieval_threads`` at
         once, the rest waiting in arrival order: under a burst of chats forty threads taking turns
         on Python's one interpreter lock made every turn slow and left the event loop, which relays
-        every answer, a fortieth of the CPU."""
+        every answer, a fortieth of the CPU. The wait is the turn's "queued" step."""
         if self._working is None:
             self._working = anyio.CapacityLimiter(self.settings.retrieval_threads)
-        return await anyio.to_thread.run_sync(work, *args, limiter=self._working)
+        asked = time.perf_counter()
+
+        def started() -> Any:
+            waited = (time.perf_counter() - asked) * 1000
+            timer.timings["queued"] = round(timer.timings.get("queued", 0.0) + waited, 2)
+            return work(*args)
+        return await anyio.to_thread.run_sync(started, limiter=self._working)
 
     def has_chunks(self) -> bool:
         """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
@@ -216,11 +222,11 @@ class Retriever:
         keywords = None
         if arriving is None:
             finds, graph, chunks, context = await self._in_thread(
-                self._blocking, question, own, channels, budget, shed is None, timer)
+                timer, self._blocking, question, own, channels, budget, shed is None, timer)
         else:
             # given, or off (the question stands in): nothing to wait for, the searches go together
             searched = None if arriving.done.is_set() else await self._in_thread(
-                self._search_timed, question, own, timer)
+                timer, self._search_timed, question, own, timer)
             with timer.step("keywords"):   # only what the turn waited beyond its own searches
                 keywords = await arriving.wait(start + params.keyword_budget)
             if keywords is None:
@@ -230,14 +236,14 @@ class Retriever:
                 worded = Question(query, params, await self._embed(query, keywords, vectors["query"]),
                                   question.turns, keywords.high, scope)
             finds, graph, chunks, context = await self._in_thread(
-                self._blocking, question, own, channels, budget, shed is None, timer, searched, (worded, wanted))
+                timer, self._blocking, question, own, channels, budget, shed is None, timer, searched, (worded, wanted))
             question = worded
         rerank = None
         if self.reranker is not None:
             with timer.step("rerank"):
                 chunks, rerank = await self._rerank(question, chunks)
             with timer.step("context"):
-                context = await self._in_thread(self._build_context, graph, chunks, params, budget,
+                context = await self._in_thread(timer, self._build_context, graph, chunks, params, budget,
                                                 question, finds.get("linked"))
         assert context is not None
         timer.timings["total"] = round((time.perf_counter() - start) * 1000, 2)

