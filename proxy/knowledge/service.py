@@ -122,7 +122,6 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
     store = await KnowledgeStore.open(settings.data_dir, settings.vector_dtype, settings.db_memory,
                                       backend_for(settings.store, kb))
     reranker = HttpReranker.from_settings(settings, upstream)  # None unless GRAPHGATE_RERANK_URL is set
-    retriever: Retriever | None = None
     try:
         limiter = limiter or PriorityLimiter(settings.llm_concurrency)
 
@@ -175,6 +174,4 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
         with anyio.CancelScope(shield=True):
             if reranker is not None:
                 await reranker.aclose()
-            if retriever is not None:   # its threads read the store: done before it closes
-                await anyio.to_thread.run_sync(retriever.close)
             await store.close()

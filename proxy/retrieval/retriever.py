@@ -17,7 +17,6 @@ the searches that need none and those that do (and the context its own after an 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import threading
@@ -128,34 +127,23 @@ class Retriever:
         # the processed documents' (name, metadata), read once per commit and metadata edit
         self._metadata: tuple[tuple[int, int], list[tuple[str, dict[str, Any]]]] | None = None
         self._searches: ThreadPoolExecutor | None = None   # a shared store's channel searches (``_pool``)
-        self._workers: ThreadPoolExecutor | None = None   # the retrieval threads (``_in_thread``)
-        self._workers_lock = threading.Lock()
+        self._working: anyio.CapacityLimiter | None = None   # made on first use (it needs the event loop)
         self._searches_lock = threading.Lock()
 
     async def _in_thread(self, timer: Timer, work: Callable[..., Any], *args: Any) -> Any:
-        """Run a retrieval's blocking part on the retrieval threads (``retrieval_threads`` of
-        them), the others waiting in arrival order. Under a burst of chats, forty threads taking
-        turns on Python's one interpreter lock made every turn slow and left the event loop, which
-        relays every answer, a fortieth of the CPU. A thread takes the next part as soon as it is
-        done, without a round trip through the busy event loop. The wait is the "queued" step."""
-        with self._workers_lock:
-            if self._workers is None:
-                self._workers = ThreadPoolExecutor(self.settings.retrieval_threads, thread_name_prefix="retrieval")
-            workers = self._workers
+        """Run a retrieval's blocking part in a worker thread, at most ``retrieval_threads`` at
+        once, the rest waiting in arrival order: under a burst of chats forty threads taking turns
+        on Python's one interpreter lock made every turn slow and left the event loop, which relays
+        every answer, a fortieth of the CPU. The wait is the turn's "queued" step."""
+        if self._working is None:
+            self._working = anyio.CapacityLimiter(self.settings.retrieval_threads)
         asked = time.perf_counter()
 
         def started() -> Any:
             waited = (time.perf_counter() - asked) * 1000
             timer.timings["queued"] = round(timer.timings.get("queued", 0.0) + waited, 2)
             return work(*args)
-        # a turn cancelled meanwhile (timed out, its client gone) drops a part not yet started
-        return await asyncio.get_running_loop().run_in_executor(workers, started)
-
-    def close(self) -> None:
-        """Wait for the retrievals under way (they read the store), then end the threads."""
-        for pool in (self._workers, self._searches):
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+        return await anyio.to_thread.run_sync(started, limiter=self._working)
 
     def has_chunks(self) -> bool:
         """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
