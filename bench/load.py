@@ -287,6 +287,15 @@ def proc_status(pid: int) -> dict[str, float]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time ``pid`` has used so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class RssSampler(threading.Thread):
     def __init__(self, pid: int, every: float = 0.5) -> None:
         super().__init__(daemon=True)
@@ -562,6 +571,7 @@ class LoadResult:
     fake_stats: dict[str, int]
     log_warnings: Counter[str]
     wall: float
+    cpu: dict[str, float] = field(default_factory=dict)   # CPU seconds of each process in the load phase
 
     @property
     def failures(self) -> list[Chat]:
@@ -609,16 +619,22 @@ def run_load(config: LoadConfig, *, progress: bool = False) -> LoadResult:
                                          request_timeout=config.request_timeout))
         say(f"load: {config.documents} documents uploaded while {config.clients} clients chat through GraphGate",
             flush=True)
+        cpu_before = {name: cpu_seconds(pid) for name, pid in
+                      (("gateway", servers.gate.pid), ("upstream", servers.fake.pid), ("clients", os.getpid()))}
+        loaded = time.monotonic()
         chats, ingestion = asyncio.run(load_phase(servers, corpus, config.clients, turns=config.turns,
                                                   seconds=config.seconds, ingest_timeout=config.ingest_timeout,
                                                   request_timeout=config.request_timeout))
+        cpu = {name: (cpu_seconds(pid) - cpu_before[name]) for name, pid in
+               (("gateway", servers.gate.pid), ("upstream", servers.fake.pid), ("clients", os.getpid()))}
+        cpu["seconds"] = time.monotonic() - loaded
         fake_stats = httpx.get(servers.direct + "/__stats", timeout=10).json()
         status = proc_status(servers.gate.pid)
         sampler.stopped.set()
         sampler.join()
         return LoadResult(config, baseline, chats, ingestion, rss_start, status.get("VmHWM", float("nan")),
                           status.get("VmRSS", float("nan")), sampler.samples, fake_stats,
-                          summarise_log(servers.log), time.monotonic() - wall)
+                          summarise_log(servers.log), time.monotonic() - wall, cpu)
     finally:
         sampler.stopped.set()
         servers.stop()
@@ -678,6 +694,12 @@ def report(result: LoadResult) -> None:
           f"{stats.get('extractions', 0)} extraction, {stats.get('summaries', 0)} summary, "
           f"{stats.get('embeds', 0)} embedding")
     report_traces(result.ingestion.traces)
+    if result.cpu:
+        span, turns = result.cpu["seconds"], max(1, len(result.chats))
+        print(f"CPU in the load phase ({span:.0f} s, {turns / span:.1f} chats/s): gateway "
+              f"{result.cpu['gateway'] / span:.2f} cores = {1000 * result.cpu['gateway'] / turns:.1f} ms a chat "
+              f"(ingestion's share included), fake upstream {result.cpu['upstream'] / span:.2f}, "
+              f"clients {result.cpu['clients'] / span:.2f} (of {os.cpu_count()} cores)")
     ing = result.ingestion
     docs = ing.stats.get("documents", {})
     if ing.finished is not None:

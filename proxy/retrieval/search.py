@@ -32,6 +32,12 @@ def _entity(meta: EntityMeta) -> FoundEntity:
     return FoundEntity(meta.name_key, meta.name, meta.type, list(meta.source_ids), meta.key)
 
 
+def name(rows: MemoryRows, key: str) -> str:
+    """An entity's name (its key if it is gone)."""
+    entity = rows.entity(key)
+    return entity.name if entity is not None else key
+
+
 def _relation(rows: MemoryRows, meta: RelationMeta) -> FoundRelation:
     names = [entity.name if (entity := rows.entity(k)) is not None else k for k in (meta.source, meta.target)]
     return FoundRelation(meta.pair, meta.source, meta.target, names[0], names[1], list(meta.keywords),
@@ -130,21 +136,23 @@ def central_incident_relations(store: KnowledgeStore, keys: list[str], count: in
         pairs = edges_touching(graph, keys)
         ends = list({k for pair in pairs.values() for k in pair})
         degree = graph.degrees(ends) if ends else {}
-        metas = [(i, m) for i, p in enumerate(pairs) if (m := rows.relation(p)) is not None]
-
-        def name(key: str) -> str:
-            entity = rows.entity(key)
-            return entity.name if entity is not None else key
-
-        asked = ({m.pair: relevance(m.keywords, name(m.source), name(m.target)) for _, m in metas}
-                 if relevance is not None else {})
-        ranked = heapq.nsmallest(count, metas, key=lambda item: (
-            -asked.get(item[1].pair, 0.0), -(degree.get(item[1].source, 0) + degree.get(item[1].target, 0)),
-            -item[1].weight, item[0]))
+        # (position, relation, endpoint degrees summed, relevance): each worked out once per
+        # relation, not in every comparison of the ranking
+        metas: list[tuple[int, RelationMeta, int, float]] = []
+        for i, (pair, (a, b)) in enumerate(pairs.items()):
+            meta = rows.relation(pair)
+            if meta is None:
+                continue
+            asked = 0.0
+            if relevance is not None:
+                source, _, target = pair.partition("\x1f")
+                asked = relevance(meta.keywords, name(rows, source), name(rows, target))
+            metas.append((i, meta, degree.get(a, 0) + degree.get(b, 0), asked))
+        ranked = heapq.nsmallest(count, metas, key=lambda item: (-item[3], -item[2], -item[1].weight, item[0]))
         found = []
-        for _, meta in ranked:
+        for _, meta, central, _ in ranked:
             relation = _relation(rows, meta)
-            relation.degree = degree.get(meta.source, 0) + degree.get(meta.target, 0)
+            relation.degree = central
             found.append(relation)
         return found
     return store.read_memory_sync(read)
