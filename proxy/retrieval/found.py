@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -10,7 +11,7 @@ class FoundEntity:
     key: str
     name: str
     type: str
-    source_ids: list[str]
+    source_ids: Sequence[str]   # the store's own tuple, not copied: a hub's lists run to hundreds
     vector_key: int
     description: str = ""  # read for the candidates only, once they are chosen (``fill_descriptions``)
     score: float = 0.0
@@ -27,7 +28,7 @@ class FoundRelation:
     target_name: str
     keywords: list[str]
     weight: float
-    source_ids: list[str]
+    source_ids: Sequence[str]   # the store's own tuple, not copied
     vector_key: int
     description: str = ""
     score: float = 0.0

@@ -29,7 +29,7 @@ def vector_search(store: KnowledgeStore, table: str, vector: np.ndarray, count: 
 
 
 def _entity(meta: EntityMeta) -> FoundEntity:
-    return FoundEntity(meta.name_key, meta.name, meta.type, list(meta.source_ids), meta.key)
+    return FoundEntity(meta.name_key, meta.name, meta.type, meta.source_ids, meta.key)
 
 
 def name(rows: MemoryRows, key: str) -> str:
@@ -39,9 +39,9 @@ def name(rows: MemoryRows, key: str) -> str:
 
 
 def _relation(rows: MemoryRows, meta: RelationMeta) -> FoundRelation:
-    names = [entity.name if (entity := rows.entity(k)) is not None else k for k in (meta.source, meta.target)]
-    return FoundRelation(meta.pair, meta.source, meta.target, names[0], names[1], list(meta.keywords),
-                         meta.weight, list(meta.source_ids), meta.key)
+    source, _, target = meta.pair.partition("\x1f")
+    return FoundRelation(meta.pair, source, target, name(rows, source), name(rows, target), list(meta.keywords),
+                         meta.weight, meta.source_ids, meta.key)
 
 
 def fill_descriptions(store: KnowledgeStore, entities: list[FoundEntity], relations: list[FoundRelation]) -> None:

@@ -3,6 +3,7 @@ similarity to the question (``vector``) or by weighted polling (``weight``). Blo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
@@ -22,9 +23,9 @@ def graph_sources(store: KnowledgeStore, question: Question, entities: list[Foun
     return [[ChunkHit(i, 0.0, "entity") for i in entity_ids], [ChunkHit(i, 0.0, "relation") for i in relation_ids]]
 
 
-def pick(store: KnowledgeStore, question: Question, sources: list[list[str]], taken: set[str]) -> list[str]:
+def pick(store: KnowledgeStore, question: Question, given: list[Sequence[str]], taken: set[str]) -> list[str]:
     params = question.params
-    sources = [[c for c in ids if c not in taken] for ids in sources]
+    sources = [[c for c in ids if c not in taken] for ids in given]
     if not any(sources):
         return []
     if params.chunk_selection == "weight":

@@ -6,7 +6,7 @@ Why not httpx for these: ingestion makes thousands of them a minute, and httpx w
 about 0.6 ms of CPU on each (pool bookkeeping that polls every idle socket, h11, three stream
 layers), a quarter of the gateway's CPU per ingested chunk; bench/ingest.py (a) went from 84 to
 115+ chunks/s without it. Requests relayed for clients (any method, headers, streamed bodies)
-still go through httpx in ``Upstream.open``.
+go through httpx in ``Upstream.open``, over ``RelayTransport`` (relay_transport.py).
 
 It speaks just what this needs: one request at a time per connection; replies framed by
 Content-Length, by chunked transfer encoding, or by the end of the connection. Errors come out as
