@@ -98,7 +98,7 @@ async def test_a_reply_left_half_read_closes_its_connection_and_the_next_request
     assert len(accepted) == 2
 
 
-async def test_a_kept_connection_the_server_closed_meanwhile_is_replaced_and_the_request_sent_once() -> None:
+async def test_a_kept_connection_the_server_closed_meanwhile_is_replaced_for_a_get() -> None:
     received: list[bytes] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -114,10 +114,88 @@ async def test_a_kept_connection_the_server_closed_meanwhile_is_replaced_and_the
 
     async with raw_server(handler) as (url, accepted):
         upstream = upstream_at(url)
-        assert await relayed(upstream) == (200, b'{"n": 1}')
-        assert await relayed(upstream, content=b'{"second": 1}') == (200, b'{"n": 1}')
+        for _ in range(2):
+            response = await upstream.open("GET", "/api/tags")
+            assert (response.status_code, await upstream.read(response)) == (200, b'{"n": 1}')
         await upstream.aclose()
-    assert len(accepted) == 2 and received[1].endswith(b'{"second": 1}')
+    assert len(accepted) == 2 and len(received) == 2
+
+
+async def test_a_post_whose_connection_closed_without_a_reply_is_not_sent_again() -> None:
+    """The upstream may have acted on it (a chat, a delete) before it went away."""
+    received: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await read_request(reader))
+        writer.write(reply(b'{"n": 1}'))
+        await writer.drain()
+        received.append(await read_request(reader))
+        writer.transport.abort()   # read it, then died
+
+    async with raw_server(handler) as (url, accepted):
+        upstream = upstream_at(url)
+        assert await relayed(upstream) == (200, b'{"n": 1}')
+        with pytest.raises(UpstreamProtocolError, match="closed before the reply began"):
+            await relayed(upstream, "/api/delete", b'{"model": "m"}')
+        await upstream.aclose()
+    assert len(accepted) == 1 and len(received) == 2
+
+
+async def test_an_upload_longer_than_the_write_timeout_passes_while_each_piece_is_taken_in_time() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b"{}"))
+        await writer.drain()
+
+    async def slow_pieces() -> AsyncIterator[bytes]:
+        for i in range(6):
+            await anyio.sleep(0.15)   # the client's pace, which is not the upstream's to time
+            yield b"%d;" % i
+
+    async with raw_server(handler) as (url, _):
+        upstream = upstream_at(url, GRAPHGATE_READ_TIMEOUT="0.5")   # the write limit is the read timeout
+        response = await upstream.open("POST", "/api/blobs/sha256:ab",
+                                       headers=[("content-length", "12")], content=slow_pieces())
+        assert (response.status_code, await upstream.read(response)) == (200, b"{}")
+        await upstream.aclose()
+
+
+async def test_a_header_that_would_end_its_line_is_refused_before_anything_is_sent() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    async with raw_server(handler) as (url, accepted):
+        upstream = upstream_at(url)
+        with pytest.raises(UpstreamProtocolError, match="a header not fit to send"):
+            await upstream.open("GET", "/api/tags", headers=[("x-note", "a\r\nX-Injected: 1")])
+        await upstream.aclose()
+    assert accepted == []   # refused before a connection was made
+
+
+async def test_a_big_chunk_is_relayed_in_pieces_as_it_comes() -> None:
+    body = b"y" * 200_000
+    halfway = anyio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n%x\r\n" % len(body))
+        writer.write(body[:100_000])
+        await writer.drain()
+        await halfway.wait()   # the rest only once the first half was relayed
+        writer.write(body[100_000:] + b"\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async with raw_server(handler) as (url, _):
+        upstream = upstream_at(url)
+        response = await upstream.open("POST", "/api/chat", content=b"{}")
+        got = b""
+        async for piece in upstream.iter_raw(response):
+            got += piece
+            if len(got) >= 100_000:
+                halfway.set()
+        await response.aclose()
+        await upstream.aclose()
+    assert got == body
 
 
 async def test_a_streamed_request_body_arrives_whole_in_chunks() -> None:
@@ -151,6 +229,13 @@ async def test_a_streamed_request_body_arrives_whole_in_chunks() -> None:
     (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
     (b"SMTP ready\r\n\r\n", "not an HTTP/1.x reply"),
     (b"", "closed before the reply began"),
+    # framings that let one reply be read as two are refused, as h11 refused them
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+     "framed both by chunks and by its length"),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 4\r\n\r\nokok", "differing lengths"),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: gzip\r\n\r\n", "not chunked last"),
+    (b"HTTP/1.1 200 OK\r\nbogus line\r\n\r\n", "malformed header line"),
+    (b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n", "switched protocols"),
 ])
 async def test_a_broken_reply_is_an_upstream_protocol_error(answer: bytes, message: str) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -56,7 +56,8 @@ async def connect(host: str, port: int, context: ssl.SSLContext | None, within: 
         with anyio.fail_after(within):
             reader, writer = await asyncio.open_connection(host, port, ssl=context, limit=READ_LIMIT)
     except TimeoutError:
-        raise TimeoutError(f"no connection within {within:g} s") from None
+        limit = f" within {within:g} s" if within is not None else ""
+        raise TimeoutError(f"no connection{limit}") from None
     except OSError as exc:
         raise ConnectFailed(exc.errno, str(exc) or type(exc).__name__) from exc
     return Connection(reader, writer)
@@ -81,13 +82,17 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[int, bytes, bytes, He
         if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
             raise ProtocolViolation(f"not an HTTP/1.x reply: {lines[0][:60]!r}")
         status = int(code)
+        if status == 101:
+            raise ProtocolViolation("the upstream switched protocols, which no request here asks for")
         if 100 <= status < 200:
             continue  # an interim reply (100 Continue): the real one follows
         headers: Headers = []
         for line in lines[1:]:
             if line:
-                name, _, value = line.partition(b":")
-                headers.append((name.strip(), value.strip()))
+                name, colon, value = line.partition(b":")
+                if not colon or not name or name != name.strip():
+                    raise ProtocolViolation(f"a malformed header line {line[:40]!r}")
+                headers.append((name, value.strip()))
         return status, version, reason, headers
 
 
@@ -96,7 +101,30 @@ def keeps_alive(version: bytes, headers: dict[bytes, bytes]) -> bool:
 
 
 def lowered(headers: Headers) -> dict[bytes, bytes]:
-    return {name.lower(): value for name, value in headers}
+    """The headers by lower-cased name, a repeated one's values joined by ", " (RFC 9110 5.3)."""
+    named: dict[bytes, bytes] = {}
+    for name, value in headers:
+        key = name.lower()
+        named[key] = named[key] + b", " + value if key in named else value
+    return named
+
+
+def framing(headers: dict[bytes, bytes]) -> tuple[bool, int | None]:
+    """(chunked, length) of a reply's body as its headers frame it (neither: until the connection
+    ends). Ambiguous framing, the kind that lets one reply be read as two, is refused."""
+    codings = [c.strip().lower() for c in headers.get(b"transfer-encoding", b"").split(b",") if c.strip()]
+    if codings:
+        if codings[-1] != b"chunked":
+            raise ProtocolViolation(f"a reply coded {b', '.join(codings)!r}, not chunked last")
+        if b"content-length" in headers:
+            raise ProtocolViolation("a reply framed both by chunks and by its length")
+        return True, None
+    if b"content-length" not in headers:
+        return False, None
+    lengths = {size(value, 10, "Content-Length") for value in headers[b"content-length"].split(b",")}
+    if len(lengths) != 1:
+        raise ProtocolViolation(f"a reply with differing lengths {headers[b'content-length'][:40]!r}")
+    return False, lengths.pop()
 
 
 def size(raw: bytes, base: int, what: str) -> int:

@@ -32,10 +32,10 @@ from proxy.upstream.http11 import (
     chunk_end,
     chunk_size,
     connect,
+    framing,
     keeps_alive,
     lowered,
     read_head,
-    size,
     stale,
 )
 
@@ -132,12 +132,13 @@ class JsonClient:
         keep = keeps_alive(version, headers)
         if method == "HEAD" or status in (204, 304):
             return status, b"", keep
+        chunked, length = framing(headers)
         try:
             with anyio.fail_after(self.read_timeout):
-                if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+                if chunked:
                     data = await self._read_chunked(reader)
-                elif b"content-length" in headers:
-                    data = await reader.readexactly(size(headers[b"content-length"], 10, "Content-Length"))
+                elif length is not None:
+                    data = await reader.readexactly(length)
                 else:
                     return status, await reader.read(), False  # the body ends with the connection
         except asyncio.IncompleteReadError as exc:

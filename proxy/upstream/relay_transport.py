@@ -15,6 +15,7 @@ translate as it did before. Timeouts are the request's ``timeout`` extension, as
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -31,15 +32,20 @@ from proxy.upstream.http11 import (
     chunk_end,
     chunk_size,
     connect,
+    framing,
     keeps_alive,
     lowered,
     read_head,
-    size,
     stale,
 )
 
-PIECE = 1 << 16     # the most read at once from a body framed by its length or by the connection's end
+PIECE = 1 << 16     # the most read (and relayed) at once of a body
+# a request the upstream may have acted on before its connection closed is never sent again: only
+# these are, when a kept-alive connection turns out closed (a chat or a DELETE reaches Ollama once)
+RESENDABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 Origin = tuple[str, str, int]
+TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+ILLEGAL_VALUE = re.compile(rb"[\r\n\0]")
 
 
 class RelayTransport(httpx.AsyncBaseTransport):
@@ -74,7 +80,7 @@ class RelayTransport(httpx.AsyncBaseTransport):
                              empty=request.method == "HEAD" or status in (204, 304), read_timeout=timeout.get("read"))
             except Stale:
                 connection.close()
-                if attempt == 1 and replayable is not None:
+                if attempt == 1 and replayable is not None and request.method in RESENDABLE:
                     continue   # the server closed it while it sat idle: once more, on a new one
                 raise httpx.RemoteProtocolError("the connection closed before the reply began",
                                                 request=request) from None
@@ -121,12 +127,11 @@ class RelayTransport(httpx.AsyncBaseTransport):
         sent = time.monotonic()
         try:
             try:
-                with anyio.fail_after(limits.get("write")):
-                    if content is not None:
-                        writer.write(head + content)
-                        await writer.drain()
-                    else:
-                        await _send_streamed(writer, head, request)
+                if content is not None:
+                    writer.write(head + content)
+                    await _drained(writer, limits.get("write"))
+                else:
+                    await _send_streamed(writer, head, request, limits.get("write"))
             except TimeoutError:
                 raise httpx.WriteTimeout("the upstream took no more of the request", request=request) from None
             try:
@@ -154,8 +159,10 @@ class _Body(httpx.AsyncByteStream):
         named = lowered(headers)
         self._transport, self._origin, self._connection, self._request = transport, origin, connection, request
         self._timeout = read_timeout
-        self._chunked = not empty and b"chunked" in named.get(b"transfer-encoding", b"").lower()
-        self._length = 0 if empty else None if self._chunked else _length(named, request)
+        try:
+            self._chunked, self._length = (False, 0) if empty else framing(named)
+        except ProtocolViolation as exc:
+            raise httpx.RemoteProtocolError(str(exc), request=request) from None
         # a body that ends with the connection: the connection cannot be kept
         self._keep = keeps_alive(version, named) and (empty or self._chunked or self._length is not None)
         self._ended = False
@@ -169,12 +176,18 @@ class _Body(httpx.AsyncByteStream):
                 if self._chunked:
                     while True:
                         async with asyncio.timeout(self._timeout):
-                            length = await chunk_size(reader)
-                            if length == 0:
-                                break
-                            piece = await reader.readexactly(length)
+                            left = await chunk_size(reader)
+                        if left == 0:
+                            break
+                        while left:   # a chunk of any size is relayed in pieces, each read in time
+                            async with asyncio.timeout(self._timeout):
+                                piece = await reader.read(min(left, PIECE))
+                            if not piece:
+                                raise asyncio.IncompleteReadError(b"", left)
+                            left -= len(piece)
+                            yield piece
+                        async with asyncio.timeout(self._timeout):
                             await chunk_end(reader)
-                        yield piece
                 elif self._length is not None:
                     left = self._length
                     while left:
@@ -223,9 +236,13 @@ class _Body(httpx.AsyncByteStream):
 
 
 def _head(request: httpx.Request) -> bytes:
-    target = request.url.raw_path
-    lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
-    lines += [name + b": " + value for name, value in request.headers.raw]
+    """The request line and headers; a header that would end the line early (CR, LF, NUL) or a
+    name that is no token is refused, as h11 did: it could smuggle a second request."""
+    lines = [request.method.encode("ascii") + b" " + request.url.raw_path + b" HTTP/1.1"]
+    for name, value in request.headers.raw:
+        if not TOKEN.fullmatch(name) or ILLEGAL_VALUE.search(value):
+            raise httpx.LocalProtocolError(f"a header not fit to send: {name[:40]!r}", request=request)
+        lines.append(name + b": " + value)
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
@@ -237,8 +254,17 @@ def _content(request: httpx.Request) -> bytes | None:
         return None
 
 
-async def _send_streamed(writer: asyncio.StreamWriter, head: bytes, request: httpx.Request) -> None:
-    """The head, then the body as it comes: in chunks if httpx framed it so (no length was given)."""
+async def _drained(writer: asyncio.StreamWriter, within: float | None) -> None:
+    """Wait until the upstream took what was written, at most ``within`` seconds (each write has
+    its own limit: a blob upload of gigabytes may take an hour, but never stalls that long)."""
+    async with asyncio.timeout(within):
+        await writer.drain()
+
+
+async def _send_streamed(writer: asyncio.StreamWriter, head: bytes, request: httpx.Request,
+                         within: float | None) -> None:
+    """The head, then the body as it comes: in chunks if httpx framed it so (no length was given).
+    The wait for the client's next piece is not the upstream's to time."""
     chunked = b"chunked" in request.headers.get("transfer-encoding", "").lower().encode()
     writer.write(head)
     assert isinstance(request.stream, httpx.AsyncByteStream)
@@ -246,16 +272,8 @@ async def _send_streamed(writer: asyncio.StreamWriter, head: bytes, request: htt
         if not part:
             continue
         writer.write(b"%x\r\n%b\r\n" % (len(part), part) if chunked else part)
-        await writer.drain()
+        await _drained(writer, within)
     if chunked:
         writer.write(b"0\r\n\r\n")
-    await writer.drain()
+    await _drained(writer, within)
 
-
-def _length(headers: dict[bytes, bytes], request: httpx.Request) -> int | None:
-    if b"content-length" not in headers:
-        return None
-    try:
-        return size(headers[b"content-length"], 10, "Content-Length")
-    except ProtocolViolation as exc:
-        raise httpx.RemoteProtocolError(str(exc), request=request) from None
