@@ -155,3 +155,33 @@ def test_a_long_conversation_is_tokenised_off_the_event_loop(
         # the turn was grounded: the pasted document was counted, and the question's context injected
         chats = [r for r in fake.requests_to("/api/chat") if "Orion project?" in r.body.decode()]
         assert chats and "Alice Smith" in json.dumps(chats[-1].json["messages"])
+
+
+@pytest.mark.parametrize("stage", ["relation_state", "relation_row"])
+def test_a_merges_recompute_runs_off_the_event_loop(
+        gateway: str, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
+    """A merge builds a state and a row for every entity and relation it touches (thousands in a
+    big one: 100-150 ms at a time on the loop during ingestion). Held in the middle of that work,
+    the gateway still answers /api/version; on the loop it could not until the hold gave up."""
+    from proxy.merging import recompute
+
+    building, release = threading.Event(), threading.Event()
+    original = getattr(recompute, stage)
+
+    def held(*args, **kwargs):  # type: ignore[no-untyped-def]
+        building.set()
+        release.wait(HANG_GUARD)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(recompute, stage, held)
+    with httpx.Client(base_url=gateway, timeout=2 * HANG_GUARD) as client:
+        document = client.post("/rag/documents", json={"name": "team.md", "text": TEAM}).json()["documents"][0]
+        try:
+            assert building.wait(HANG_GUARD), f"the merge never reached {stage}"
+            started = time.monotonic()
+            assert client.get("/api/version", timeout=HANG_GUARD).status_code == 200
+            assert not release.is_set() and time.monotonic() - started < HANG_GUARD
+        finally:
+            release.set()
+        _wait(lambda: client.get(f"/rag/documents/{document['id']}").json()["status"] == "processed",
+              "the document was not processed once the hold ended")

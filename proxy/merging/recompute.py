@@ -250,10 +250,15 @@ class Integrator:
                          indexes: dict[str, ChunkIndex], old_entities: dict[str, ExistingEntity],
                          old_relations: dict[str, ExistingEntity], edits: Edits, out: GraphChanges,
                          overlay: Overlay | None = None) -> None:
-        entity_states = [entity_state(k, old_entities[k].name if k in old_entities else None, s, indexes)
-                         for k, s in entity_sources.items()]
-        relation_states = [relation_state(k, s, indexes) for k, s in relation_sources.items()]
-        fixed = edits.apply(entity_states, relation_states)
+        def states() -> tuple[list[EntityState], list[RelationState], dict[int, str]]:
+            entities = [entity_state(k, old_entities[k].name if k in old_entities else None, s, indexes)
+                        for k, s in entity_sources.items()]
+            relations = [relation_state(k, s, indexes) for k, s in relation_sources.items()]
+            return entities, relations, edits.apply(entities, relations)
+
+        # a big merge recomputes thousands of states: in a worker thread, never on the event loop
+        # (it held the loop 100-150 ms at a time during ingestion)
+        entity_states, relation_states, fixed = await anyio.to_thread.run_sync(states)
         names = await self._endpoint_names(relation_states)
         if overlay is not None:  # spellings the commit in flight has not yet put in the rows
             names.update({key: overlay.entities[key].name for rel in relation_states
@@ -312,14 +317,18 @@ class Integrator:
         thresholds (those calls run concurrently; the limiter caps them); a description fixed by a
         hand edit is kept as it is."""
         results: list[str] = [fixed.get(i, "") for i in range(len(subjects))]
-        long = []
-        for i in range(len(subjects)):
-            if i in fixed:
-                continue
-            if self._needs_summary(fragments[i]):
-                long.append(i)
-            else:
-                results[i] = SEPARATOR.join(fragments[i])
+        long: list[int] = []
+
+        def join_short() -> None:   # thousands of descriptions, some tokenised: off the event loop
+            for i in range(len(subjects)):
+                if i in fixed:
+                    continue
+                if self._needs_summary(fragments[i]):
+                    long.append(i)
+                else:
+                    results[i] = SEPARATOR.join(fragments[i])
+
+        await anyio.to_thread.run_sync(join_short)
 
         async def one(i: int) -> None:
             results[i] = await self._summarise(subjects[i], fragments[i], out)
@@ -338,27 +347,37 @@ class Integrator:
             f"{names.get(r.source, r.source)} and {names.get(r.target, r.target)}" for r in relations]
         fragments = [state.fragments for state in entities] + [r.fragments for r in relations]
         descriptions = await self._describe_all(subjects, fragments, fixed, out)
-        pending: list[Pending] = []
-        for state, description in zip(entities, descriptions, strict=False):
-            pending.append(("entity", state.name_key, description, state, entity_text(state.name, description)))
-        for rel, description in zip(relations, descriptions[len(entities):], strict=True):
-            text = relation_text(rel.keywords, names.get(rel.source, rel.source),
-                                 names.get(rel.target, rel.target), description)
-            pending.append(("relation", rel.pair_key, description, rel, text))
-        digests = [embed_hash(model, text) for *_, text in pending]
         old = {**{("entity", k): v for k, v in old_entities.items()},
                **{("relation", k): v for k, v in old_relations.items()}}
-        stale = [i for i, (kind, key, *_rest) in enumerate(pending)
-                 if (kind, key) not in old or old[(kind, key)].embed_hash != digests[i]]
+
+        def texts() -> tuple[list[Pending], list[str], list[int]]:
+            pending: list[Pending] = []
+            for state, description in zip(entities, descriptions, strict=False):
+                pending.append(("entity", state.name_key, description, state, entity_text(state.name, description)))
+            for rel, description in zip(relations, descriptions[len(entities):], strict=True):
+                text = relation_text(rel.keywords, names.get(rel.source, rel.source),
+                                     names.get(rel.target, rel.target), description)
+                pending.append(("relation", rel.pair_key, description, rel, text))
+            digests = [embed_hash(model, text) for *_, text in pending]
+            stale = [i for i, (kind, key, *_rest) in enumerate(pending)
+                     if (kind, key) not in old or old[(kind, key)].embed_hash != digests[i]]
+            return pending, digests, stale
+
+        # the texts, their digests and the rows of a big merge: worker threads, not the event loop
+        pending, digests, stale = await anyio.to_thread.run_sync(texts)
         vectors = await self.models.embed([pending[i][4] for i in stale], priority=Priority.INGEST)
         fresh = dict(zip(stale, vectors, strict=True))
         await self._reused_embeddings(pending, stale, old)
-        for i, (kind, key, description, subject, _text) in enumerate(pending):
-            existing = old.get((kind, key))
-            if isinstance(subject, EntityState):  # kind "entity"
-                out.entities.append(entity_row(subject, description, digests[i], existing, fresh.get(i)))
-            else:
-                out.relations.append(relation_row(subject, description, digests[i], existing, fresh.get(i)))
+
+        def rows() -> None:
+            for i, (kind, key, description, subject, _text) in enumerate(pending):
+                existing = old.get((kind, key))
+                if isinstance(subject, EntityState):  # kind "entity"
+                    out.entities.append(entity_row(subject, description, digests[i], existing, fresh.get(i)))
+                else:
+                    out.relations.append(relation_row(subject, description, digests[i], existing, fresh.get(i)))
+
+        await anyio.to_thread.run_sync(rows)
 
 
     async def _reused_embeddings(self, pending: list[Pending], stale: list[int],
