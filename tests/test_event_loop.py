@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -168,7 +169,7 @@ def test_a_merges_recompute_runs_off_the_event_loop(
     building, release = threading.Event(), threading.Event()
     original = getattr(recompute, stage)
 
-    def held(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def held(*args: Any, **kwargs: Any) -> Any:
         building.set()
         release.wait(HANG_GUARD)
         return original(*args, **kwargs)
