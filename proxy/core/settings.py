@@ -291,9 +291,9 @@ SETTINGS: tuple[Setting, ...] = (
             "ranked by words and source chunks picked by weighted polling (no vector reads beyond the "
             "searches). Under a burst of chats each turn stays quick; its trace says what was shed. 0: never."),
     Setting("retrieval_threads", "GRAPHGATE_RETRIEVAL_THREADS", "2", int_between(1, 64),
-            "Retrievals whose searching, ranking and context building run at once (each in a worker "
-            "thread); the others wait their turn, first come first served. Python runs one thread at a "
-            "time: more at once would only share the same CPU, each turn slower, and starve the event "
+            "Retrievals of a knowledge base whose searching, ranking and context building run at once "
+            "(each in a worker thread); the others wait their turn, first come first served. Python runs "
+            "one thread at a time: more at once would only share the same CPU, each turn slower, and starve the event "
             "loop that relays every chat's answer."),
     Setting("retrieval_timeout", "GRAPHGATE_RETRIEVAL_TIMEOUT", "10", parse_positive_float,
             "Seconds retrieval may take before the turn is forwarded without context."),
