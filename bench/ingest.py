@@ -35,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.proxy_overhead import free_port, wait_ready  # noqa: E402
+from bench.proxy_overhead import cpu_seconds, free_port, percentile, wait_ready  # noqa: E402
 from proxy.cli.commands import UPLOADS_IN_FLIGHT  # noqa: E402
 
 SYLLABLES = ["ka", "zor", "vel", "mir", "tan", "quo", "rex", "lun", "dra", "pel", "sif", "nox", "bri", "tal"]
@@ -109,12 +109,6 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time the process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class LoopProbe(threading.Thread):
     """GET /api/version every ``every`` seconds while documents are ingested: how long the
     gateway's event loop keeps a trivial request waiting (its stalls)."""
@@ -135,10 +129,9 @@ class LoopProbe(threading.Thread):
     def figures(self) -> str:
         if not self.latencies:
             return "no probes"
-        ordered = sorted(self.latencies)
-        at = lambda p: 1000 * ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]  # noqa: E731
-        return (f"{len(ordered)} probes: p50 {at(50):.1f} ms, p99 {at(99):.1f} ms, max {1000 * ordered[-1]:.1f} ms "
-                f"(target max <= 50 ms)")
+        ms = [1000 * latency for latency in self.latencies]
+        return (f"{len(ms)} probes: p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms, "
+                f"max {max(ms):.1f} ms (target max <= 50 ms)")
 
 
 def run(docs: list[tuple[str, str]], names_file: Path, delay: float, concurrency: int,

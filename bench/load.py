@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.proxy_overhead import free_port, percentile  # noqa: E402
+from bench.proxy_overhead import cpu_seconds, free_port, percentile  # noqa: E402
 
 MODEL = "llama3.2:latest"
 REPLY = [f"{word} " for word in (
@@ -285,15 +285,6 @@ def proc_status(pid: int) -> dict[str, float]:
     except OSError:
         pass
     return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time ``pid`` has used so far (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class RssSampler(threading.Thread):

@@ -149,11 +149,12 @@ async def test_an_upload_longer_than_the_write_timeout_passes_while_each_piece_i
 
     async def slow_pieces() -> AsyncIterator[bytes]:
         for i in range(6):
-            await anyio.sleep(0.15)   # the client's pace, which is not the upstream's to time
+            await anyio.sleep(0.3)   # the client's pace, which is not the upstream's to time
             yield b"%d;" % i
 
     async with raw_server(handler) as (url, _):
-        upstream = upstream_at(url, GRAPHGATE_READ_TIMEOUT="0.5")   # the write limit is the read timeout
+        # the write limit is the read timeout: 1 s, against an upload of 1.8 s (a whole-upload limit fails)
+        upstream = upstream_at(url, GRAPHGATE_READ_TIMEOUT="1")
         response = await upstream.open("POST", "/api/blobs/sha256:ab",
                                        headers=[("content-length", "12")], content=slow_pieces())
         assert (response.status_code, await upstream.read(response)) == (200, b"{}")

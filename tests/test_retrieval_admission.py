@@ -26,7 +26,7 @@ class Inside:
     """Counts the retrievals inside their blocking part; each stays until ``together`` are in
     (or ``wait`` seconds passed), so that any that may run side by side do."""
 
-    def __init__(self, together: int, wait: float = 3.0) -> None:
+    def __init__(self, together: int, wait: float = 20.0) -> None:
         self.together, self.wait = together, wait
         self.now = self.most = 0
         self.lock = threading.Lock()

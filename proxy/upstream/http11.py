@@ -50,6 +50,17 @@ class Connection:
         self.writer.close()
 
 
+def take_usable(idle: list[Connection]) -> Connection | None:
+    """The most recently kept connection still fit to reuse; the unfit ones met on the way closed."""
+    now = time.monotonic()
+    while idle:
+        connection = idle.pop()
+        if connection.usable(now):
+            return connection
+        connection.close()
+    return None
+
+
 async def connect(host: str, port: int, context: ssl.SSLContext | None, within: float | None) -> Connection:
     """A new connection; ``TimeoutError`` or ``ConnectFailed`` if there is none."""
     try:

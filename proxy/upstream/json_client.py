@@ -37,6 +37,7 @@ from proxy.upstream.http11 import (
     lowered,
     read_head,
     stale,
+    take_usable,
 )
 
 __all__ = ["ConnectFailed", "JsonClient", "ProtocolViolation"]
@@ -98,12 +99,9 @@ class JsonClient:
     # --- connections ---
 
     async def _checkout(self) -> tuple[Connection, bool]:
-        now = time.monotonic()
-        while self._idle:
-            connection = self._idle.pop()
-            if connection.usable(now):
-                return connection, True
-            connection.close()
+        kept = take_usable(self._idle)
+        if kept is not None:
+            return kept, True
         return await connect(self.host, self.port, self._ssl, self.connect_timeout), False
 
     def _head(self, method: str, path: str, body: bytes | None) -> bytes:

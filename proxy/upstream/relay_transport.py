@@ -37,6 +37,7 @@ from proxy.upstream.http11 import (
     lowered,
     read_head,
     stale,
+    take_usable,
 )
 
 PIECE = 1 << 16     # the most read (and relayed) at once of a body
@@ -52,13 +53,12 @@ class RelayTransport(httpx.AsyncBaseTransport):
     def __init__(self, *, max_idle: int = 1024) -> None:
         self.max_idle = max_idle   # idle connections kept in all (each in use is never capped)
         self._idle: dict[Origin, list[Connection]] = {}
-        self._idle_count = 0
         self._closed = False
         self._ssl: ssl.SSLContext | None = None   # made once, for the first https connection
 
     async def aclose(self) -> None:
         self._closed = True   # connections still in use are closed when their reply ends
-        idle, self._idle, self._idle_count = self._idle, {}, 0
+        idle, self._idle = self._idle, {}
         for stack in idle.values():
             for connection in stack:
                 connection.close()
@@ -93,14 +93,9 @@ class RelayTransport(httpx.AsyncBaseTransport):
 
     async def _checkout(self, origin: Origin, request: httpx.Request,
                         within: float | None) -> tuple[Connection, bool]:
-        stack = self._idle.get(origin)
-        now = time.monotonic()
-        while stack:
-            connection = stack.pop()
-            self._idle_count -= 1
-            if connection.usable(now):
-                return connection, True
-            connection.close()
+        kept = take_usable(self._idle.get(origin, []))
+        if kept is not None:
+            return kept, True
         scheme, host, port = origin
         try:
             if scheme == "https" and self._ssl is None:
@@ -114,12 +109,11 @@ class RelayTransport(httpx.AsyncBaseTransport):
 
     def release(self, origin: Origin, connection: Connection) -> None:
         """A connection whose reply was read to its end, kept for the next request."""
-        if self._closed or self._idle_count >= self.max_idle:
+        if self._closed or sum(map(len, self._idle.values())) >= self.max_idle:   # one origin, as a rule
             connection.close()
             return
         connection.idle_since = time.monotonic()
         self._idle.setdefault(origin, []).append(connection)
-        self._idle_count += 1
 
     async def _exchange(self, connection: Connection, request: httpx.Request, head: bytes, content: bytes | None,
                         reused: bool, limits: dict[str, float | None]) -> tuple[int, bytes, bytes, list[Any]]:
