@@ -125,6 +125,33 @@ async def test_apply_updates_all_three_engines(tmp_path: Path, store_backend: Ba
     await store.close()
 
 
+async def test_an_entitys_incident_relations_follow_every_commit(tmp_path: Path, store_backend: Backend) -> None:
+    """The entity channels' lists of a hub's relations are kept per commit (``incident_sync``): a
+    commit that adds a relation, renames an end or removes one is seen by the next read."""
+    store = await KnowledgeStore.open(tmp_path, backend=store_backend)
+    await set_dim(store)
+    await store.apply(sample_changes())
+
+    def listed(key: str) -> dict[str, tuple[int, str, str]]:
+        return {i.meta.pair: (i.central, i.source_name, i.target_name) for i in store.incident_sync([key])}
+
+    assert listed("bob") == {pair_key("alice", "bob"): (3, "Alice", "Bob"),
+                             pair_key("bob", "carol"): (3, "Bob", "Carol")}
+    await store.apply(Changeset(chunks_added=[ChunkRow("c3", "Bob met Dan.", 4, vec(8))],
+                                entities_upserted=[entity("Dan", 9, ["c3"])],
+                                relations_upserted=[relation("Bob", "Dan", 10, ["c3"])]))
+    assert listed("bob") == {pair_key("alice", "bob"): (4, "Alice", "Bob"),
+                             pair_key("bob", "carol"): (4, "Bob", "Carol"), pair_key("bob", "dan"): (4, "Bob", "Dan")}
+    carol = in_memory(store)[0].entity("carol")
+    assert carol is not None
+    await store.apply(Changeset(entities_upserted=[EntityRow("carol", "Caroline", "Person", "about Carol", ["c2"],
+                                                             "h5b", vec(5), carol.key)]))
+    assert listed("bob")[pair_key("bob", "carol")] == (4, "Bob", "Caroline")
+    assert [i.meta.pair for i in store.incident_sync(["alice", "bob"])] == [
+        pair_key("alice", "bob"), pair_key("bob", "carol"), pair_key("bob", "dan")]   # each once, by the keys' order
+    await store.close()
+
+
 async def test_reembedding_gives_a_new_key_and_drops_the_old(tmp_path: Path, store_backend: Backend) -> None:
     store = await KnowledgeStore.open(tmp_path, backend=store_backend)
     await set_dim(store)

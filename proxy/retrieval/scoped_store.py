@@ -23,6 +23,7 @@ from proxy.merging.rules import ChunkIndex, index_result
 from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.scope import Scope
 from proxy.store.changes import pair_key
+from proxy.store.incident import Incident, incident_of, incident_relations
 
 if TYPE_CHECKING:
     from proxy.store.protocols.graph import Graph
@@ -107,6 +108,12 @@ class ScopedStore:
     def read_memory_sync(self, read: Callable[[MemoryRows, Graph], T]) -> T:
         scope = self._scope
         return self._store.read_memory_sync(lambda rows, graph: read(rows, cast("Graph", _ScopedGraph(graph, scope))))
+
+    def incident_sync(self, keys: list[str]) -> list[Incident]:
+        """The scope's relations touching ``keys``, centrality by the scope's degrees (not cached:
+        the store's per-commit lists are the whole graph's)."""
+        return self.read_memory_sync(lambda rows, graph: incident_relations([incident_of(rows, graph, key)
+                                                                               for key in keys]))
 
     def neighbourhood_sync(self, seeds: dict[str, float], *, hops: int, cap: int,
                            edge_cap: int | None = None) -> list[tuple[str, str]]:

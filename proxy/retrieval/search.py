@@ -130,32 +130,21 @@ def central_incident_relations(store: KnowledgeStore, keys: list[str], count: in
                                ) -> list[FoundRelation]:
     """The ``count`` best relations touching ``keys``: by ``relevance(keywords, source name,
     target name)`` when given, then the most central (endpoint degrees summed), then the heaviest;
-    ties in the order of ``keys``. Each with its ``degree``. Ranked in one read before any is
-    built: a dense graph's entities touch thousands of relations."""
-    def read(rows: MemoryRows, graph: Graph) -> list[FoundRelation]:
-        pairs = edges_touching(graph, keys)
-        ends = list({k for pair in pairs.values() for k in pair})
-        degree = graph.degrees(ends) if ends else {}
-        # (position, relation, endpoint degrees summed, relevance): each worked out once per
-        # relation, not in every comparison of the ranking
-        metas: list[tuple[int, RelationMeta, int, float]] = []
-        for i, (pair, (a, b)) in enumerate(pairs.items()):
-            meta = rows.relation(pair)
-            if meta is None:
-                continue
-            asked = 0.0
-            if relevance is not None:
-                source, _, target = pair.partition("\x1f")
-                asked = relevance(meta.keywords, name(rows, source), name(rows, target))
-            metas.append((i, meta, degree.get(a, 0) + degree.get(b, 0), asked))
-        ranked = heapq.nsmallest(count, metas, key=lambda item: (-item[3], -item[2], -item[1].weight, item[0]))
-        found = []
-        for _, meta, central, _ in ranked:
-            relation = _relation(rows, meta)
-            relation.degree = central
-            found.append(relation)
-        return found
-    return store.read_memory_sync(read)
+    ties in the order of ``keys``. Each with its ``degree``. Ranked before any is built, from the
+    store's per-commit lists (``incident_sync``): a dense graph's entities touch thousands of
+    relations."""
+    incident = store.incident_sync(keys)
+    asked = ([relevance(i.meta.keywords, i.source_name, i.target_name) for i in incident] if relevance is not None
+             else [0.0] * len(incident))
+    best = heapq.nsmallest(count, range(len(incident)),
+                           key=lambda n: (-asked[n], -incident[n].central, -incident[n].meta.weight, n))
+    found = []
+    for n in best:
+        meta = incident[n].meta
+        found.append(FoundRelation(meta.pair, meta.source, meta.target, incident[n].source_name,
+                                   incident[n].target_name, list(meta.keywords), meta.weight, meta.source_ids,
+                                   meta.key, degree=incident[n].central))
+    return found
 
 
 def edges_touching(graph: Graph, keys: list[str]) -> dict[str, tuple[str, str]]:

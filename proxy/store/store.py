@@ -29,6 +29,7 @@ from proxy.store.change_log import decode
 from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.communities_igraph import Community, leiden_communities
 from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
+from proxy.store.incident import Incident, IncidentCache, incident_relations
 from proxy.store.keywords_bm25 import ENTITY_B, B
 from proxy.store.messages import opening_error
 from proxy.store.name_index import NameIndex
@@ -78,6 +79,7 @@ class KnowledgeStore:
         self._keywords_lock = threading.RLock()
         self._keyword_rebuilds: dict[str, threading.Thread] = {}   # by table: at most one at a time
         self._memory_lock = threading.RLock()   # rows and graph
+        self._incident = IncidentCache()   # under the memory lock
         self._vectors_lock = threading.RLock()  # the vector indexes
         self.apply_lock = anyio.Lock()  # one commit at a time from tables to indexes and graph
         # the embedding model this process makes vectors with (GRAPHGATE_EMBED_MODEL): a commit's
@@ -438,6 +440,13 @@ class KnowledgeStore:
 
     async def read_memory(self, read: Callable[[MemoryRows, Graph], T]) -> T:
         return await anyio.to_thread.run_sync(self.read_memory_sync, read)
+
+    def incident_sync(self, keys: list[str]) -> list[Incident]:
+        """The relations touching ``keys`` (each once, in the order of ``keys``), as listed once per
+        commit (``IncidentCache``). Blocking."""
+        with self._memory_lock:
+            return incident_relations([self._incident.read(self._rows, self._graph, self.generation, key)
+                                       for key in keys])
 
     def link_sync(self, text: str) -> list[tuple[str, float]]:
         """(entity key, confidence) of the entities ``text`` names (their names or merge aliases,
