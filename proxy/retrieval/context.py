@@ -114,6 +114,7 @@ SEPARATOR = 1   # "\n\n" between two parts of the context is one token
 # counted again (recounting 30,000 tokens costs ~18 ms a turn; the parts' counts are cached)
 BREAK_SLACK = 1
 MIN_PASSAGE_TOKENS = 16   # a passage cut shorter than this says nothing: none is given instead
+MAX_ONE_TOKEN_NUMBER = 999   # cl100k splits digits in threes and has a token for each: "7" and "642" cost one
 
 
 def block_tokens(heading: str, lines: list[str], tokenizer: Tokenizer) -> int:
@@ -187,9 +188,12 @@ def passage_cost(chunk: FoundChunk, number: int, new_reference: bool, tokenizer:
     """A passage's line and, when it cites a document not cited yet, that document's reference line
     (numbers of up to three digits are one token: the final numbering costs the same)."""
     document = document_of(chunk)
-    cost = line_cost(passage_line(chunk, None if document is None else number), tokenizer)
+    # counted as numbered 1 (the same tokens up to 999): a chunk's line is then counted once, not
+    # again in every turn that cites it at another place
+    counted = 1 if number <= MAX_ONE_TOKEN_NUMBER else number
+    cost = line_cost(passage_line(chunk, None if document is None else counted), tokenizer)
     if document is not None and new_reference:
-        cost += line_cost(reference_line(number, document), tokenizer)
+        cost += line_cost(reference_line(counted, document), tokenizer)
     return cost
 
 

@@ -38,9 +38,10 @@ CHARS_PER_TOKEN_MAX = 12  # more characters than a line's token limit can ever t
 NOTES_CHARS = 4096     # the part of a hub's long description whose notes an entity line chooses from
 
 
-def notes(description: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)   # the kept facts' notes, split again in every turn that keeps them
+def notes(description: str) -> tuple[str, ...]:
     """A description's notes: its lines and sentences, normalised for comparison."""
-    return [note_key(p) for p in split_notes(description)]
+    return tuple(note_key(p) for p in split_notes(description))
 
 
 def note_key(note: str) -> str:

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING
 
 from proxy.retrieval.found import FoundEntity, FoundRelation
 from proxy.retrieval.relevance import cosines, hop_confidence, relation_relevance, unanswered
-from proxy.retrieval.select import word_stems
+from proxy.retrieval.select import described_stems, word_stems
 from proxy.retrieval.stages import Question
-from proxy.text.words import without_names
 
 if TYPE_CHECKING:
     from proxy.store.store import KnowledgeStore
@@ -132,7 +131,7 @@ def said_by(relation: FoundRelation) -> frozenset[str]:
     """The stems a relation answers a question's words with: its keywords', and its description's
     less its entities' names. "M makes the 涅梅尔收割机" says nothing of 收购 (acquired), though the
     harvester's name starts with the same character: a name answers no relation word."""
-    described = without_names(word_stems(relation.description), (relation.source_name, relation.target_name))
+    described = described_stems(relation.description, (relation.source_name, relation.target_name))
     return word_stems(" ".join(relation.keywords)) | described
 
 

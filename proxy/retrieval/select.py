@@ -73,8 +73,15 @@ def relation_match(asked: frozenset[str], keywords: Sequence[str], description: 
     own entity names (0 to 2)."""
     if not asked:
         return 0.0
-    described = without_names(word_stems(description), names)
+    described = described_stems(description, tuple(names))
     return keyword_match(asked, keywords) + len(asked & described) / len(asked)
+
+
+@functools.lru_cache(maxsize=8192)   # a relation is judged in every turn that finds it, several times an evidence order
+def described_stems(description: str, names: tuple[str, ...]) -> frozenset[str]:
+    """The stems of a relation's description less those of its entities' ``names``: what it says
+    of their relation, not who it joins."""
+    return without_names(word_stems(description), names)
 
 
 def weighted_quota(sources: Sequence[Sequence[str]], per_item: int) -> list[str]:
