@@ -54,3 +54,20 @@ async def test_never_shed_when_the_setting_is_zero(settings: Settings, fake: Fak
         await ingest(client)
         busy = await while_one_is_held(client, fake)
         assert "shed" not in busy and "expansion" in busy["channels"]
+
+
+async def test_the_light_path_asked_for_alone(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    """``effort: light`` takes the burst's light path on a quiet gateway: no expansion, no keyword
+    call to the model, nothing said to be shed (nothing was in flight); still grounded. A bad value
+    is refused."""
+    async with gateway_client(settings, fake) as client:
+        await ingest(client)
+        asked = len(fake.requests_to("/api/chat"))
+        light = await query(client, query="Who works at Acme Corp?", mode="mix", effort="light")
+        assert len(fake.requests_to("/api/chat")) == asked   # the question's keywords were not asked for
+        assert "shed" not in light and "expansion" not in light["channels"] and light["keywords"]["source"] == "off"
+        assert light["context"] and "Acme Corp" in light["context"]
+        full = await query(client, query="Who works at Acme Corp?", mode="mix")
+        assert "expansion" in full["channels"] and len(fake.requests_to("/api/chat")) == asked + 1
+        refused = await client.post("/rag/query", json={"query": "Who works at Acme Corp?", "effort": "fast"})
+        assert refused.status_code == 400 and refused.json() == {"error": "effort must be one of full, light"}

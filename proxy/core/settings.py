@@ -286,10 +286,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("history_turns", "GRAPHGATE_HISTORY_TURNS", "3", int_between(0, 50),
             "Previous conversation turns the keyword extraction (and entity linking) sees, so follow-up "
             "questions resolve."),
+    Setting("effort", "GRAPHGATE_EFFORT", "full", Knob(str, choices=("full", "light")),
+            "`light`: every retrieval takes the light path a burst of chats gives a turn (see "
+            "`burst_retrievals`); `full`: only under a burst. Per query, to ask for a quick answer or to "
+            "measure the light path's recall."),
     Setting("burst_retrievals", "GRAPHGATE_BURST_RETRIEVALS", "2", int_between(0, 10_000),
-            "Retrievals in flight beyond which a new one runs light: no expansion, no keyword call, evidence "
-            "ranked by words and source chunks picked by weighted polling (no vector reads beyond the "
-            "searches). Under a burst of chats each turn stays quick; its trace says what was shed. 0: never."),
+            "Retrievals in flight beyond which a new one takes the light path: no expansion, no keyword "
+            "call, evidence ranked by words and source chunks picked by weighted polling (no vector reads "
+            "beyond the searches). Under a burst of chats each turn stays quick; its trace says what was "
+            "shed. 0: never."),
     Setting("retrieval_threads", "GRAPHGATE_RETRIEVAL_THREADS", "2", int_between(1, 64),
             "Retrievals of a knowledge base whose searching, ranking and context building run at once "
             "(each in a worker thread); the others wait their turn, first come first served. Python runs "
@@ -422,6 +427,7 @@ class Settings:
     keyword_budget: float = 0.025
     keyword_wait: float = 1.0
     history_turns: int = 3
+    effort: str = "full"
     burst_retrievals: int = 2
     retrieval_threads: int = 2
     retrieval_timeout: float = 10.0

@@ -77,6 +77,7 @@ class KnobValues:
     fusion: str
     linking: str
     expansion: str
+    effort: str
     relation_ranking: str
     keyword_search: str
     context_layout: str

@@ -178,19 +178,23 @@ class Retriever:
             self.in_flight -= 1
 
     def _shed(self, params: QueryParams) -> tuple[QueryParams, str | None]:
-        """Under a burst of chats (more than ``burst_retrievals`` in flight) a retrieval runs light:
-        the expansion (half a retrieval's CPU on a dense graph), the keyword call (not waited for
-        anyway, and a burst keeps the model busy) and the vector reads beyond the searches (every
-        turn's reads queue on the index's one lock) are shed; what remains grounds the turn."""
+        """The light path, asked for (the ``effort`` knob) or under a burst of chats (more than
+        ``burst_retrievals`` in flight): the expansion (half a retrieval's CPU on a dense graph), the
+        keyword call (not waited for anyway, and a burst keeps the model busy) and the vector reads
+        beyond the searches (every turn's reads queue on the index's one lock) are shed; what
+        remains grounds the turn. Under a burst, what was shed and why."""
         limit = self.settings.burst_retrievals
-        if not limit or self.in_flight <= limit:
+        burst = bool(limit) and self.in_flight > limit
+        if params.effort != "light" and not burst:
             return params, None
         light: dict[str, Any] = {"expansion": "off", "keywords": "off", "chunk_selection": "weight"}
         shed = [name for name, value in light.items() if getattr(params, name) != value]
-        if not shed:
+        asked = params.effort == "light"
+        params = dataclasses.replace(params, **{**light, "effort": "light"})
+        if asked:
             return params, None
-        return (dataclasses.replace(params, **light),
-                f"{', '.join(shed)} and relation vectors ({self.in_flight} retrievals in flight)")
+        what = f"{', '.join(shed)} and relation vectors" if shed else "relation vectors"
+        return params, f"{what} ({self.in_flight} retrievals in flight)"
 
     async def _retrieve(self, query: str, history: list[tuple[str, str]], params: QueryParams,
                         budget: Budget) -> Retrieval:
@@ -222,7 +226,7 @@ class Retriever:
         keywords = None
         if arriving is None:
             finds, graph, chunks, context = await self._in_thread(
-                timer, self._blocking, question, own, channels, budget, shed is None, timer)
+                timer, self._blocking, question, own, channels, budget, params.effort == "full", timer)
         else:
             # given, or off (the question stands in): nothing to wait for, the searches go together
             searched = None if arriving.done.is_set() else await self._in_thread(
@@ -236,7 +240,8 @@ class Retriever:
                 worded = Question(query, params, await self._embed(query, keywords, vectors["query"]),
                                   question.turns, keywords.high, scope)
             finds, graph, chunks, context = await self._in_thread(
-                timer, self._blocking, question, own, channels, budget, shed is None, timer, searched, (worded, wanted))
+                timer, self._blocking, question, own, channels, budget, params.effort == "full", timer, searched,
+                (worded, wanted))
             question = worded
         rerank = None
         if self.reranker is not None:
