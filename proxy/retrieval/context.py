@@ -188,13 +188,16 @@ def passage_cost(chunk: FoundChunk, number: int, new_reference: bool, tokenizer:
     """A passage's line and, when it cites a document not cited yet, that document's reference line
     (numbers of up to three digits are one token: the final numbering costs the same)."""
     document = document_of(chunk)
-    # counted as numbered 1 (the same tokens up to 999): a chunk's line is then counted once, not
-    # again in every turn that cites it at another place
-    counted = 1 if number <= MAX_ONE_TOKEN_NUMBER else number
-    cost = line_cost(passage_line(chunk, None if document is None else counted), tokenizer)
+    cost = line_cost(passage_line(chunk, None if document is None else counted_as(number)), tokenizer)
     if document is not None and new_reference:
-        cost += line_cost(reference_line(counted, document), tokenizer)
+        cost += line_cost(reference_line(counted_as(number), document), tokenizer)
     return cost
+
+
+def counted_as(number: int) -> int:
+    """The number a numbered line is counted with: 1 for any up to 999 (the same tokens), so that a
+    chunk's line is tokenised once, not again in every turn that cites it at another place."""
+    return 1 if number <= MAX_ONE_TOKEN_NUMBER else number
 
 
 def line_cost(line: str, tokenizer: Tokenizer) -> int:
@@ -218,8 +221,14 @@ def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list
     kept_chunks = fit_passages(chunks, total_budget - header_tokens - graph_tokens, tokenizer, wording)
     references = references_for(kept_chunks)
     number = {name: n for n, name in references}
-    passage_lines = [passage_line(c, number.get(c.documents[0]) if c.documents else None) for c in kept_chunks]
+    numbers = [number.get(c.documents[0]) if c.documents else None for c in kept_chunks]
+    passage_lines = [passage_line(c, n) for c, n in zip(kept_chunks, numbers, strict=True)]
     reference_lines = [reference_line(n, name) for n, name in references]
+    # each line's count as ``fit_passages`` took it (``counted_as``): the lines with their places'
+    # numbers would be tokenised again every turn
+    passage_counts = [tokenizer.count(passage_line(c, None if n is None else counted_as(n)))
+                      for c, n in zip(kept_chunks, numbers, strict=True)]
+    reference_counts = [tokenizer.count(reference_line(counted_as(n), name)) for n, name in references]
     sections = [header]
     sections += [f"{section.heading}\n" + "\n".join(section.lines) for section in graph]
     if kept_chunks:
@@ -228,7 +237,7 @@ def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list
         sections.append(f"{wording.references}\n" + "\n".join(reference_lines))
     text = "\n\n".join(sections)
     # counted by parts (each line's count is cached): recounting 10k+ tokens per turn costs ~10 ms
-    chunk_tokens = sum(c + 1 for c in tokenizer.count_many(passage_lines))
+    chunk_tokens = sum(c + 1 for c in passage_counts)
     by_kind = {section.kind: section for section in graph}
     empty = Section("", "", [], [], 0)
     entities, relations = by_kind.get("entities", empty), by_kind.get("relations", empty)
@@ -236,9 +245,9 @@ def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list
     tokens = {"instructions": header_tokens, "entities": entities.tokens, "relations": relations.tokens,
               **({"communities": communities.tokens} if communities.items else {}), "chunks": chunk_tokens}
     parts = [block_tokens(s.heading, s.lines, tokenizer) - BREAK_SLACK * (len(s.lines) + 1) for s in graph]
-    parts += [SEPARATOR + tokenizer.count(heading) + sum(c + 1 for c in tokenizer.count_many(lines))
-              for heading, lines in ((wording.passages, passage_lines), (wording.references, reference_lines))
-              if lines]
+    parts += [SEPARATOR + tokenizer.count(heading) + sum(c + 1 for c in counts)
+              for heading, counts in ((wording.passages, passage_counts), (wording.references, reference_counts))
+              if counts]
     tokens["total"] = header_tokens + sum(parts)   # the text's tokens, counted by parts
     return Context(text, entities.items, relations.items, kept_chunks, references, tokens, communities.items,
                    language=wording.language)
