@@ -160,9 +160,13 @@ def walk_edges(store: KnowledgeStore, question: Question, seeds: dict[str, float
             chains.frontier = ends
             chains.judge(facts, judge_edges(store, question, facts))
             edges += [split_pair(pair) for pair in more]
+        touching: dict[str, list[str]] = {}   # each end's incident edges, in their order (split once)
+        for pair in incident:
+            for key in dict.fromkeys(split_pair(pair)):
+                touching.setdefault(key, []).append(pair)
         for end in ends:   # each chain's next fact: the end's onward edge that answers the most of what is left
             # (onward from it, whether just fetched or already in the rings: reached from another seed)
-            onward = [pair for pair in incident if end in split_pair(pair) and chains.relevance.get(pair, 0.0) > 0
+            onward = [pair for pair in touching.get(end, ()) if chains.relevance.get(pair, 0.0) > 0
                       and chains.onward(end, pair)]
             if onward:
                 chains.answers.append(max(onward, key=lambda pair: chains.relevance[pair]))
