@@ -241,3 +241,30 @@ async def test_uploads_in_flight_together_share_a_transaction_and_see_each_other
         assert (await settle(rag, result["id"]))["status"] == "processed"
     listed = (await rag.get("/rag/documents", params={"limit": 100})).json()
     assert len(listed["documents"]) == 6
+
+
+async def test_a_text_extracted_while_its_record_waits_for_the_writer_is_not_extracted_again(
+        settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    """A merge can hold the store's one writer for seconds, and the finished extractions' records
+    queue behind it. A second document sharing a chunk with the first, taken up meanwhile, waits
+    for that chunk's record (its merge does) instead of paying for the extraction again."""
+    text = TEAM + "\n\n" + CITY   # one chunk of 64 tokens; the second document's first chunk is the same
+    more = text + "\n\n" + "The harbour council's archive lists every vessel that came in last winter. " * 3
+    async with gateway_client(settings.replace(parallel_documents=1, chunk_tokens=64, chunk_overlap=0),
+                              fake) as client:
+        fake.hold_structured = anyio.Event()
+        first = await upload(client, "team.txt", text)
+        second = await upload(client, "team-and-harbour.txt", more)
+        with anyio.fail_after(10):
+            while facts.calls.count("extract") < 1:   # the first document's extraction is under way
+                await anyio.sleep(0.01)
+        async with store_of(client).tables.db.write_lock:   # the writer busy: no record is committed
+            fake.hold_structured.set()
+            with anyio.fail_after(10):   # the first waits to merge; the worker takes up the second
+                while not any(w["id"] == second["id"] and w["phase"] == "waiting to merge"
+                              for w in (await client.get("/rag/pipeline")).json()["running"]):
+                    await anyio.sleep(0.01)
+        assert (await settle(client, first["id"]))["status"] == "processed"
+        done = await settle(client, second["id"])
+        assert done["status"] == "processed" and done["chunks_done"] == done["chunks_total"] == 2
+        assert facts.calls.count("extract") == 2   # the shared chunk once, the second's own chunk once

@@ -141,7 +141,7 @@ def test_the_knobs_are_the_settings_rows_with_a_knob() -> None:
     assert [s.name for s in KNOBS] == [s.name for s in SETTINGS if s.knob is not None] == [
         "mode", "top_k", "chunk_top_k", "max_entity_tokens", "max_relation_tokens", "max_total_tokens",
         "cosine_threshold", "related_chunks", "chunk_selection", "keywords", "fusion", "linking",
-        "expansion", "relation_ranking", "keyword_search", "context_layout", "communities", "keyword_budget"]
+        "expansion", "relation_ranking", "keyword_search", "context_layout", "communities", "keyword_budget", "effort"]
     knob_fields = {f.name for f in dataclasses.fields(QueryParams)} - {"hl_keywords", "ll_keywords", "instructions",
                                                                         "filters", "extra"}
     assert knob_fields == {s.name for s in KNOBS}
@@ -174,4 +174,5 @@ async def test_the_playground_form_is_made_from_the_knobs(kb: httpx.AsyncClient)
                        "fusion": ("roundrobin", "rrf"), "linking": ("on", "off"),
                        "expansion": ("off", "ppr"), "relation_ranking": ("degree", "question"),
                        "keyword_search": ("on", "off"),
-                       "context_layout": ("sections", "evidence"), "communities": ("on", "off")}
+                       "context_layout": ("sections", "evidence"), "communities": ("on", "off"),
+                       "effort": ("full", "light")}

@@ -89,7 +89,7 @@ def test_a_questions_relation_words_leave_out_the_names_however_they_are_cut() -
 
 
 def test_notes_split_at_the_sentences_of_every_script() -> None:
-    assert notes("A是B的客户。C收购了D！E在F？\nG. H") == ["a是b的客户", "c收购了d!", "e在f?", "g", "h"]
+    assert notes("A是B的客户。C收购了D！E在F？\nG. H") == ("a是b的客户", "c收购了d!", "e在f?", "g", "h")
     assert len(notes(ZH_DOCUMENT)) == 4
 
 

@@ -68,6 +68,10 @@ class Pipeline:
         # a first extraction pass answered while its chunk still waits for gleaning: committed at once
         self.reply_writer = self.writes.replies
         self.extraction_writer = self.writes.extractions
+        # chunks extracted by this process whose records are still queued behind the store's writer
+        # (a merge can hold it for seconds): another document holding the same text waits for the
+        # record instead of paying for the extraction again
+        self.recording: dict[str, Committed] = {}
         self.stored_seq = 0  # uploads stored so far; with when each id and name was last stored
         self._stored_at: dict[str, int] = {}
         self._stored_forgotten = 0
@@ -405,6 +409,7 @@ class Pipeline:
 
         work.chunks, done = await anyio.to_thread.run_sync(chunk_and_look_up)
         unique = list({c.id: c for c in work.chunks}.values())
+        self._await_recording(work, unique, done)
         work.phase, work.total, work.done = "extracting", len(unique), len(done)
         # not awaited: extraction starts at once (the store may be busy with a merge); the record
         # commits before any of this document's extraction records, and the merger waits for it
@@ -421,10 +426,22 @@ class Pipeline:
         model = entries[0].model if entries else (hits[0].model if hits else "")
         # not awaited here: the worker moves on to its next document while the record is committed;
         # the merger waits for the document's commits before merging it
-        work.commits.append(self.extraction_writer.submit(
-            ExtractionRecord(work.document_id, chunk.id, model, result.to_json(), raw, entries, hits)))
+        recorded = self.extraction_writer.submit(
+            ExtractionRecord(work.document_id, chunk.id, model, result.to_json(), raw, entries, hits))
+        work.commits.append(recorded)
+        self.recording[chunk.id] = recorded
         work.done += 1
         self.finished.append((time.monotonic(), 1))
+
+    def _await_recording(self, work: Work, chunks: list[Chunk], done: set[str]) -> None:
+        """The chunks this process extracted whose records are not committed yet count as done: the
+        document's merge waits for those records (its ``commits``). A failed record does not count."""
+        for chunk in chunks:
+            pending = self.recording.get(chunk.id)
+            if chunk.id not in done and pending is not None and pending.outcome() is not False:
+                done.add(chunk.id)
+                work.commits.append(pending)
+        self.recording = {key: pending for key, pending in self.recording.items() if pending.outcome() is None}
 
     def _save_reply(self, entry: CacheEntry) -> None:
         """Commit an answered extraction pass now (not awaited: the next pass goes on meanwhile;

@@ -38,6 +38,9 @@ class Pending:
         if self.errors:
             raise self.errors[0]
 
+    def outcome(self) -> bool | None:
+        return not self.errors if self.done.is_set() else None
+
 
 class BatchWriter(Generic[T]):
     def __init__(self, db: Database, apply: Callable[[Con, list[T]], None], *, max_items: int = 64,

@@ -53,6 +53,9 @@ class Committed(Protocol):
     async def wait(self) -> None:
         """Returns once the item is committed; raises the commit's error if it failed."""
 
+    def outcome(self) -> bool | None:
+        """None while the item waits; then whether its commit succeeded."""
+
 
 class Writer(Protocol[Item_contra]):
     def submit(self, item: Item_contra) -> Committed: ...
