@@ -9,8 +9,11 @@ streamed /api/chat straight to the upstream, through GraphGate (grounded), and a
 difference, and each stage's p50. With ``--profile FILE`` the gateway is sampled by py-spy (if
 installed) during the grounded turns, and FILE gets the collapsed stacks (``py-spy record
 --format raw``): the profile kept in docs/performance.md was summarised from such a file.
+``--cpu-queries N`` then asks N /rag/query (with the ``--set`` knobs, e.g. ``effort=light``) and
+prints the gateway's CPU time a query: a figure a busy machine moves less than latency.
 
     python bench/grounded_turn.py [--documents 500] [--questions 40] [--rounds 2] [--profile FILE]
+                                  [--keep DIR] [--cpu-queries N [--set KNOB=VALUE ...]]
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import MODEL, FakeConfig, Ingestion, free_port, ingest, make_corpus, question, start_servers
+from bench.multihop_recall import parse_knob
+from bench.proxy_overhead import cpu_seconds
 
 
 async def first_line(client: httpx.AsyncClient, base: str, text: str) -> float:
@@ -70,6 +75,27 @@ async def measure(direct: str, gateway: str, questions: list[str], rounds: int) 
     return {**results, **{f"stage {k}": v for k, v in stages.items()}}
 
 
+async def query_cpu(gateway: str, pid: int, questions: list[str], count: int,
+                    knobs: dict[str, object]) -> tuple[float, dict[str, list[float]]]:
+    """The gateway's CPU milliseconds a /rag/query over ``count`` queries, and their stages."""
+    stages: dict[str, list[float]] = {}
+    async with httpx.AsyncClient(timeout=60) as client:
+        for text in questions[:20]:   # warm (connections, caches of the first turns)
+            await client.post(f"{gateway}/rag/query", json={"query": text, "mode": "mix", **knobs})
+        for _ in range(60):   # the start-up's background work done (the gateway idle), or 30 s
+            before = cpu_seconds(pid)
+            await asyncio.sleep(0.5)
+            if cpu_seconds(pid) - before < 0.02:
+                break
+        start = cpu_seconds(pid)
+        for i in range(count):
+            answer = (await client.post(f"{gateway}/rag/query", json={"query": questions[i % len(questions)],
+                                                                       "mode": "mix", **knobs})).json()
+            for stage, ms in (answer.get("timings") or {}).items():
+                stages.setdefault(stage, []).append(float(ms))
+        return (cpu_seconds(pid) - start) * 1000 / max(count, 1), stages
+
+
 def report(figures: dict[str, list[float]]) -> None:
     direct, through = figures["direct"], figures["through"]
     print("| path | p50 ms | p95 ms | n |\n|---|---:|---:|---:|")
@@ -92,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", type=Path, help="collapsed py-spy stacks of the gateway during the turns")
     parser.add_argument("--keep", type=Path, help="a directory for the store, kept: a second run reuses it")
+    parser.add_argument("--cpu-queries", type=int, default=0, help="then N /rag/query: the gateway's CPU a query")
+    parser.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                        help="a knob for the --cpu-queries queries (repeatable), e.g. effort=light")
     args = parser.parse_args(argv)
     corpus = make_corpus(args.documents)
     rng = random.Random(11)
@@ -122,11 +151,17 @@ def main(argv: list[str] | None = None) -> int:
                                         str(args.profile), "--pid", str(servers.gate.pid)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1.0)
-        figures = asyncio.run(measure(servers.direct, servers.gateway, questions, args.rounds))
-        if spy is not None:
-            spy.send_signal(2)
-            spy.wait(30)
-        report(figures)
+        if args.rounds:
+            figures = asyncio.run(measure(servers.direct, servers.gateway, questions, args.rounds))
+            if spy is not None:
+                spy.send_signal(2)
+                spy.wait(30)
+            report(figures)
+        if args.cpu_queries:
+            knobs = dict(parse_knob(item) for item in args.set)
+            cpu, stages = asyncio.run(query_cpu(servers.gateway, servers.gate.pid, questions, args.cpu_queries, knobs))
+            print(f"\n{args.cpu_queries} /rag/query {knobs or ''}: gateway CPU {cpu:.1f} ms a query; stages p50: "
+                  + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in stages.items()))
     finally:
         servers.stop()
         if args.keep is None:
