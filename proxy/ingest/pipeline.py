@@ -409,7 +409,7 @@ class Pipeline:
 
         work.chunks, done = await anyio.to_thread.run_sync(chunk_and_look_up)
         unique = list({c.id: c for c in work.chunks}.values())
-        self._await_recording(work, unique, done)
+        self._count_recording(work, unique, done)
         work.phase, work.total, work.done = "extracting", len(unique), len(done)
         # not awaited: extraction starts at once (the store may be busy with a merge); the record
         # commits before any of this document's extraction records, and the merger waits for it
@@ -433,7 +433,7 @@ class Pipeline:
         work.done += 1
         self.finished.append((time.monotonic(), 1))
 
-    def _await_recording(self, work: Work, chunks: list[Chunk], done: set[str]) -> None:
+    def _count_recording(self, work: Work, chunks: list[Chunk], done: set[str]) -> None:
         """The chunks this process extracted whose records are not committed yet count as done: the
         document's merge waits for those records (its ``commits``). A failed record does not count."""
         for chunk in chunks:

@@ -188,10 +188,15 @@ def passage_cost(chunk: FoundChunk, number: int, new_reference: bool, tokenizer:
     """A passage's line and, when it cites a document not cited yet, that document's reference line
     (numbers of up to three digits are one token: the final numbering costs the same)."""
     document = document_of(chunk)
-    cost = line_cost(passage_line(chunk, None if document is None else counted_as(number)), tokenizer)
+    cost = line_cost(counted_passage_line(chunk, None if document is None else number), tokenizer)
     if document is not None and new_reference:
         cost += line_cost(reference_line(counted_as(number), document), tokenizer)
     return cost
+
+
+def counted_passage_line(chunk: FoundChunk, number: int | None) -> str:
+    """The passage line whose tokens are counted for ``chunk`` at ``number`` (``counted_as``)."""
+    return passage_line(chunk, None if number is None else counted_as(number))
 
 
 def counted_as(number: int) -> int:
@@ -226,8 +231,7 @@ def assemble(header: str, header_tokens: int, graph: list[Section], chunks: list
     reference_lines = [reference_line(n, name) for n, name in references]
     # each line's count as ``fit_passages`` took it (``counted_as``): the lines with their places'
     # numbers would be tokenised again every turn
-    passage_counts = [tokenizer.count(passage_line(c, None if n is None else counted_as(n)))
-                      for c, n in zip(kept_chunks, numbers, strict=True)]
+    passage_counts = [tokenizer.count(counted_passage_line(c, n)) for c, n in zip(kept_chunks, numbers, strict=True)]
     reference_counts = [tokenizer.count(reference_line(counted_as(n), name)) for n, name in references]
     sections = [header]
     sections += [f"{section.heading}\n" + "\n".join(section.lines) for section in graph]

@@ -32,16 +32,13 @@ def _entity(meta: EntityMeta) -> FoundEntity:
     return FoundEntity(meta.name_key, meta.name, meta.type, meta.source_ids, meta.key)
 
 
-def name(rows: MemoryRows, key: str) -> str:
-    """An entity's name (its key if it is gone)."""
-    entity = rows.entity(key)
-    return entity.name if entity is not None else key
-
-
 def _relation(rows: MemoryRows, meta: RelationMeta) -> FoundRelation:
-    source, _, target = meta.pair.partition("\x1f")
-    return FoundRelation(meta.pair, source, target, name(rows, source), name(rows, target), list(meta.keywords),
-                         meta.weight, meta.source_ids, meta.key)
+    return found_relation(meta, rows.name_of(meta.source), rows.name_of(meta.target))
+
+
+def found_relation(meta: RelationMeta, source_name: str, target_name: str, degree: int = 0) -> FoundRelation:
+    return FoundRelation(meta.pair, meta.source, meta.target, source_name, target_name, list(meta.keywords),
+                         meta.weight, meta.source_ids, meta.key, degree=degree)
 
 
 def fill_descriptions(store: KnowledgeStore, entities: list[FoundEntity], relations: list[FoundRelation]) -> None:
@@ -138,13 +135,8 @@ def central_incident_relations(store: KnowledgeStore, keys: list[str], count: in
              else [0.0] * len(incident))
     best = heapq.nsmallest(count, range(len(incident)),
                            key=lambda n: (-asked[n], -incident[n].central, -incident[n].meta.weight, n))
-    found = []
-    for n in best:
-        meta = incident[n].meta
-        found.append(FoundRelation(meta.pair, meta.source, meta.target, incident[n].source_name,
-                                   incident[n].target_name, list(meta.keywords), meta.weight, meta.source_ids,
-                                   meta.key, degree=incident[n].central))
-    return found
+    return [found_relation(incident[n].meta, incident[n].source_name, incident[n].target_name, incident[n].central)
+            for n in best]
 
 
 def edges_touching(graph: Graph, keys: list[str]) -> dict[str, tuple[str, str]]:

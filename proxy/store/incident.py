@@ -32,14 +32,9 @@ def incident_of(rows: MemoryRows, graph: Graph, key: str) -> tuple[Incident, ...
     metas = [meta for meta in (rows.relation(pair) for pair in dict.fromkeys(pairs)) if meta is not None]
     ends = list({end for meta in metas for end in (meta.source, meta.target)})
     degree = graph.degrees(ends) if ends else {}
-    names = {end: _name(rows, end) for end in ends}
+    names = {end: rows.name_of(end) for end in ends}
     return tuple(Incident(meta, degree.get(meta.source, 0) + degree.get(meta.target, 0),
                           names[meta.source], names[meta.target]) for meta in metas)
-
-
-def _name(rows: MemoryRows, key: str) -> str:
-    entity = rows.entity(key)
-    return entity.name if entity is not None else key
 
 
 class IncidentCache:

@@ -167,6 +167,11 @@ class MemoryRows:
         key = self.entity_keys.get(name_key)
         return None if key is None else self.entities.get(key)
 
+    def name_of(self, name_key: str) -> str:
+        """An entity's name (its key if it is gone)."""
+        entity = self.entity(name_key)
+        return entity.name if entity is not None else name_key
+
     def relation(self, pair: str) -> RelationMeta | None:
         key = self.relation_keys.get(pair)
         return None if key is None else self.relations.get(key)
