@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,7 @@ class Gateway:
         self.url = ""
         self.started_at = 0.0
         self.ready_seconds = 0.0
+        self.ports_at_death: set[int] = set()
 
     # --- lifecycle ---
 
@@ -152,9 +153,14 @@ class Gateway:
         return self.process.pid
 
     def kill(self) -> None:
-        """SIGKILL: no handler runs, nothing is flushed."""
+        """SIGKILL: no handler runs, nothing is flushed. The process is stopped first, long enough to
+        list the local ports of its open TCP connections (``ports_at_death``): a request it sent just
+        before dying may reach the upstream's log after the kill, and belongs to this life, not the next."""
         if self.alive:
             assert self.process is not None
+            self.process.send_signal(signal.SIGSTOP)
+            _wait_stopped(self.process.pid)
+            self.ports_at_death = _open_tcp_ports(self.process.pid)
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
 
@@ -251,6 +257,46 @@ def passage_chunk_id(request: Recorded) -> str | None:
     return chunk_id(match.group(1)) if match else None
 
 
+def client_port(request: Recorded) -> int:
+    """The local port of the connection a request came on (0 when unknown)."""
+    port = request.client.rpartition(":")[2]
+    return int(port) if port.isdigit() else 0
+
+
+def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Until every thread of a SIGSTOPped process is stopped (state T), so it opens nothing more."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):  # a thread may end meanwhile
+                    states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(state in ("T", "t", "Z", "X") for state in states):
+            return
+        time.sleep(0.001)
+
+
+def _open_tcp_ports(pid: int) -> set[int]:
+    """The local ports of the TCP connections ``pid`` holds (not its listening sockets): its descriptors'
+    socket inodes looked up in the kernel's socket tables."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    inodes.add(link[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()  # sl local_address rem_address st ... uid timeout inode
+                if len(fields) > 9 and fields[9] in inodes and fields[3] != "0A":  # 0A: listening
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 class ScriptedUpstream:
     """FakeOllama answering extraction like a perfect model on the declared ``names`` (name -> type;
     by default every one of ``NAMES`` is a Person)."""
@@ -273,13 +319,17 @@ class ScriptedUpstream:
         """A position in the request log (take it while no gateway is running to split lifetimes)."""
         return len(self.fake.requests)
 
-    def extractions(self, start: int = 0, end: int | None = None) -> list[tuple[int, str]]:
-        """(request index, chunk id) of every extraction request in ``[start, end)``."""
+    def extractions(self, start: int = 0, end: int | None = None,
+                    not_from: Collection[int] = ()) -> list[tuple[int, str]]:
+        """(request index, chunk id) of every extraction request in ``[start, end)``, less those that
+        came on a connection from one of the local ports ``not_from`` (a dead process's)."""
         requests = self.fake.requests[start:end]
-        return [(start + i, c) for i, r in enumerate(requests) if (c := passage_chunk_id(r)) is not None]
+        return [(start + i, c) for i, r in enumerate(requests)
+                if (c := passage_chunk_id(r)) is not None and client_port(r) not in not_from]
 
-    def extraction_counts(self, start: int = 0, end: int | None = None) -> Counter[str]:
-        return Counter(c for _, c in self.extractions(start, end))
+    def extraction_counts(self, start: int = 0, end: int | None = None,
+                          not_from: Collection[int] = ()) -> Counter[str]:
+        return Counter(c for _, c in self.extractions(start, end, not_from))
 
     def count(self, path: str, start: int = 0) -> int:
         return sum(1 for r in self.fake.requests[start:] if r.path == path)

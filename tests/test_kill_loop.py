@@ -61,6 +61,7 @@ from tests.reliability_harness import (
     Gateway,
     ScriptedUpstream,
     StoreState,
+    client_port,
     document,
     read_state,
     snapshot,
@@ -238,6 +239,10 @@ class KillLoop:
         self.fresh_targets = 0
         self.stored_at: dict[str, int] = {}          # chunk id -> request index by which its extraction was stored
         self.lifetimes: list[tuple[int, int]] = []   # request index ranges of each process's life
+        # the local ports of the last killed process's connections: what it sent just before dying may
+        # reach the upstream's log only after the kill, inside the next life's range (late_ports then)
+        self.dead_ports: set[int] = set()
+        self.late_ports: set[int] = set()
         self.kills: list[KillPoint] = []
 
     # --- one iteration ---
@@ -322,6 +327,7 @@ class KillLoop:
         assert not runner.is_alive()
         end = self.upstream.mark
         self.lifetimes.append((self.lifetimes[-1][1] if self.lifetimes else 0, end))
+        self.late_ports, self.dead_ports = self.dead_ports, gateway.ports_at_death
         checked = time.monotonic()
         copy = snapshot(self.data, self.tmp / "snapshot")
         check_store(copy)
@@ -359,8 +365,10 @@ class KillLoop:
         store = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + (f" ({progress} extracted)"
                                                                              if progress else "")
         calls = Counter(r.path for r in self.upstream.fake.requests[start:])
-        upstream = (f"{len(self.upstream.extractions(start))} extractions, {calls['/api/embed']} embeds, "
-                    f"{summaries} summaries since the restart")
+        late = sum(1 for r in self.upstream.fake.requests[start:] if client_port(r) in self.late_ports)
+        upstream = (f"{len(self.upstream.extractions(start, not_from=self.late_ports))} extractions, "
+                    f"{calls['/api/embed']} embeds, {summaries} summaries since the restart"
+                    + (f" (and {late} requests the previous process sent before its kill)" if late else ""))
         sent = [f"{op.describe()}: {op.outcome}" for op in ops if op.outcome != "not sent"]
         flight += f"; ops: {'; '.join(sent) or 'none'}"
         return KillPoint(i, trigger, detail, at, flight, store or "empty", upstream, cases)
@@ -394,16 +402,16 @@ class KillLoop:
                 assert state.entities[key]["type"] == kind, f"{when}: {key} is not of its edited type"
 
     def check_extractions(self, state: StoreState, end: int) -> None:
-        """No chunk twice in one process's life; none after its extraction was stored."""
+        """No chunk twice in one process's life; none after its extraction was stored. A request the
+        previous process sent just before its kill belongs to that life, wherever the log put it."""
         start = self.lifetimes[-1][0]
-        twice = {c: n for c, n in self.upstream.extraction_counts(start, end).items() if n > 1}
+        extractions = self.upstream.extractions(start, end, not_from=self.late_ports)
+        twice = {c: n for c, n in Counter(c for _, c in extractions).items() if n > 1}
         # when, and on which connection, each came: a client's resend tells apart from two runs
         seen = [(round(r.at - self.upstream.fake.requests[start].at, 3), r.client)
-                for i, c in self.upstream.extractions(start, end) if c in twice
-                for r in [self.upstream.fake.requests[i]]] if twice else []
+                for i, c in extractions if c in twice for r in [self.upstream.fake.requests[i]]] if twice else []
         assert not twice, f"chunks extracted more than once by one process: {twice}; (seconds in, connection): {seen}"
-        again = [(i, c) for i, c in self.upstream.extractions(start, end)
-                 if c in self.stored_at and i >= self.stored_at[c]]
+        again = [(i, c) for i, c in extractions if c in self.stored_at and i >= self.stored_at[c]]
         assert not again, f"chunks extracted again after their extraction was stored: {again}"
         for chunk in state.extracted:
             self.stored_at.setdefault(chunk, end)
@@ -422,6 +430,7 @@ class KillLoop:
         assert code in GRACEFUL_EXIT_CODES, gateway.log_tail()
         end = self.upstream.mark
         self.lifetimes.append((self.lifetimes[-1][1] if self.lifetimes else 0, end))
+        self.late_ports, self.dead_ports = self.dead_ports, set()
         check_store(self.data)
         state = read_state(self.data)
         self.check_state(state, "at the end")
