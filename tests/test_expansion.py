@@ -19,7 +19,7 @@ from proxy.retrieval.select import keyword_match, word_stems
 from proxy.store.graph_igraph import EntityGraph
 from tests.conftest import gateway_client
 from tests.fake_ollama import FakeOllama
-from tests.hub_corpus import ENTITY_TYPES, NOVA, PRODUCTS, ZETA, KindedFacts
+from tests.hub_corpus import ENTITY_TYPES, NOVA, PRODUCTS, SUPPLIERS, ZETA, KindedFacts
 from tests.rag_helpers import CLASSIC, settle, upload
 from tests.store_backends import on_both_backends, with_store_setting
 
@@ -87,13 +87,17 @@ def test_question_words_match_relation_keywords_by_their_stem() -> None:
     assert keyword_match(stems, []) == 0.0
 
 
-def test_the_expansion_channel_runs_only_when_the_knob_says_ppr() -> None:
+def test_the_expansion_and_the_chain_walk_run_only_when_the_knob_says_so() -> None:
     classic = QueryParams.from_settings(Settings().replace(**CLASSIC))
     on = QueryParams.from_settings(Settings().replace(**CLASSIC), expansion="ppr")
     assert [c.name for c in channels_for(Mode.LOCAL, on)] == ["expansion", "entities"]
     assert [c.name for c in channels_for(Mode.MIX, on)] == ["expansion", "entities", "relations", "chunks"]
     assert [c.name for c in channels_for(Mode.GLOBAL, on)] == ["relations"]
     assert all("expansion" not in [c.name for c in channels_for(mode, classic)] for mode in Mode)
+    chains = QueryParams.from_settings(Settings().replace(**CLASSIC), expansion="chains")
+    assert [c.name for c in channels_for(Mode.LOCAL, chains)] == ["chains", "entities"]
+    assert [c.name for c in channels_for(Mode.MIX, chains)] == ["chains", "entities", "relations", "chunks"]
+    assert all("chains" not in [c.name for c in channels_for(mode, on)] for mode in Mode)
 
 
 # --- through /rag/query ---
@@ -140,6 +144,30 @@ async def test_expansion_brings_the_bridge_and_its_fact_to_a_two_hop_question(
         # with keywords=off and linking off, the expansion still seeds from the names the question holds
         alone = await query(client, **{**body, "linking": "off"}, expansion="ppr")
         assert "Lisbon" in alone["context"]
+
+
+@on_both_backends
+async def test_the_chain_walk_follows_the_acquirer_to_its_head_office(
+        settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
+    """``expansion=chains`` (the light path's): no rings and no PageRank, but the chain from the named
+    entity through the bridge: Nova Works' edges judged by the question (the acquisition), Zeta Labs'
+    fifteen by what is left of it (its head office, not its products or suppliers)."""
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
+        await ingest(client)
+        body = {"query": "Where is the company that acquired Nova Works headquartered?", "mode": "local",
+                "keywords": "off", "cosine_threshold": 1.0, "linking": "on", "top_k": 3}
+        walked = await query(client, **body, expansion="chains")
+        assert walked["channels"]["chains"]["relations"] > 0 and "expansion" not in walked["channels"]
+        pairs = [{r["source"], r["target"]} for r in walked["relations"]]
+        assert {"Nova Works", "Zeta Labs"} in pairs and {"Lisbon", "Zeta Labs"} in pairs
+        # the hub's other edges were judged and left: none of its products or suppliers came along
+        assert not [pair for pair in pairs if "Zeta Labs" in pair and pair & {*PRODUCTS, *SUPPLIERS}]
+        assert "Zeta Labs is headquartered in Lisbon." in walked["context"]
+        assert {"Lisbon", "Zeta Labs", "Nova Works"} <= {e["name"] for e in walked["entities"]}
+        # the light path walks the chains in place of the PageRank expansion (an expansion turned off stays off)
+        light = await query(client, **body, expansion="ppr", effort="light")
+        assert "chains" in light["channels"] and "expansion" not in light["channels"]
+        assert "Zeta Labs is headquartered in Lisbon." in light["context"]
 
 
 @on_both_backends

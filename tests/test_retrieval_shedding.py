@@ -1,6 +1,6 @@
-"""Under a burst of chats a retrieval runs light (GRAPHGATE_BURST_RETRIEVALS): the expansion, the
-keyword call and the vector reads beyond the searches are shed, so that every turn stays quick,
-and it says so; alone, it never does."""
+"""Under a burst of chats a retrieval runs light (GRAPHGATE_BURST_RETRIEVALS): the PageRank expansion
+gives way to the chain walk, the keyword call and the vector reads beyond the searches are shed, so
+that every turn stays quick, and it says so; alone, it never does."""
 
 from __future__ import annotations
 
@@ -44,8 +44,9 @@ async def test_a_retrieval_beside_others_runs_light(settings: Settings, fake: Fa
         alone = await query(client, **QUESTION)
         assert "shed" not in alone and "expansion" in alone["channels"]
         busy = await while_one_is_held(client, fake)
-        assert busy["shed"] == "expansion, chunk_selection and relation vectors (2 retrievals in flight)"
-        assert "expansion" not in busy["channels"]
+        assert busy["shed"] == ("expansion (chains), chunk_selection (weight) and relation vectors "
+                                "(2 retrievals in flight)")
+        assert "expansion" not in busy["channels"] and "chains" in busy["channels"]
         assert busy["context"] and "Acme Corp" in busy["context"]   # still grounded
 
 
@@ -57,15 +58,16 @@ async def test_never_shed_when_the_setting_is_zero(settings: Settings, fake: Fak
 
 
 async def test_the_light_path_asked_for_alone(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
-    """``effort: light`` takes the burst's light path on a quiet gateway: no expansion, no keyword
-    call to the model, nothing said to be shed (nothing was in flight); still grounded. A bad value
-    is refused."""
+    """``effort: light`` takes the burst's light path on a quiet gateway: the chain walk for the
+    expansion, no keyword call to the model, nothing said to be shed (nothing was in flight); still
+    grounded. A bad value is refused."""
     async with gateway_client(settings, fake) as client:
         await ingest(client)
         asked = len(fake.requests_to("/api/chat"))
         light = await query(client, query="Who works at Acme Corp?", mode="mix", effort="light")
         assert len(fake.requests_to("/api/chat")) == asked   # the question's keywords were not asked for
         assert "shed" not in light and "expansion" not in light["channels"] and light["keywords"]["source"] == "off"
+        assert "chains" in light["channels"]
         assert light["context"] and "Acme Corp" in light["context"]
         full = await query(client, query="Who works at Acme Corp?", mode="mix")
         assert "expansion" in full["channels"] and len(fake.requests_to("/api/chat")) == asked + 1

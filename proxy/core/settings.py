@@ -254,10 +254,12 @@ SETTINGS: tuple[Setting, ...] = (
             "seed retrieval in every graph mode without the model (case, punctuation, legal suffixes and "
             "one typo in a long name do not matter); a question naming none gets, in local, hybrid and mix, "
             "the entities its words describe (the entities' BM25 index, built on the first such question)."),
-    Setting("expansion", "GRAPHGATE_EXPANSION", "ppr", Knob(str, choices=("off", "ppr")),
+    Setting("expansion", "GRAPHGATE_EXPANSION", "ppr", Knob(str, choices=("off", "ppr", "chains")),
             "`ppr`: local, hybrid and mix also rank the entities up to two hops from the question's linked and "
             "retrieved entities by personalised PageRank (edges weighted by their relevance to the question) and "
-            "add the best with the relations joining them, so a bridge entity's own facts come along."),
+            "add the best with the relations joining them, so a bridge entity's own facts come along. "
+            "`chains`: only the strongest chains from those entities are followed, a hop at a time (up to four), "
+            "each end's relations judged by what the path there left unanswered: the light path's expansion."),
     Setting("relation_ranking", "GRAPHGATE_RELATION_RANKING", "question", Knob(str, choices=("degree", "question")),
             "How a linked or expanded entity's relations are chosen: `degree` (most central first) or "
             "`question` (those whose keywords and description match the question first, so a hub's "
@@ -291,10 +293,10 @@ SETTINGS: tuple[Setting, ...] = (
             "`burst_retrievals`); `full`: only under a burst. Per query, to ask for a quick answer or to "
             "measure the light path's recall."),
     Setting("burst_retrievals", "GRAPHGATE_BURST_RETRIEVALS", "2", int_between(0, 10_000),
-            "Retrievals in flight beyond which a new one takes the light path: no expansion, no keyword "
-            "call, evidence ranked by words and source chunks picked by weighted polling (no vector reads "
-            "beyond the searches). Under a burst of chats each turn stays quick; its trace says what was "
-            "shed. 0: never."),
+            "Retrievals in flight beyond which a new one takes the light path: the chain walk for the "
+            "expansion, no keyword call, evidence ranked by words and source chunks picked by weighted "
+            "polling (no vector reads beyond the searches). Under a burst of chats each turn stays quick; "
+            "its trace says what was shed. 0: never."),
     Setting("retrieval_threads", "GRAPHGATE_RETRIEVAL_THREADS", "2", int_between(1, 64),
             "Retrievals of a knowledge base whose searching, ranking and context building run at once "
             "(each in a worker thread); the others wait their turn, first come first served. Python runs "

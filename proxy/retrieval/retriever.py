@@ -179,16 +179,19 @@ class Retriever:
 
     def _shed(self, params: QueryParams) -> tuple[QueryParams, str | None]:
         """The light path, asked for (the ``effort`` knob) or under a burst of chats (more than
-        ``burst_retrievals`` in flight): the expansion (half a retrieval's CPU on a dense graph), the
-        keyword call (not waited for anyway, and a burst keeps the model busy) and the vector reads
-        beyond the searches (every turn's reads queue on the index's one lock) are shed; what
-        remains grounds the turn. Under a burst, what was shed and why."""
+        ``burst_retrievals`` in flight): the PageRank expansion (half a retrieval's CPU on a dense
+        graph) gives way to the chain walk (its chains without its rings), and the keyword call (not
+        waited for anyway, and a burst keeps the model busy) and the vector reads beyond the
+        searches (every turn's reads queue on the index's one lock) are shed; what remains grounds
+        the turn. Under a burst, what was shed and why."""
         limit = self.settings.burst_retrievals
         burst = bool(limit) and self.in_flight > limit
         if params.effort != "light" and not burst:
             return params, None
-        light: dict[str, Any] = {"expansion": "off", "keywords": "off", "chunk_selection": "weight"}
-        shed = [name for name, value in light.items() if getattr(params, name) != value]
+        light: dict[str, Any] = {"expansion": "chains" if params.expansion != "off" else "off",
+                                 "keywords": "off", "chunk_selection": "weight"}
+        shed = [name if value == "off" else f"{name} ({value})" for name, value in light.items()
+                if getattr(params, name) != value]
         asked = params.effort == "light"
         params = dataclasses.replace(params, **{**light, "effort": "light"})
         if asked:

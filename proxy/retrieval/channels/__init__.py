@@ -5,6 +5,7 @@ The order is the fusion's: the first channel's items lead each round-robin. A ch
 from __future__ import annotations
 
 from proxy.core.modes import Mode
+from proxy.retrieval.channels.chain_walk import ChainWalkChannel
 from proxy.retrieval.channels.chunks import ChunkChannel
 from proxy.retrieval.channels.communities import CommunityChannel
 from proxy.retrieval.channels.described import DescribedChannel
@@ -21,7 +22,8 @@ CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (
     # the `linking` knob (off by default); in global mode too, where the named entities' relations join
     # those the themes find: "which products does Y develop?" has no theme naming Y
     (LinkedChannel(), frozenset({Mode.LOCAL, Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
-    (ExpansionChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `expansion` knob: off by default
+    (ExpansionChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `expansion` knob at `ppr`
+    (ChainWalkChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # at `chains` (the light path's)
     # with `linking`: when the question names no entity, the entities its words describe
     (DescribedChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),
     (EntityChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),
