@@ -15,7 +15,7 @@ import numpy as np
 
 from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.search import fill_descriptions
-from proxy.retrieval.select import relation_match, word_stems
+from proxy.retrieval.select import keyword_match, relation_match, word_stems
 from proxy.retrieval.stages import Question
 from proxy.text.word_forms import cut_names, relation_words, word_senses
 from proxy.text.words import strong
@@ -70,8 +70,9 @@ def edge_relevance(store: KnowledgeStore, question: Question,
     if similarity is None:
         similarity = edge_cosines(store, question, facts)
     text = cut_names(question.asked if asked is None else asked, tuple(named))
-    return {pair: relation_match(relation_words(text, facts[pair][1:3]), facts[pair][0], "", facts[pair][1:3])
-            + COSINE_SHARE * similarity.get(pair, 0.0) for pair in pairs}
+    # ``relation_match`` without a description is the keywords' share alone
+    return {pair: keyword_match(relation_words(text, (fact[1], fact[2])), fact[0])
+            + COSINE_SHARE * similarity.get(pair, 0.0) for pair in pairs for fact in (facts[pair],)}
 
 
 def edge_cosines(store: KnowledgeStore, question: Question,
