@@ -170,6 +170,22 @@ async def test_the_chain_walk_follows_the_acquirer_to_its_head_office(
         assert "Zeta Labs is headquartered in Lisbon." in light["context"]
 
 
+async def test_the_chain_walk_goes_on_along_a_relation_the_question_does_not_name(
+        settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
+    """"The maker of Quillon" meets none of the words of Quillon's one relation (Zeta Labs develops
+    it: product, develops), but a product's only relation is the way on, whatever the question calls
+    it; the maker's head office is then the relation its words ask for."""
+    async with gateway_client(settings.replace(**CLASSIC), fake) as client:
+        await ingest(client)
+        body = {"query": "Where is the maker of Quillon headquartered?", "mode": "local", "keywords": "off",
+                "cosine_threshold": 1.0, "linking": "on", "top_k": 3}
+        head_office = {"Lisbon", "Zeta Labs"}
+        assert head_office not in [{r["source"], r["target"]} for r in (await query(client, **body))["relations"]]
+        walked = await query(client, **body, expansion="chains")
+        pairs = [{r["source"], r["target"]} for r in walked["relations"]]
+        assert {"Quillon", "Zeta Labs"} in pairs and head_office in pairs
+
+
 @on_both_backends
 async def test_a_hubs_relations_of_the_asked_kind_come_first(
         settings: Settings, fake: FakeOllama, kinded: KindedFacts) -> None:
