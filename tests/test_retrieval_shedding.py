@@ -73,3 +73,13 @@ async def test_the_light_path_asked_for_alone(settings: Settings, fake: FakeOlla
         assert "expansion" in full["channels"] and len(fake.requests_to("/api/chat")) == asked + 1
         refused = await client.post("/rag/query", json={"query": "Who works at Acme Corp?", "effort": "fast"})
         assert refused.status_code == 400 and refused.json() == {"error": "effort must be one of full, light"}
+
+
+async def test_the_light_path_without_its_chain_walk(settings: Settings, fake: FakeOllama, facts: KnownFacts) -> None:
+    """``light_expansion=off``: the light path drops the expansion altogether (the quickest turns)."""
+    async with gateway_client(settings.replace(light_expansion="off"), fake) as client:
+        await ingest(client)
+        light = await query(client, query="Who works at Acme Corp?", mode="mix", effort="light")
+        assert not {"chains", "expansion"} & set(light["channels"]) and "Acme Corp" in light["context"]
+        full = await query(client, query="Who works at Acme Corp?", mode="mix")
+        assert "expansion" in full["channels"]

@@ -188,7 +188,7 @@ class Retriever:
         burst = bool(limit) and self.in_flight > limit
         if params.effort != "light" and not burst:
             return params, None
-        light: dict[str, Any] = {"expansion": "chains" if params.expansion != "off" else "off",
+        light: dict[str, Any] = {"expansion": self.settings.light_expansion if params.expansion != "off" else "off",
                                  "keywords": "off", "chunk_selection": "weight"}
         shed = [name if value == "off" else f"{name} ({value})" for name, value in light.items()
                 if getattr(params, name) != value]
