@@ -172,7 +172,7 @@ async def test_the_playground_form_is_made_from_the_knobs(kb: httpx.AsyncClient)
                      "high": "1000", "step": "1"}
     assert CHOICES == {"mode": MODES, "chunk_selection": ("vector", "weight"), "keywords": ("llm", "off"),
                        "fusion": ("roundrobin", "rrf"), "linking": ("on", "off"),
-                       "expansion": ("off", "ppr"), "relation_ranking": ("degree", "question"),
+                       "expansion": ("off", "ppr", "chains"), "relation_ranking": ("degree", "question"),
                        "keyword_search": ("on", "off"),
                        "context_layout": ("sections", "evidence"), "communities": ("on", "off"),
                        "effort": ("full", "light")}
