@@ -54,6 +54,20 @@ def fill_descriptions(store: KnowledgeStore, entities: list[FoundEntity], relati
             relation.description = text.get(relation.vector_key, "")
 
 
+def scored_entities(store: KnowledgeStore, scores: dict[str, float]) -> list[FoundEntity]:
+    """The entities of ``scores``' keys, in its order, each with its score and degree (a key no
+    longer in the store is left out)."""
+    found = entities_by_name(store, list(scores))
+    degree = degrees(store, list(found))
+    entities = []
+    for key, score in scores.items():
+        if key in found:
+            entity = found[key]
+            entity.score, entity.degree = score, degree[key]
+            entities.append(entity)
+    return entities
+
+
 def entities_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundEntity]:
     def read(rows: MemoryRows, graph: Graph) -> dict[int, FoundEntity]:
         return {k: _entity(rows.entities[k]) for k in keys if k in rows.entities}

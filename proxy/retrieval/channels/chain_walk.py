@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from proxy.retrieval import search
 from proxy.retrieval.channels.expansion import seeds_of
 from proxy.retrieval.channels.linked import linked_keys
-from proxy.retrieval.found import Found, FoundEntity, FoundRelation
+from proxy.retrieval.found import Found, FoundRelation
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.relevance import edge_relevance, left_after
 from proxy.retrieval.stages import Question
@@ -190,15 +190,5 @@ class ChainWalkChannel:
         walk = ChainWalk(store, question, seeds)
         walk.run()
         relations = walk.relations(question.params.top_k)
-        strengths = walk.entity_strengths(relations)
-        found = search.entities_by_name(store, list(strengths))
-        entities: list[FoundEntity] = []
-        for key, strength in strengths.items():
-            if key in found:
-                entity = found[key]
-                entity.score = strength
-                entities.append(entity)
-        degree = search.degrees(store, [e.key for e in entities])
-        for entity in entities:
-            entity.degree = degree[entity.key]
+        entities = search.scored_entities(store, walk.entity_strengths(relations))
         return Found(entities[:question.params.top_k], relations)

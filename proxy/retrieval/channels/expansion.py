@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from proxy.retrieval import search
 from proxy.retrieval.channels.linked import linked_keys
-from proxy.retrieval.found import Found, FoundEntity, FoundRelation
+from proxy.retrieval.found import Found, FoundRelation
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.relevance import edge_cosines, edge_relevance, hop_confidence, left_after
 from proxy.retrieval.stages import Question
@@ -197,19 +197,8 @@ class ExpansionChannel:
         for pair in chains.answers:
             for key in split_pair(pair):
                 ranked.setdefault(key, floor)
-        entities = self.entities(store, ranked)
+        entities = search.scored_entities(store, ranked)
         return Found(entities, self.joining(store, question, ranked, relevance, chains.answers))
-
-    def entities(self, store: KnowledgeStore, ranked: dict[str, float]) -> list[FoundEntity]:
-        found = search.entities_by_name(store, list(ranked))
-        degree = search.degrees(store, list(found))
-        entities = []
-        for key, score in ranked.items():
-            if key in found:
-                entity = found[key]
-                entity.score, entity.degree = score, degree[key]
-                entities.append(entity)
-        return entities
 
     def joining(self, store: KnowledgeStore, question: Question, ranked: dict[str, float],
                 relevance: dict[str, float], answers: tuple[str, ...] | list[str] = ()) -> list[FoundRelation]:
