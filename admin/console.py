@@ -33,10 +33,10 @@ from admin import (
 from admin.guard import ConsoleGuard
 from admin.kb_links import CarryKnowledgeBase
 from admin.rendering import build_environment, installed_dir, static_dir
+from proxy.control.pending import PendingAnswers
 from proxy.core.settings import Settings
 from proxy.guards.auth import Auth
 from proxy.store.lists_open import open_pending
-from proxy.store.pending import PendingAnswers
 
 log = logging.getLogger("graphgate.admin")
 

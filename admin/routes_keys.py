@@ -1,4 +1,4 @@
-"""Console page for the API keys (proxy/guards/keys.py): the list (never a secret), a form that makes
+"""Console page for the API keys (proxy/control/keys.py): the list (never a secret), a form that makes
 a key and shows its token once, and revocation after a confirmation. Keys are the unrestricted
 admin's, which a console login is."""
 
@@ -13,8 +13,9 @@ from starlette.routing import Route
 from admin import flash
 from admin.guard import action
 from admin.rendering import render
+from proxy.control.principals import ROLES
 from proxy.core.errors import BadRequest, NotFound
-from proxy.guards.access import ROLES, require_unrestricted
+from proxy.guards.access import require_unrestricted
 from proxy.rag_api.routes_keys import key_store
 from proxy.state import bases
 

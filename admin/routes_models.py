@@ -1,4 +1,4 @@
-"""Console pages for the knowledge models (proxy/gateway/knowledge_models.py): the list (each alias
+"""Console pages for the knowledge models (proxy/control/models.py): the list (each alias
 with its base model, and whether the upstream has it), a form to create one, an alias's page to
 edit it, and its deletion after a confirmation page. The same checks as ``PUT /rag/models``: a
 refusal is said above the form, with what was typed, and nothing is stored."""

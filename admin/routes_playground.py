@@ -28,13 +28,13 @@ from starlette.routing import Route
 
 from admin.guard import action
 from admin.rendering import is_htmx, render
+from proxy.control.pending import Pending
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.core.settings import Settings
 from proxy.knowledge.query import ROLES, question_of
 from proxy.retrieval.context import inject
 from proxy.retrieval.params import CHOICE_KNOBS, NUMBER_KNOBS, QueryParams, knob_of
 from proxy.state import knowledge
-from proxy.store.pending import Pending
 
 RECONNECT_MS = 86_400_000   # an EventSource whose stream ended must not come back for the used token
 
@@ -99,7 +99,7 @@ def parse_history(text: str) -> list[dict[str, str]]:
     return messages
 
 
-# --- pending answers: short-lived, single use, bound to the session (proxy/store/pending.py) ---
+# --- pending answers: short-lived, single use, bound to the session (proxy/control/pending.py) ---
 
 def _session(request: Request) -> str | None:
     session = request.scope.get("state", {}).get("session")

@@ -1,4 +1,4 @@
-"""What a knowledge model (an alias, proxy/gateway/knowledge_models.py) adds to a chat turn.
+"""What a knowledge model (an alias, proxy/control/models.py) adds to a chat turn.
 
 Starts the fake Ollama and GraphGate as real uvicorn processes on 127.0.0.1 (bench/proxy_overhead.py's
 servers), makes a knowledge base ``bench`` (empty, like ``default``: no retrieval runs, so only
@@ -30,7 +30,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.proxy_overhead import percentile, start_servers  # noqa: E402
-from proxy.gateway.knowledge_models import KnowledgeModel, KnowledgeModels  # noqa: E402
+from proxy.control.models import KnowledgeModel, KnowledgeModels  # noqa: E402
 
 MODEL = "llama3.2:latest"
 
@@ -75,7 +75,7 @@ def alternate(client: httpx.Client, calls: int, stream: bool) -> tuple[Timings, 
 
 def lookup_microseconds(aliases: int) -> float:
     registry = KnowledgeModels(Path(tempfile.mkdtemp(prefix="graphgate-bench-models-")))
-    registry.models = {f"bot-{i}:latest": KnowledgeModel(f"bot-{i}:latest", MODEL, "default")
+    registry.held.value = {f"bot-{i}:latest": KnowledgeModel(f"bot-{i}:latest", MODEL, "default")
                        for i in range(aliases)}
     names = [f"bot-{i}" for i in range(0, aliases, max(aliases // 100, 1))] + [MODEL]
     rounds = 2000

@@ -16,6 +16,9 @@ from starlette.responses import Response
 
 from admin.console import build_console, error_page
 from admin.console import mount as admin_mount
+from proxy.control.keys import KeyStore
+from proxy.control.lists import KBS, KEYS, MODELS, SESSIONS, Holder, following
+from proxy.control.models import KnowledgeModels
 from proxy.core.data_dir import hidden_in
 from proxy.core.errors import GraphGateError, StoreUnavailable
 from proxy.core.limiter import PriorityLimiter
@@ -26,9 +29,7 @@ from proxy.gateway import routes_ollama, routes_openai
 from proxy.gateway.augment import Augmenter
 from proxy.gateway.chat import ChatPipeline
 from proxy.gateway.grounding import ground_turn
-from proxy.gateway.knowledge_models import KnowledgeModels
 from proxy.guards.body_limit import BodyLimitMiddleware
-from proxy.guards.keys import KeyStore
 from proxy.guards.middleware import build_middleware
 from proxy.knowledge.bases import KnowledgeBases
 from proxy.knowledge.service import Knowledge, run_knowledge
@@ -45,7 +46,6 @@ from proxy.rag_api import (
     routes_query,
 )
 from proxy.state import Gateway, ReleaseLeases
-from proxy.store.lists import KBS, KEYS, MODELS, SESSIONS, Holder, following
 from proxy.store.lists_open import open_lists
 from proxy.upstream.pool import Upstreams, connect
 from proxy.upstream.pool_watch import UpstreamsWatcher

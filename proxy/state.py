@@ -8,19 +8,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 
+from proxy.control.principals import Role
 from proxy.core.errors import NotFound, ServiceUnavailable
-from proxy.guards.access import Role, require
+from proxy.guards.access import require
 from proxy.knowledge.bases import REQUEST_LEASES, acquire_for_request
 
 if TYPE_CHECKING:
     import anyio
 
+    from proxy.control.keys import KeyStore
+    from proxy.control.models import KnowledgeModels
     from proxy.core.settings import Settings
     from proxy.gateway.augment import Augmenter
     from proxy.gateway.chat import ChatPipeline
-    from proxy.gateway.knowledge_models import KnowledgeModels
     from proxy.guards.auth import Auth
-    from proxy.guards.keys import KeyStore
     from proxy.knowledge.bases import KnowledgeBases
     from proxy.knowledge.service import Knowledge
     from proxy.monitoring.metrics import Metrics
@@ -52,7 +53,7 @@ class Gateway:
     console: ConsoleResources | None = None
     bases: KnowledgeBases | None = None   # the named knowledge bases; ``knowledge`` is ``default``'s service
     models: KnowledgeModels | None = None   # the knowledge models (aliases the chat routes resolve)
-    keys: KeyStore | None = None   # the stored API keys (proxy/guards/keys.py), loaded by the lifespan
+    keys: KeyStore | None = None   # the stored API keys (proxy/control/keys.py), loaded by the lifespan
 
 
 LEASES = REQUEST_LEASES   # the request scope's list of lease releases (ReleaseLeases ends them)

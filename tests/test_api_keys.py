@@ -1,4 +1,4 @@
-"""API keys with scopes (issue 20, part 3: proxy/guards/keys.py, proxy/guards/access.py): keys made
+"""API keys with scopes (issue 20, part 3: proxy/control/keys.py, proxy/guards/access.py): keys made
 and revoked at run time through /rag/keys, stored hashed, each limited to some knowledge bases and a
 role. Two bases with overlapping entity names (``hr`` and ``eng``, Alice Smith in both): a key
 limited to hr never sees eng, not even its name; GRAPHGATE_API_KEY stays the unrestricted admin; a
@@ -20,8 +20,8 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from proxy.app import create_app
+from proxy.control.keys import KEYS_FILE
 from proxy.core.settings import Settings
-from proxy.guards.keys import KEYS_FILE
 from tests.conftest import gateway_client
 from tests.console_auth_helpers import PASSWORD, log_in
 from tests.corpus import CLUB, PEOPLE, TEAM

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from proxy.app import Settings
-from proxy.guards.keys import KEYS_FILE
+from proxy.control.keys import KEYS_FILE
 from tests.console_auth_helpers import PASSWORD, console_client, log_in
 from tests.console_helpers import post, token
 from tests.fake_ollama import FakeOllama

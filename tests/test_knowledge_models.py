@@ -1,4 +1,4 @@
-"""Knowledge models (issue 20, part 2: proxy/gateway/knowledge_models.py, grounding.py, model_lists.py):
+"""Knowledge models (issue 20, part 2: proxy/control/models.py, grounding.py, model_lists.py):
 aliases that every Ollama client lists and chats with, each grounded in its own knowledge base and
 forwarded as its base model, the reply renamed back."""
 

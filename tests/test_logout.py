@@ -10,8 +10,9 @@ import stat
 import httpx
 import pytest
 
+from proxy.control.sessions import REVOKED_FILE
 from proxy.core.settings import Settings
-from proxy.guards.auth import COOKIE, REVOKED_FILE, Auth
+from proxy.guards.auth import COOKIE, Auth
 from tests.console_auth_helpers import PASSWORD, console_client, log_in
 from tests.console_helpers import csrf_of
 from tests.fake_ollama import FakeOllama

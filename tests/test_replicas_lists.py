@@ -1,5 +1,5 @@
 """The lists of knowledge bases, API keys and knowledge models shared by replicas (issue 21,
-proxy/store/lists.py): the lists' contract on both backends (files, PostgreSQL), the import of a data
+proxy/control/lists.py): the lists' contract on both backends (files, PostgreSQL), the import of a data
 directory's files into an empty PostgreSQL, concurrent writers from two replicas both landing, and
 two real replica processes on one PostgreSQL seeing each other's bases, keys and models within
 seconds, revocations included."""
@@ -21,24 +21,24 @@ import psycopg
 import pytest
 
 from proxy.cli.main import main
-from proxy.core.errors import NotFound
-from proxy.core.settings import Settings
-from proxy.gateway.knowledge_models import KnowledgeModels
-from proxy.guards.auth import COOKIE
-from proxy.guards.keys import KeyStore
-from proxy.knowledge.bases import base_settings_sync
-from proxy.knowledge.migrate_store import to_postgres
-from proxy.store.lists import (
+from proxy.control.keys import KeyStore
+from proxy.control.lists import (
     KBS,
     KEYS,
     MODELS,
-    Document,
     FileLists,
     ListConflict,
     Lists,
+    StoredList,
     Unchanged,
     following,
 )
+from proxy.control.models import KnowledgeModels
+from proxy.core.errors import NotFound
+from proxy.core.settings import Settings
+from proxy.guards.auth import COOKIE
+from proxy.knowledge.bases import base_settings_sync
+from proxy.knowledge.migrate_store import to_postgres
 from proxy.store.postgres.lists import PgLists
 from proxy.store.postgres.schema import drop
 from tests.conftest import gateway_client
@@ -66,7 +66,7 @@ def lists(request: pytest.FixtureRequest, tmp_path: Path) -> Lists:
 # --- the contract, on both backends ---
 
 def test_a_list_never_written_reads_as_none_at_version_zero(lists: Lists) -> None:
-    assert lists.read_sync(KEYS) == Document(None, 0)
+    assert lists.read_sync(KEYS) == StoredList(None, 0)
     assert KEYS not in lists.versions_sync()
 
 
@@ -142,15 +142,15 @@ def test_the_files_are_imported_once_into_an_empty_table(tmp_path: Path, pg_serv
     (data / "models.json").write_text(json.dumps({"models": {}}))
     with caplog.at_level("INFO", logger="graphgate"):
         shared = PgLists(pg_server, data)
-        assert shared.read_sync(KBS) == Document(registry, 1)
+        assert shared.read_sync(KBS) == StoredList(registry, 1)
     assert any("imported" in r.getMessage() and "registry.json" in r.getMessage() for r in caplog.records)
-    assert shared.read_sync(MODELS) == Document({"models": {}}, 1)
-    assert shared.read_sync(KEYS) == Document(None, 0)   # no file: nothing to import
+    assert shared.read_sync(MODELS) == StoredList({"models": {}}, 1)
+    assert shared.read_sync(KEYS) == StoredList(None, 0)   # no file: nothing to import
     # another replica's data directory, with other files: the table has the lists already
     other = tmp_path / "b"
     (other / "kbs").mkdir(parents=True)
     (other / "kbs" / "registry.json").write_text(json.dumps({"version": 1, "bases": {}}))
-    assert PgLists(pg_server, other).read_sync(KBS) == Document(registry, 1)
+    assert PgLists(pg_server, other).read_sync(KBS) == StoredList(registry, 1)
     with psycopg.connect(pg_server) as con:
         columns = con.execute("SELECT column_name, data_type FROM information_schema.columns "
                               "WHERE table_schema = 'public' AND table_name = 'graphgate_lists' "

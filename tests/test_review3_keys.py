@@ -22,8 +22,8 @@ import anyio
 import httpx
 import pytest
 
+from proxy.control.keys import KEYS_FILE
 from proxy.core.settings import Settings
-from proxy.guards.keys import KEYS_FILE
 from tests.console_auth_helpers import PASSWORD, console_client, log_in
 from tests.corpus import PEOPLE, TEAM
 from tests.extractor import KnownFacts

@@ -1,4 +1,4 @@
-"""``graphgate keys create|list|revoke``: the stored API keys (proxy/guards/keys.py).
+"""``graphgate keys create|list|revoke``: the stored API keys (proxy/control/keys.py).
 
 Through the running gateway's /rag/keys when one answers (sending GRAPHGATE_API_KEY, which must
 be set: keys are an unrestricted admin's business), so that it uses a new key, or stops taking a
@@ -18,12 +18,12 @@ import anyio.to_thread
 import httpx
 
 from proxy.cli.commands import CommandError, console, gateway_url, no_store_message
+from proxy.control.keys import KeyStore
+from proxy.control.lists import KBS
 from proxy.core.data_dir import has_store
 from proxy.core.errors import GraphGateError
 from proxy.core.settings import Settings
-from proxy.guards.keys import KeyStore
 from proxy.knowledge.bases import DEFAULT
-from proxy.store.lists import KBS
 from proxy.store.lists_open import open_lists
 
 

@@ -26,7 +26,7 @@ from proxy.gateway.relay import StreamRelay
 from proxy.gateway.renaming import rename_reply
 
 if TYPE_CHECKING:
-    from proxy.gateway.knowledge_models import KnowledgeModel
+    from proxy.control.models import KnowledgeModel
     from proxy.knowledge.service import Knowledge
 
 Flavour = Literal["ollama", "openai"]

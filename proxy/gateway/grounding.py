@@ -1,6 +1,6 @@
 """Which knowledge base grounds a request, and under which name its model goes upstream.
 
-A request naming a knowledge model (proxy/gateway/knowledge_models.py) is rewritten into a request
+A request naming a knowledge model (proxy/control/models.py) is rewritten into a request
 for its base model: the name replaced, the knowledge model's options under the request's own, its
 system prompt when the conversation has none (a Modelfile's SYSTEM); it is grounded in the model's
 knowledge base. Any other model is grounded in GRAPHGATE_PLAIN_MODEL_KB (``default``; ``none``:
@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from proxy.control.principals import Principal
 from proxy.core.errors import GraphGateError, NotFound, ServiceUnavailable
 from proxy.gateway.chat import ChatTurn, Grounding
-from proxy.guards.access import Principal, principal
+from proxy.guards.access import principal
 from proxy.knowledge.bases import acquire_for_request
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from proxy.gateway.knowledge_models import KnowledgeModel
+    from proxy.control.models import KnowledgeModel
     from proxy.knowledge.service import Knowledge
 
 NONE = "none"

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from proxy.control.models import KnowledgeModel, canonical
 from proxy.core import json_text
 from proxy.core.errors import UpstreamError
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import upstream_headers
 from proxy.gateway.grounding import plain_models_visible
-from proxy.gateway.knowledge_models import KnowledgeModel, canonical
 from proxy.guards.access import principal
 
 if TYPE_CHECKING:

@@ -5,46 +5,19 @@ its scope; the routes ask it with ``require`` (one knowledge base, one action) o
 (which bases a listing may name). A request no guard marked (no key configured: the gateway is
 open, as Ollama is) is the unrestricted admin.
 
-Roles nest: ``read`` (chat, query, listings) < ``write`` (documents, curation) < ``admin`` (the
-base itself: its settings, its deletion, its knowledge models; keys and new bases need an admin
-key limited to no base). A base the principal may not see is answered as if it did not exist
-(404 with the same message an unknown name gets), so a scoped key never learns other bases' names.
+Principals and their roles are the control plane's (proxy/control/principals.py). A base the
+principal may not see is answered as if it did not exist (404 with the same message an unknown
+name gets), so a scoped key never learns other bases' names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from proxy.control.principals import ADMIN, Principal, Role
 from proxy.core.errors import Forbidden, NotFound
 
-Role = Literal["read", "write", "admin"]
-ROLES: tuple[Role, ...] = ("read", "write", "admin")
 PRINCIPAL = "graphgate.principal"   # the request scope's key for the Principal
-
-
-@dataclass(frozen=True)
-class Principal:
-    name: str                       # the key's name ("admin" for GRAPHGATE_API_KEY, "console" for a login)
-    role: Role
-    kbs: frozenset[str] | None      # the bases it may use; None: every base
-
-    @property
-    def unrestricted(self) -> bool:
-        return self.kbs is None and self.role == "admin"
-
-    def sees(self, kb: str) -> bool:
-        return self.kbs is None or kb in self.kbs
-
-    def can(self, kb: str, action: Role) -> bool:
-        return self.sees(kb) and ROLES.index(self.role) >= ROLES.index(action)
-
-    def visible(self, names: Iterable[str]) -> list[str]:
-        return [name for name in names if self.sees(name)]
-
-
-ADMIN = Principal("admin", "admin", None)
 
 
 def principal(request_or_scope: Any) -> Principal:

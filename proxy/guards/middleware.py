@@ -18,11 +18,12 @@ from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.control.keys import TOKEN_PREFIX, KeyStore
+from proxy.control.principals import ADMIN, Principal
 from proxy.core.hosts import bind_is_loopback, request_host_allowed
 from proxy.core.responses import error_response
 from proxy.core.settings import Settings
-from proxy.guards.access import ADMIN, PRINCIPAL, Principal
-from proxy.guards.keys import TOKEN_PREFIX, KeyStore
+from proxy.guards.access import PRINCIPAL
 
 PROTECTED_PREFIXES = ("/api/", "/v1/", "/rag/")
 # readable by anyone who can reach the gateway, like Ollama's GET /: a container health check or a
@@ -159,7 +160,7 @@ FOUND = "graphgate.bearer"   # the request scope's key for what its Authorizatio
 
 class KeyCheck:
     """Who a request's ``Authorization: Bearer`` header says it is: ``GRAPHGATE_API_KEY`` is the
-    unrestricted admin, a stored key (proxy/guards/keys.py) its own principal. The stored keys are
+    unrestricted admin, a stored key (proxy/control/keys.py) its own principal. The stored keys are
     the gateway's, made and revoked at run time, so they are looked up per request (one hash and a
     dict lookup), once: the answer is kept in the request's scope for the guards behind (the body
     bounds, the console, the header hygiene towards the upstream)."""

@@ -12,7 +12,7 @@ app's lifespan opens it at start-up and keeps it open. Every other base lives in
 - The bases share the gateway's Upstream, its LLM and embedding limiters and its metrics.
 
 The list of bases is ``<data_dir>/kbs/registry.json``, written whole by rename (on PostgreSQL, a list
-every replica shares, proxy/store/lists.py: a base made, changed or deleted through one replica is
+every replica shares, proxy/control/lists.py: a base made, changed or deleted through one replica is
 taken into the others' memory by ``refresh``; the replica that deletes a base drops its schema): each base's
 created_at, a unique id and its settings overrides (proxy/knowledge/base_settings.py: checked when
 set, applied when the base opens; a change to an open base closes it once no request holds it, so
@@ -47,6 +47,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from proxy.control.held import HeldList
+from proxy.control.lists import KBS, FileLists, Lists, ListUnavailable, StoredList, Unchanged
 from proxy.core.durable import fsync_directory
 from proxy.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable, StorageError
 from proxy.core.limiter import PriorityLimiter
@@ -55,7 +57,6 @@ from proxy.knowledge.base_settings import apply_overrides, effective_values, mer
 from proxy.knowledge.service import Knowledge, run_knowledge
 from proxy.monitoring.metrics import Metrics
 from proxy.store.backends import drop_base_sync
-from proxy.store.lists import KBS, Document, FileLists, Lists, ListUnavailable, Unchanged
 from proxy.store.lists_open import open_lists
 from proxy.store.messages import without_paths
 from proxy.upstream.client import Upstream
@@ -128,7 +129,10 @@ class KnowledgeBases:
                  limiter: PriorityLimiter | None = None, embed_limiter: PriorityLimiter | None = None,
                  lists: Lists | None = None) -> None:
         self.settings = settings
-        self.lists = lists or FileLists(settings.data_dir)   # where the list is kept (proxy/store/lists.py)
+        # the list of bases (proxy/control/held.py): a file, or a list replicas share
+        self.held = HeldList(lists or FileLists(settings.data_dir), KBS, _registry, Registry({}, None),
+                             taken=self._take)
+        self.lists = self.held.lists
         self.upstream = upstream
         self.metrics = metrics
         self.limiter = limiter or PriorityLimiter(settings.llm_concurrency)
@@ -139,9 +143,6 @@ class KnowledgeBases:
         self.default_error: str | None = None
         self.default_created_at = _now()
         self.group: TaskGroup | None = None
-        self.registry_error: str | None = None   # why the list could not be read (bases other than default: 503)
-        self.save_lock = anyio.Lock()   # one writer of the list at a time, and one reload
-        self.version = 0   # of the list the bases in memory are (-1: it could not be read)
         self.opened = 0   # how many times a base was opened (the tests count lazy opens)
 
     # --- the list (a file, or a list replicas share) ---
@@ -150,26 +151,35 @@ class KnowledgeBases:
     def registry_path(self) -> Path:
         return self.root / REGISTRY_FILE
 
-    def _load_sync(self) -> tuple[dict[str, Any], list[Path], int]:
-        document = self.lists.read_sync(KBS)
-        entries, created_at = _parse_registry(document.body) if document.version else ({}, None)
-        entries, tombstones = _without_tombstones(self.root, entries)
-        self.default_created_at = created_at or self.default_created_at
-        return entries, tombstones, document.version
+    @property
+    def version(self) -> int:
+        return self.held.version   # of the list the bases in memory are (-1: it could not be read)
+
+    @property
+    def registry_error(self) -> str | None:
+        """Why the list could not be read (bases other than default: 503)."""
+        failure = self.held.failure
+        if failure is None:
+            return None
+        remedy = ("read again every few seconds" if self.lists.shared and isinstance(failure, ListUnavailable)
+                  else "repair or move it away and restart the gateway")
+        return f"the list of knowledge bases cannot be read ({self.held.where}: {failure}); {remedy}"
+
+    def _load_sync(self) -> tuple[dict[str, Any], list[Path]] | None:
+        if self.held.load_sync() is not None:
+            return None
+        entries, tombstones = _without_tombstones(self.root, dict(self.held.value.entries))
+        self.default_created_at = self.held.value.default_created_at or self.default_created_at
+        return entries, tombstones
 
     async def _load(self) -> list[Path]:
         """Fill ``bases`` from the list and return the tombstones to finish; a list that cannot be
         read leaves only ``default`` and the reason in ``registry_error`` (the file is left alone)."""
-        try:
-            entries, tombstones, self.version = await anyio.to_thread.run_sync(self._load_sync)
-        except (OSError, ValueError) as exc:
-            self.version = -1
-            remedy = ("read again every few seconds" if self.lists.shared and isinstance(exc, ListUnavailable)
-                      else "repair or move it away and restart the gateway")
-            self.registry_error = (f"the list of knowledge bases cannot be read ({self.lists.where(KBS)}: {exc}); "
-                                   f"{remedy}")
+        loaded = await anyio.to_thread.run_sync(self._load_sync)
+        if loaded is None:
             log.error("%s", self.registry_error)
             return []
+        entries, tombstones = loaded
         self.bases = {name: Base(name=name, uid=e["uid"], created_at=e["created_at"], overrides=dict(e["settings"]))
                       for name, e in entries.items()}
         return tombstones
@@ -215,46 +225,33 @@ class KnowledgeBases:
         change is applied to its newest version, so two replicas' changes both land."""
         self.check_list()   # never over a list that could not be read
 
-        def rewrite(body: Any) -> dict[str, Any]:
+        def rewrite(registry: Registry) -> dict[str, Any]:
             if self.lists.shared:   # the newest version, whoever wrote it
-                entries, created_at = _parse_registry(body) if body is not None else ({}, None)
+                entries, created_at = dict(registry.entries), registry.default_created_at
             else:   # one writer: the list is what memory holds
                 entries, created_at = {b.name: b.entry() for b in self.bases.values()}, None
             change(entries)
             return {"version": 1, "default_created_at": created_at or self.default_created_at,
                     "bases": {name: entries[name] for name in sorted(entries)}}
 
-        async with self.save_lock:
-            with anyio.CancelScope(shield=True):   # a caller that goes away does not leave the lock mid-write
-                try:
-                    document = await anyio.to_thread.run_sync(self.lists.update_sync, KBS, rewrite)
-                except OSError as exc:   # a full disk, a lost lists server: nothing was written
-                    log.error("knowledge bases: cannot write %s: %s", self.lists.where(KBS), exc)
-                    raise ServiceUnavailable(f"the list of knowledge bases could not be saved: "
-                                             f"{exc.strerror or without_paths(str(exc))}; nothing was changed") from exc
-                await self._take(document)
+        try:
+            await self.held.change(rewrite)
+        except OSError as exc:   # a full disk, a lost lists server: nothing was written
+            log.error("knowledge bases: cannot write %s: %s", self.held.where, exc)
+            raise ServiceUnavailable(f"the list of knowledge bases could not be saved: "
+                                     f"{exc.strerror or without_paths(str(exc))}; nothing was changed") from exc
 
-    async def refresh(self, document: Document) -> None:
+    async def refresh(self, stored: StoredList) -> None:
         """A newer version of the shared list (another replica's change): new bases become known,
         deleted ones are closed and forgotten, changed settings apply from the base's next opening."""
-        async with self.save_lock:
-            if document.version > self.version:
-                with anyio.CancelScope(shield=True):
-                    await self._take(document)
-
-    async def _take(self, document: Document) -> None:
-        """Bring ``bases`` to the list ``document`` (under ``save_lock``)."""
-        if self.lists.shared and document.version <= self.version:
-            return
-        try:
-            entries, created_at = _parse_registry(document.body) if document.version else ({}, None)
-        except ValueError as exc:
-            self.registry_error = f"the list of knowledge bases cannot be read ({self.lists.where(KBS)}: {exc})"
+        await self.held.refresh(stored)
+        if self.registry_error is not None:
             log.error("%s", self.registry_error)
-            return
-        self.registry_error = None
-        self.version = document.version
-        self.default_created_at = created_at or self.default_created_at
+
+    async def _take(self, registry: Registry) -> None:
+        """Bring ``bases`` to the list just held (a change written, another replica's version)."""
+        entries = registry.entries
+        self.default_created_at = registry.default_created_at or self.default_created_at
         stale: list[Base] = []
         for name, entry in entries.items():
             if name == DEFAULT or not NAME.fullmatch(name):
@@ -634,6 +631,19 @@ def _without_tombstones(root: Path, entries: dict[str, Any]) -> tuple[dict[str, 
         if name in entries and entries[name].get("uid") == uid:
             del entries[name]   # killed between the rename and the list's write
     return {n: e for n, e in entries.items() if NAME.fullmatch(n) and n != DEFAULT}, tombstones
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The list of bases as stored: each base's entry, and default's creation time."""
+
+    entries: dict[str, dict[str, Any]]
+    default_created_at: str | None
+
+
+def _registry(body: Any) -> Registry:
+    """The list's body as a ``Registry``; ValueError when it is no such list."""
+    return Registry(*_parse_registry(body))
 
 
 def _parse_registry(raw: Any) -> tuple[dict[str, dict[str, Any]], str | None]:

@@ -2,7 +2,7 @@
 
 The gateway's Host check and CORS run in front of it as for every route (the SDK's own DNS
 rebinding check is off: the gateway's allow-list, GRAPHGATE_ALLOWED_HOSTS, is the one). Then the
-API keys: with GRAPHGATE_API_KEY set or any key stored (proxy/guards/keys.py), a request needs
+API keys: with GRAPHGATE_API_KEY set or any key stored (proxy/control/keys.py), a request needs
 ``Authorization: Bearer <key>`` and is refused with 401 before the SDK reads it; its principal goes
 in the request's scope, where each tool checks it (tools.py). A console login never grants access
 (an agent holds no cookie, and a cookie is ambient: a page could ride it); with a console password

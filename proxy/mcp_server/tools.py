@@ -24,9 +24,10 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from proxy.control.principals import Role
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.core.settings import SETTINGS, Settings
-from proxy.guards.access import Role, require, require_unrestricted
+from proxy.guards.access import require, require_unrestricted
 from proxy.knowledge import lookup
 from proxy.knowledge.bases import DEFAULT as DEFAULT_BASE
 from proxy.knowledge.intake import add_document

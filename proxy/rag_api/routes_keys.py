@@ -1,4 +1,4 @@
-"""``/rag/keys``: the stored API keys (proxy/guards/keys.py): list, create (the token is in the
+"""``/rag/keys``: the stored API keys (proxy/control/keys.py): list, create (the token is in the
 answer, once), revoke. All need an admin key that is not limited to some knowledge bases (or a
 console login, or GRAPHGATE_API_KEY)."""
 
@@ -8,11 +8,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.control.keys import KeyStore
 from proxy.core.errors import BadRequest, ServiceUnavailable
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.guards.access import require_unrestricted
-from proxy.guards.keys import KeyStore
 from proxy.state import bases
 
 

@@ -1,4 +1,4 @@
-"""``/rag/models``: the knowledge models (proxy/gateway/knowledge_models.py): list, describe,
+"""``/rag/models``: the knowledge models (proxy/control/models.py): list, describe,
 create or replace, delete. A key sees and manages only the models of its knowledge bases
 (managing one needs the admin role on its base)."""
 
@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.control.models import KnowledgeModel, KnowledgeModels, canonical, model_key
 from proxy.core.errors import Conflict, Forbidden, GraphGateError, NotFound, ServiceUnavailable
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
-from proxy.gateway.knowledge_models import KnowledgeModel, KnowledgeModels, canonical, model_key
 from proxy.gateway.model_lists import remember_upstream_names
 from proxy.guards.access import principal, require
 from proxy.state import bases

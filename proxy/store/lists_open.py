@@ -1,13 +1,13 @@
 """Where a gateway keeps what several replicas must share besides the knowledge: the lists of bases,
-keys and knowledge models (``proxy/store/lists.py``) and the playground's pending answers
-(``proxy/store/pending.py``). A module of its own, so that those protocols and their PostgreSQL
+keys and knowledge models (``proxy/control/lists.py``) and the playground's pending answers
+(``proxy/control/pending.py``). A module of its own, so that those protocols and their PostgreSQL
 implementations do not import each other."""
 
 from __future__ import annotations
 
+from proxy.control.lists import FileLists, Lists
+from proxy.control.pending import MemoryPendingAnswers, PendingAnswers
 from proxy.core.settings import Settings
-from proxy.store.lists import FileLists, Lists
-from proxy.store.pending import MemoryPendingAnswers, PendingAnswers
 
 
 def open_lists(settings: Settings) -> Lists:

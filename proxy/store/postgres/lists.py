@@ -1,5 +1,5 @@
 """The gateway's lists (knowledge bases, API keys, knowledge models) in PostgreSQL, shared by every
-replica (``proxy/store/lists.py``): one row of ``public.graphgate_lists`` each.
+replica (``proxy/control/lists.py``): one row of ``public.graphgate_lists`` each.
 
 A write is a compare-and-swap on the row's version inside a transaction: the row is read ``FOR
 UPDATE`` (and the list's advisory lock taken first, which also serialises the first write of a list
@@ -24,7 +24,7 @@ import anyio
 import psycopg
 from psycopg.types.json import Jsonb
 
-from proxy.store.lists import FILES, Document, FileLists, ListConflict, ListUnavailable, Unchanged
+from proxy.control.lists import FILES, FileLists, ListConflict, ListUnavailable, StoredList, Unchanged
 from proxy.store.postgres.connection import CONNECT_SECONDS
 from proxy.store.postgres.follow import POLL_SECONDS, RETRY_SECONDS
 
@@ -114,14 +114,14 @@ class PgLists:
 
     # --- reads ---
 
-    def read_sync(self, name: str) -> Document:
+    def read_sync(self, name: str) -> StoredList:
         row = self._run(lambda con: con.execute(f"SELECT body, version FROM {TABLE} WHERE name = %s",
                                                 [name]).fetchone())
         if row is None:
             if name in self.unimported:
                 raise ValueError(self.unimported[name])
-            return Document(None, 0)
-        return Document(row[0], int(row[1]))
+            return StoredList(None, 0)
+        return StoredList(row[0], int(row[1]))
 
     def versions_sync(self) -> dict[str, int]:
         rows = self._run(lambda con: con.execute(f"SELECT name, version FROM {TABLE}").fetchall())
@@ -129,22 +129,22 @@ class PgLists:
 
     # --- writes ---
 
-    def write_sync(self, name: str, body: Any, expected: int) -> Document:
+    def write_sync(self, name: str, body: Any, expected: int) -> StoredList:
         """``body`` as the list's next version, if its version is still ``expected`` (ListConflict)."""
         return self._run(lambda con: self._update(con, name, lambda _: body, expected))
 
-    def update_sync(self, name: str, change: Callable[[Any], Any]) -> Document:
+    def update_sync(self, name: str, change: Callable[[Any], Any]) -> StoredList:
         """``change(body)`` written as the next version, in one transaction with the row locked."""
         return self._run(lambda con: self._update(con, name, change))
 
     def _update(self, con: psycopg.Connection[Any], name: str, change: Callable[[Any], Any],
-                expected: int | None = None) -> Document:
+                expected: int | None = None) -> StoredList:
         with con.transaction():
             con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"graphgate-list:{name}"])
             row = con.execute(f"SELECT body, version FROM {TABLE} WHERE name = %s FOR UPDATE", [name]).fetchone()
             if row is None and name in self.unimported:
                 raise ValueError(self.unimported[name])
-            current = Document(None, 0) if row is None else Document(row[0], int(row[1]))
+            current = StoredList(None, 0) if row is None else StoredList(row[0], int(row[1]))
             if expected is not None and current.version != expected:
                 raise ListConflict(f"{self.where(name)} is at version {current.version}, not {expected}")
             try:
@@ -156,7 +156,7 @@ class PgLists:
                         "ON CONFLICT (name) DO UPDATE SET body = excluded.body, version = excluded.version, "
                         "updated_at = excluded.updated_at", [name, Jsonb(body), version])
             con.execute("SELECT pg_notify(%s, %s)", [CHANNEL, name])
-        return Document(body, version)
+        return StoredList(body, version)
 
     # --- following ---
 

@@ -1,4 +1,4 @@
-"""The console playground's pending answers on the PostgreSQL server (``proxy/store/pending.py``):
+"""The console playground's pending answers on the PostgreSQL server (``proxy/control/pending.py``):
 one table every replica shares, a row taken with ``DELETE ... RETURNING`` so that an answer is
 streamed once whichever replica is asked."""
 
@@ -9,7 +9,7 @@ import json
 import anyio.to_thread
 import psycopg
 
-from proxy.store.pending import TTL_SECONDS, Pending
+from proxy.control.pending import TTL_SECONDS, Pending
 from proxy.store.postgres.connection import CONNECT_SECONDS, storage_error
 
 TABLE = "public.graphgate_pending_answers"

@@ -54,7 +54,7 @@ class ListUnavailable(OSError):
 
 
 @dataclass(frozen=True)
-class Document:
+class StoredList:
     body: Any   # the JSON document; None when the list was never written
     version: int   # 0 when never written
 
@@ -64,11 +64,11 @@ class Lists(Protocol):
 
     def where(self, name: str) -> str: ...   # the list's place, for messages
 
-    def read_sync(self, name: str) -> Document: ...   # OSError, or ValueError for a file that is no JSON
+    def read_sync(self, name: str) -> StoredList: ...   # OSError, or ValueError for a file that is no JSON
 
-    def write_sync(self, name: str, body: Any, expected: int) -> Document: ...   # ListConflict
+    def write_sync(self, name: str, body: Any, expected: int) -> StoredList: ...   # ListConflict
 
-    def update_sync(self, name: str, change: Callable[[Any], Any]) -> Document: ...
+    def update_sync(self, name: str, change: Callable[[Any], Any]) -> StoredList: ...
 
     def versions_sync(self) -> dict[str, int]: ...
 
@@ -100,24 +100,24 @@ class FileLists:
     def where(self, name: str) -> str:
         return str(self.path(name))
 
-    def read_sync(self, name: str) -> Document:
+    def read_sync(self, name: str) -> StoredList:
         try:
             text = self.path(name).read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError):
-            return Document(None, 0)
-        return Document(json.loads(text), file_version(text))
+            return StoredList(None, 0)
+        return StoredList(json.loads(text), file_version(text))
 
-    def _write_sync(self, name: str, body: Any) -> Document:
+    def _write_sync(self, name: str, body: Any) -> StoredList:
         write_json(self.path(name), body, mode=FILES[name][1])
-        return Document(body, file_version(dumped(body)))
+        return StoredList(body, file_version(dumped(body)))
 
-    def write_sync(self, name: str, body: Any, expected: int) -> Document:
+    def write_sync(self, name: str, body: Any, expected: int) -> StoredList:
         with self._lock:
             if self.read_sync(name).version != expected:
                 raise ListConflict(f"{self.where(name)} changed since version {expected}")
             return self._write_sync(name, body)
 
-    def update_sync(self, name: str, change: Callable[[Any], Any]) -> Document:
+    def update_sync(self, name: str, change: Callable[[Any], Any]) -> StoredList:
         with self._lock:
             current = self.read_sync(name)
             try:
@@ -144,12 +144,13 @@ class FileLists:
 
 
 class Holder(Protocol):
-    """What ``follow`` keeps in step: the version it holds (-1 when its last read failed) and how
+    """What ``following`` keeps in step: the version it holds (-1 when its last read failed) and how
     it takes a newer one (it ignores a version not newer than its own)."""
 
-    version: int
+    @property
+    def version(self) -> int: ...
 
-    async def refresh(self, document: Document) -> None: ...
+    async def refresh(self, stored: StoredList) -> None: ...
 
 
 @asynccontextmanager

@@ -7,7 +7,7 @@ grounded in one knowledge base, like an Ollama Modelfile's ``FROM`` (issue 20, p
 Any Ollama client then lists ``hr-assistant:latest`` and chats with it; the chat is grounded in
 ``hr`` and forwarded as ``llama3.2`` (proxy/gateway/grounding.py). The list is
 ``<data_dir>/models.json``, written whole (fsynced, renamed over the old one) by one writer at a
-time (on PostgreSQL, a list every replica shares and follows: proxy/store/lists.py); lookups are one
+time (on PostgreSQL, a list every replica shares and follows: proxy/control/lists.py); lookups are one
 dict read, on the chat path.
 
 Names follow Ollama's: ``hr`` and ``hr:latest`` are one model, and a name is stored with its tag.
@@ -24,12 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import anyio
-
+from proxy.control.held import HeldList
+from proxy.control.lists import MODELS, FileLists, Lists, StoredList
 from proxy.core import json_text
 from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
 from proxy.core.modes import MODES
-from proxy.store.lists import MODELS, Document, FileLists, Lists
 
 log = logging.getLogger("graphgate")
 
@@ -149,40 +148,37 @@ class KnowledgeModels:
 
     def __init__(self, data_dir: Path, lists: Lists | None = None) -> None:
         self.path = data_dir / MODELS_FILE
-        self.lists = lists or FileLists(data_dir)
-        self.where = self.lists.where(MODELS)   # the file, or the list replicas share
-        self.models: dict[str, KnowledgeModel] = {}
+        self.held: HeldList[dict[str, KnowledgeModel]] = HeldList(lists or FileLists(data_dir), MODELS, _models, {})
+        self.where = self.held.where   # the file, or the list replicas share
         self.upstream_models: tuple[str, ...] | None = None   # the upstream's names when last read
         self.upstream_keys: frozenset[str] = frozenset()        # their model_key()s
-        self.error: str | None = None   # why the list could not be read (then it is not written either)
-        self.version = 0   # of the list the models in memory are (-1: it could not be read)
-        self._write = anyio.Lock()
 
     async def load(self) -> KnowledgeModels:
         """Read the list; an unreadable one is left as it is on disk (and changes to it refused), so
         that a gateway whose data directory is broken still proxies plain models."""
-        try:
-            document = await anyio.to_thread.run_sync(self.lists.read_sync, MODELS)
-            self.models = _models(document.body, document.version)
-            self.version = document.version
-        except (OSError, ValueError, TypeError) as exc:
-            self.error = f"cannot read {self.where}: {exc}"
-            self.version = -1
+        if await self.held.load() is not None:
             log.error("knowledge models unavailable: %s", self.error)
         return self
 
-    async def refresh(self, document: Document) -> None:
+    async def refresh(self, stored: StoredList) -> None:
         """A newer version of the shared list (another replica's change): aliases appear and go."""
-        async with self._write:
-            if document.version <= self.version:
-                return
-            try:
-                self.models = _models(document.body, document.version)
-                self.error = None
-            except (ValueError, TypeError) as exc:
-                self.error = f"cannot read {self.where}: {exc}"
-                log.error("knowledge models unavailable: %s", self.error)
-            self.version = document.version
+        await self.held.refresh(stored)
+        if self.error:
+            log.error("knowledge models unavailable: %s", self.error)
+
+    @property
+    def models(self) -> dict[str, KnowledgeModel]:
+        return self.held.value
+
+    @property
+    def version(self) -> int:
+        return self.held.version
+
+    @property
+    def error(self) -> str | None:
+        """Why the list could not be read (then it is not written either)."""
+        failure = self.held.failure
+        return None if failure is None else f"cannot read {self.where}: {failure}"
 
     def _writable(self) -> None:
         if self.error:
@@ -190,18 +186,15 @@ class KnowledgeModels:
 
     async def _change(self, change: Callable[[dict[str, KnowledgeModel]], dict[str, KnowledgeModel]]) -> None:
         """Apply ``change`` to the stored list and write it; the chats use the new one once written."""
-        def rewrite(body: Any) -> dict[str, Any]:
-            models = change(_models(body))
-            return {"models": {alias: m.entry() for alias, m in sorted(models.items())}}
+        def rewrite(models: dict[str, KnowledgeModel]) -> dict[str, Any]:
+            return {"models": {alias: m.entry() for alias, m in sorted(change(models).items())}}
 
         try:
-            document = await anyio.to_thread.run_sync(self.lists.update_sync, MODELS, rewrite)
+            await self.held.change(rewrite)
         except OSError as exc:   # a full disk, a lost lists server: nothing was written, nothing changes
             log.error("knowledge models: cannot write %s: %s", self.where, exc)
             raise ServiceUnavailable(f"the knowledge models could not be saved: {exc.strerror or exc}; "
                                      "nothing was changed") from exc
-        self.models = _models(document.body)
-        self.version = document.version
 
     def note_upstream(self, names: tuple[str, ...]) -> None:
         """The upstream's model names, as last read: an upstream model wins over a knowledge model of
@@ -253,8 +246,7 @@ class KnowledgeModels:
             stored[:] = [(made, old is None)]
             return {**models, alias: made}
 
-        async with self._write:
-            await self._change(store)
+        await self._change(store)
         made, created = stored[0]
         return made.describe(self.upstream_models), created
 
@@ -269,16 +261,12 @@ class KnowledgeModels:
             gone[:] = [found.alias]
             return {name: m for name, m in models.items() if name != found.alias}
 
-        async with self._write:
-            await self._change(remove)
+        await self._change(remove)
         return {"deleted": gone[0]}
 
 
-def _models(body: Any, version: int | None = None) -> dict[str, KnowledgeModel]:
-    """The knowledge models of the list's document (none when it was never written: version 0, or
-    a body of None when no version is given); ValueError or TypeError when it is not of its shape."""
-    if version == 0 or (version is None and body is None):
-        return {}
+def _models(body: Any) -> dict[str, KnowledgeModel]:
+    """The knowledge models of the list's body; ValueError or TypeError when it is not of its shape."""
     entries = body.get("models") if isinstance(body, dict) else None
     if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
         raise ValueError('not a list of knowledge models ({"models": {"<name>": {...}}})')

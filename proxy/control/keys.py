@@ -11,7 +11,7 @@ says nothing of the token), then compared with ``hmac.compare_digest`` all the s
 written whole (a temporary file, fsynced, renamed over the old one, 0600), off the event loop; the
 keys in memory change only once it is written, so a revocation holds across a restart as soon as
 it has answered, and is effective on the next request. On PostgreSQL the keys are a list every
-replica shares (proxy/store/lists.py), and the other replicas take a change within moments
+replica shares (proxy/control/lists.py), and the other replicas take a change within moments
 (``refresh``). A file that cannot be read keeps every
 stored key out and the API closed (``in_use``), rather than open it as if no key had been made.
 """
@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import logging
 import secrets
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,9 +31,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from proxy.control.held import HeldList
+from proxy.control.lists import KEYS, FileLists, Lists, StoredList, Unchanged
+from proxy.control.principals import ROLES, Principal, Role
 from proxy.core.errors import BadRequest, NotFound, ServiceUnavailable
-from proxy.guards.access import ROLES, Principal, Role
-from proxy.store.lists import KEYS, Document, FileLists, Lists, Unchanged
 
 log = logging.getLogger("graphgate")
 
@@ -111,17 +112,13 @@ def check_key_input(name: Any, role: Any, kbs: Any, known: Collection[str]) -> t
 
 class KeyStore:
     """The stored keys: loaded once (``open``), changed by ``create`` and ``revoke``; on a shared
-    store (``proxy/store/lists.py``) each replica is handed the others' changes (``refresh``)."""
+    store (``proxy/control/lists.py``) each replica is handed the others' changes (``refresh``)."""
 
     def __init__(self, data_dir: Path, lists: Lists | None = None) -> None:
         self.path = data_dir / KEYS_FILE
-        self.lists = lists or FileLists(data_dir)
-        self.where = self.lists.where(KEYS)   # the file, or the shared list
-        self.keys: dict[str, ApiKey] = {}          # by id
-        self.by_digest: dict[str, ApiKey] = {}     # by the token's hash: the per-request lookup
-        self.broken: str | None = None             # why the file could not be read (then no key works)
-        self.version = 0                           # of the list the keys in memory are (-1: unread)
-        self.lock = anyio.Lock()                   # one change at a time
+        self.held = HeldList(lists or FileLists(data_dir), KEYS, _parse, HeldKeys({}, {}))
+        self.lists = self.held.lists
+        self.where = self.held.where   # the file, or the shared list
 
     @classmethod
     async def open(cls, data_dir: Path, lists: Lists | None = None) -> KeyStore:
@@ -132,55 +129,41 @@ class KeyStore:
     # --- the list ---
 
     def load_sync(self) -> None:
-        try:
-            document = self.lists.read_sync(KEYS)
-            keys = _parse(document.body, document.version)
-        except (OSError, ValueError, AttributeError, TypeError) as exc:   # not JSON, or not of its shape
-            self.broken = f"{self.where} cannot be read ({type(exc).__name__}: {exc})"
+        if self.held.load_sync() is not None:
             log.error("API keys: %s; the stored keys are refused until it is fixed (GRAPHGATE_API_KEY still works)",
                       self.broken)
-            self.version = -1
-            keys = []
-        else:
-            self.version = document.version
-        self._set(keys)
 
-    async def refresh(self, document: Document) -> None:
+    async def refresh(self, stored: StoredList) -> None:
         """A newer version of the shared list (another replica's change): used from the next request."""
-        async with self.lock:
-            if document.version <= self.version:
-                return
-            try:
-                keys = _parse(document.body, document.version)
-            except (ValueError, AttributeError, TypeError) as exc:
-                self.broken = f"{self.where} cannot be read ({type(exc).__name__}: {exc})"
-                log.error("API keys: %s; the stored keys are refused until it is fixed", self.broken)
-                keys = []
-            else:
-                self.broken = None
-            self.version = document.version
-            self._set(keys)
+        await self.held.refresh(stored)
 
-    def _set(self, keys: Iterable[ApiKey]) -> None:
-        keys = list(keys)
-        self.keys = {key.id: key for key in keys}
-        self.by_digest = {key.sha256: key for key in keys}
+    @property
+    def version(self) -> int:
+        return self.held.version
+
+    @property
+    def broken(self) -> str | None:
+        """Why the list could not be read (then no stored key works, and the API stays closed)."""
+        failure = self.held.failure
+        return None if failure is None else f"{self.where} cannot be read ({type(failure).__name__}: {failure})"
+
+    @property
+    def keys(self) -> dict[str, ApiKey]:
+        """The keys by id, in the order they were made."""
+        return self.held.value.by_id
 
     async def _change(self, change: Callable[[list[ApiKey]], list[ApiKey]]) -> None:
         """Apply ``change`` to the stored keys and write them, then (only then) use the new keys."""
         if self.broken:
             raise ServiceUnavailable(f"the API keys cannot be changed: {self.broken}")
 
-        def rewrite(body: Any) -> dict[str, Any]:
-            return {"version": 1, "keys": [key.entry() for key in change(_parse(body))]}
+        def rewrite(held: HeldKeys) -> dict[str, Any]:
+            return {"version": 1, "keys": [key.entry() for key in change(list(held.by_id.values()))]}
 
         try:
-            document = await anyio.to_thread.run_sync(self.lists.update_sync, KEYS, rewrite)
+            await self.held.change(rewrite)
         except OSError as exc:
             raise ServiceUnavailable(f"the API keys could not be saved in {self.where}: {exc.strerror or exc}") from exc
-        if document.version != self.version:
-            self.version = document.version
-            self._set(_parse(document.body))
 
     # --- reads ---
 
@@ -199,7 +182,7 @@ class KeyStore:
         if not token.startswith(TOKEN_PREFIX):
             return None
         wanted = digest(token)
-        key = self.by_digest.get(wanted)
+        key = self.held.value.by_digest.get(wanted)
         if key is None or not hmac.compare_digest(key.sha256, wanted):
             return None
         return key
@@ -226,8 +209,7 @@ class KeyStore:
             made[:] = [(key, token)]
             return [*keys, key]
 
-        async with self.lock:
-            await self._change(add)
+        await self._change(add)
         return made[0]
 
     async def forget_base(self, name: str) -> None:
@@ -239,10 +221,9 @@ class KeyStore:
             return [replace(key, kbs=tuple(kb for kb in key.kbs if kb != name))
                     if key.kbs and name in key.kbs else key for key in keys]
 
-        async with self.lock:
-            if not any(key.kbs and name in key.kbs for key in self.keys.values()) and not self.lists.shared:
-                return
-            await self._change(forget)
+        if not any(key.kbs and name in key.kbs for key in self.keys.values()) and not self.lists.shared:
+            return
+        await self._change(forget)
 
     async def revoke(self, key_id: str) -> ApiKey:
         gone: list[ApiKey] = []
@@ -253,16 +234,19 @@ class KeyStore:
                 raise NotFound(f"no API key with id {key_id!r}")
             return [key for key in keys if key.id != key_id]
 
-        async with self.lock:
-            if key_id not in self.keys and not self.lists.shared:
-                raise NotFound(f"no API key with id {key_id!r}")
-            await self._change(remove)
+        if key_id not in self.keys and not self.lists.shared:
+            raise NotFound(f"no API key with id {key_id!r}")
+        await self._change(remove)
         return gone[0]
 
 
-def _parse(body: Any, version: int | None = None) -> list[ApiKey]:
-    """The keys of the list's document (none when it was never written: version 0, or a body of
-    None when no version is given); ValueError and friends when it is not of its shape."""
-    if version == 0 or (version is None and body is None):
-        return []
-    return [ApiKey.from_entry(entry) for entry in body.get("keys", [])]
+@dataclass(frozen=True)
+class HeldKeys:
+    by_id: dict[str, ApiKey]       # in the order they were made
+    by_digest: dict[str, ApiKey]   # by the token's hash: the per-request lookup
+
+
+def _parse(body: Any) -> HeldKeys:
+    """The keys of the list's body; ValueError and friends when it is not of its shape."""
+    keys = [ApiKey.from_entry(entry) for entry in body.get("keys", [])]
+    return HeldKeys({key.id: key for key in keys}, {key.sha256: key for key in keys})
