@@ -36,7 +36,6 @@ from admin.rendering import build_environment, installed_dir, static_dir
 from proxy.control.pending import PendingAnswers
 from proxy.core.settings import Settings
 from proxy.guards.auth import Auth
-from proxy.store.lists_open import open_pending
 
 log = logging.getLogger("graphgate.admin")
 
@@ -55,8 +54,10 @@ class Console:
         return error_pages.refusal(scope, status, message, back=back, standalone=standalone)
 
 
-def build_console(settings: Settings) -> Console:
-    return Console(Auth(settings), build_environment(), open_pending(settings))
+def build_console(settings: Settings, pending: PendingAnswers) -> Console:
+    """The console's resources; ``pending`` is where the playground's answers wait (the app opens it
+    on the store ``GRAPHGATE_STORE`` names)."""
+    return Console(Auth(settings), build_environment(), pending)
 
 
 def htmx_static() -> Path:

@@ -19,9 +19,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from admin.error_pages import refusal
 from admin.rendering import PAGE_HEADERS
+from proxy.actions.forms import read_form
 from proxy.core.errors import Forbidden
 from proxy.guards.auth import CSRF_FIELD, CSRF_HEADER, SAFE_METHODS, Auth
-from proxy.rag_api.forms import read_form
 
 PUBLIC = ("/admin/login", "/admin/static/")
 

@@ -15,10 +15,10 @@ from admin import flash
 from admin.guard import action
 from admin.paging import page_of
 from admin.rendering import counted, is_htmx, render
+from proxy.actions.uploads import submit_uploads
 from proxy.core.errors import BadRequest, NotFound
 from proxy.core.metadata import parse_filter
 from proxy.knowledge.documents import STATUSES
-from proxy.rag_api.routes_documents import submit_uploads
 from proxy.state import knowledge
 
 SORTS = {"created_at": "Added", "name": "Name", "status": "Status", "size": "Size", "chunks_total": "Chunks",

@@ -16,8 +16,7 @@ from admin.rendering import render
 from proxy.control.principals import ROLES
 from proxy.core.errors import BadRequest, NotFound
 from proxy.guards.access import require_unrestricted
-from proxy.rag_api.routes_keys import key_store
-from proxy.state import bases
+from proxy.state import bases, key_store
 
 
 def _page(request: Request, status: int = 200, **context: Any) -> Response:

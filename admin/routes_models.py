@@ -16,11 +16,11 @@ from starlette.routing import Route
 from admin import flash
 from admin.guard import action
 from admin.rendering import render
+from proxy.actions.models import refresh_upstream_names, registry, save_model, visible_model
 from proxy.core import json_text
 from proxy.core.errors import BadRequest, GraphGateError
 from proxy.core.modes import MODES
 from proxy.guards.access import principal, require
-from proxy.rag_api.routes_models import refresh_upstream_names, registry, save_model, visible_model
 from proxy.state import bases
 
 BLANK = {"alias": "", "model": "", "kb": "default", "mode": "", "system": "", "options": ""}

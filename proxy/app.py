@@ -30,6 +30,7 @@ from proxy.gateway.augment import Augmenter
 from proxy.gateway.chat import ChatPipeline
 from proxy.gateway.grounding import ground_turn
 from proxy.guards.body_limit import BodyLimitMiddleware
+from proxy.guards.metrics_gate import metrics_refusal
 from proxy.guards.middleware import build_middleware
 from proxy.knowledge.bases import KnowledgeBases
 from proxy.knowledge.service import Knowledge, run_knowledge
@@ -46,7 +47,7 @@ from proxy.rag_api import (
     routes_query,
 )
 from proxy.state import Gateway, ReleaseLeases
-from proxy.store.lists_open import open_lists
+from proxy.store.lists_open import open_lists, open_pending
 from proxy.upstream.pool import Upstreams, connect
 from proxy.upstream.pool_watch import UpstreamsWatcher
 from proxy.upstream.watch import WATCH_SECONDS, UpstreamWatcher, safe_url
@@ -117,7 +118,8 @@ def create_app(settings: Settings | None = None, *,
         watcher = (UpstreamsWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS, chosen_model=chosen)
                    if isinstance(upstream, Upstreams) else
                    UpstreamWatcher(upstream, settings, interval=watch_seconds or WATCH_SECONDS, chosen_model=chosen))
-        gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=build_console(settings),
+        console = build_console(settings, open_pending(settings))
+        gateway = Gateway(settings=settings, upstream=upstream, chat=ChatPipeline(), console=console,
                           watcher=watcher, metrics=Metrics(lambda: open_services(gateway), upstreams=watcher.members,
                                           upstream_urls=[safe_url(url) for url in url_list(settings.upstream)]))
         gateway.store_probe = anyio.CapacityLimiter(1)
@@ -164,7 +166,7 @@ def create_app(settings: Settings | None = None, *,
     return Starlette(
         routes=[*routes_ollama.ROUTES, *routes_openai.ROUTES, *routes_health.ROUTES, *routes_documents.ROUTES,
                 *routes_query.ROUTES, *routes_graph.ROUTES, *routes_kbs.ROUTES, *routes_models.ROUTES,
-                *routes_keys.ROUTES, mcp.route(), *metrics_route.ROUTES,
+                *routes_keys.ROUTES, mcp.route(), *metrics_route.routes(metrics_refusal),
                 *admin_mount()],
         middleware=[*build_middleware(settings), Middleware(BodyLimitMiddleware),  # after auth
                     Middleware(ReleaseLeases)],   # innermost: a request's leases on knowledge bases end with it

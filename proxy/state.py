@@ -107,6 +107,14 @@ def bases(request: Request) -> KnowledgeBases:
     return registry
 
 
+def key_store(request: Request) -> KeyStore:
+    """The gateway's key store (503 while the gateway starts or stops)."""
+    store: KeyStore | None = request.app.state.gateway.keys
+    if store is None:
+        raise ServiceUnavailable("the API keys are unavailable")
+    return store
+
+
 class ReleaseLeases:
     """Pure-ASGI middleware: the leases a request took on knowledge bases (``knowledge`` above)
     end when its response has been sent, streamed ones included."""

@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
+from proxy.core.llm_cache import CacheEntry
 from proxy.store.duckdb.documents import DuckDBDocuments
 from proxy.store.postgres.connection import PgDatabase
 from proxy.store.postgres.documents import PgDocuments, takes_writes
-from proxy.store.protocols.cache import CacheEntry
 from proxy.store.protocols.documents import DocumentTables, ExtractionRecord
 
 pytestmark = pytest.mark.anyio

@@ -38,10 +38,10 @@ from proxy.core import json_text
 from proxy.core.errors import GraphGateError
 from proxy.core.language_setting import language_for
 from proxy.core.limiter import Priority
+from proxy.core.llm_cache import CacheEntry
 from proxy.core.settings import Settings
 from proxy.ingest.pipeline import Pipeline
 from proxy.store.changes import Changeset, CommunityRow, pair_key
-from proxy.store.protocols.cache import CacheEntry
 from proxy.store.protocols.graph import Graph
 from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import Community, KnowledgeStore

@@ -99,7 +99,7 @@ TOP_K = next(s.knob for s in SETTINGS if s.name == "top_k")
 assert TOP_K is not None
 MAX_TOTAL_TOKENS = next(s.knob for s in SETTINGS if s.name == "max_total_tokens")
 assert MAX_TOTAL_TOKENS is not None
-MAX_BATCH = 100       # documents per batch_insert, as per multipart upload (routes_documents.MAX_FILES)
+MAX_BATCH = 100       # documents per batch_insert, as per multipart upload (proxy/actions/uploads.py MAX_FILES)
 MAX_ENTITIES = 100
 MAX_RELATIONS = 500
 

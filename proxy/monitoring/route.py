@@ -1,37 +1,24 @@
-"""GET /metrics: the Prometheus text of this gateway's registry.
-
-Open by default, like Ollama's GET /: a Prometheus scrape job usually sends no credentials, and
-the text holds counts and latencies, never a document, a question or a key. It needs an admin key
-that is not limited to some knowledge bases with GRAPHGATE_METRICS_REQUIRE_KEY (and a key in use:
-GRAPHGATE_API_KEY or a stored one), and always once a key limited to some bases exists: the
-``kb`` labels name every base, which such a key must not learn.
-"""
+"""GET /metrics: the Prometheus text of this gateway's registry, behind the gate the app hands it
+(proxy/guards/metrics_gate.py says who may read it)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.responses import error_response
-from proxy.guards.middleware import UNAUTHORIZED, KeyCheck
+Gate = Callable[[Request], Response | None]   # a refusal, or None to serve
 
 
-async def metrics(request: Request) -> Response:
-    gateway = request.app.state.gateway
-    settings = gateway.settings
-    check = KeyCheck(settings.api_key)
-    store = check.store(request.scope)
-    limited = store is not None and store.some_limited
-    if (settings.metrics_require_key or limited) and check.in_use(request.scope):
-        who = check.principal(request.scope)
-        if who is None:
-            return error_response(request.url.path, 401, UNAUTHORIZED, headers={"www-authenticate": "Bearer"})
-        if not who.unrestricted:
-            return error_response(request.url.path, 403, f"forbidden: key {who.name!r} may not read the metrics "
-                                  "(that needs an admin key not limited to some knowledge bases)")
-    return Response(await gateway.metrics.render(), headers={"content-type": CONTENT_TYPE_LATEST})
+def routes(gate: Gate) -> list[Route]:
+    async def metrics(request: Request) -> Response:
+        refusal = gate(request)
+        if refusal is not None:
+            return refusal
+        return Response(await request.app.state.gateway.metrics.render(),
+                        headers={"content-type": CONTENT_TYPE_LATEST})
 
-
-ROUTES = [Route("/metrics", metrics, methods=["GET"])]
+    return [Route("/metrics", metrics, methods=["GET"])]

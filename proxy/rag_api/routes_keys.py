@@ -8,20 +8,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.control.keys import KeyStore
-from proxy.core.errors import BadRequest, ServiceUnavailable
+from proxy.core.errors import BadRequest
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.guards.access import require_unrestricted
-from proxy.state import bases
-
-
-def key_store(request: Request) -> KeyStore:
-    """The gateway's key store (503 while the gateway starts or stops)."""
-    store: KeyStore | None = request.app.state.gateway.keys
-    if store is None:
-        raise ServiceUnavailable("the API keys are unavailable")
-    return store
+from proxy.state import bases, key_store
 
 
 async def list_keys(request: Request) -> Response:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from proxy.store.protocols.cache import CacheEntry
+from proxy.core.llm_cache import CacheEntry
 
 
 @dataclass

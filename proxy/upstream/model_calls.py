@@ -27,9 +27,9 @@ from proxy.core.errors import (
     first_error,
 )
 from proxy.core.limiter import Priority, PriorityLimiter
+from proxy.core.llm_cache import CacheEntry
 from proxy.core.settings import Settings
 from proxy.monitoring.metrics import Metrics, upstream_call
-from proxy.store.protocols.cache import CacheEntry
 from proxy.upstream.client import Upstream, json_kind
 
 log = logging.getLogger("graphgate.models")

@@ -13,11 +13,11 @@ from typing import Any
 import duckdb
 
 from proxy.core.errors import GraphGateError
+from proxy.core.llm_cache import CacheEntry
 from proxy.store.batching import BatchWriter, CommitGroup
 from proxy.store.clock import now
 from proxy.store.duckdb.cache import write_cache
 from proxy.store.duckdb.connection import Con, Database
-from proxy.store.protocols.cache import CacheEntry
 from proxy.store.protocols.documents import (
     SORTS,
     STATUSES,

@@ -11,11 +11,11 @@ from typing import Any
 import psycopg
 
 from proxy.core.errors import GraphGateError
+from proxy.core.llm_cache import CacheEntry
 from proxy.store.batching import BatchWriter, CommitGroup
 from proxy.store.clock import now
 from proxy.store.postgres.cache import write_cache
 from proxy.store.postgres.connection import Con, PgDatabase, holds_nul, set_meta
-from proxy.store.protocols.cache import CacheEntry
 from proxy.store.protocols.documents import (
     SORTS,
     STATUSES,

@@ -6,19 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from proxy.core.llm_cache import CACHE_KINDS, CacheEntry
 from proxy.store.protocols.batches import GroupedReads, GroupedWrites
 
-# the kinds of reply the gateway caches, as stored
-CACHE_KINDS = ("extract", "summary", "keywords", "answer")
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    kind: str
-    key: str
-    model: str
-    request: str
-    response: str
+__all__ = ["CACHE_KINDS", "CacheEntry", "CacheTables", "KindTotals"]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from proxy.store.protocols.cache import CacheEntry
+from proxy.core.llm_cache import CacheEntry
 
 STATUSES = ("pending", "processing", "processed", "failed")
 SORTS = ("name", "created_at", "updated_at", "size", "status", "chunks_total")
