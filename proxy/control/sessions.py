@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from proxy.control.held import HeldList
 from proxy.control.lists import SESSIONS, Lists, StoredList, Unchanged
 
 log = logging.getLogger("graphgate.admin")
@@ -35,8 +36,7 @@ class Revocations:
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / REVOKED_FILE
         self.ids: dict[str, float] = {}
-        self.lists: Lists | None = None   # the replicas' shared list, once ``share`` was called
-        self.version = 0   # of the shared list last merged in
+        self.shared: HeldList[dict[str, float]] | None = None   # the replicas' list, once ``share`` was called
         self._load()
 
     def _load(self) -> None:
@@ -95,7 +95,7 @@ class Revocations:
         except OSError as exc:
             log.warning("cannot record a logout in %s (%s): that session ends at restart only if the "
                         "session key is not kept", self.path, exc)
-        if self.lists is not None:
+        if self.shared is not None:
             await self._merge_into_shared({sid: until})
 
     # --- several replicas (GRAPHGATE_STORE on PostgreSQL): one list of logouts for all ---
@@ -104,14 +104,18 @@ class Revocations:
         """Keep the logouts in the list every replica shares (proxy/control/lists.py) from now on, as
         well as in the file: a logout made through one replica is honoured by the others at once.
         This replica's live ones are added to it."""
-        self.lists = lists
+        self.shared = HeldList(lists, SESSIONS, _live_sessions, {}, taken=self._revoke_all)
         await self._merge_into_shared(dict(self.ids))
 
-    async def _merge_into_shared(self, ids: dict[str, float]) -> None:
-        assert self.lists is not None
+    @property
+    def version(self) -> int:
+        """Of the shared list last merged in."""
+        return 0 if self.shared is None else self.shared.version
 
-        def merge(body: Any) -> dict[str, Any]:
-            live = _live_sessions(body)
+    async def _merge_into_shared(self, ids: dict[str, float]) -> None:
+        assert self.shared is not None
+
+        def merge(live: dict[str, float]) -> dict[str, Any]:
             if all(live.get(sid, 0.0) >= until for sid, until in ids.items()):
                 raise Unchanged   # nothing to add (no write at start-up when there was no logout)
             for sid, until in ids.items():
@@ -119,16 +123,19 @@ class Revocations:
             return {"sessions": live}   # the expired ones dropped
 
         try:
-            await self.refresh(await anyio.to_thread.run_sync(self.lists.update_sync, SESSIONS, merge))
+            await self.shared.change(merge)
         except OSError as exc:
             log.warning("cannot record logouts in %s (%s): the other replicas honour them after their "
-                        "next restart, or the next logout recorded", self.lists.where(SESSIONS), exc)
+                        "next restart, or the next logout recorded", self.shared.where, exc)
 
-    async def refresh(self, document: StoredList) -> None:
-        """The shared list's logouts (another replica's, or this one's): revoked here too."""
-        for sid, until in _live_sessions(document.body).items():
+    async def refresh(self, stored: StoredList) -> None:
+        """The shared list's logouts (another replica's): revoked here too."""
+        if self.shared is not None:
+            await self.shared.refresh(stored)
+
+    async def _revoke_all(self, live: dict[str, float]) -> None:
+        for sid, until in live.items():
             self.ids[sid] = max(until, self.ids.get(sid, 0.0))
-        self.version = max(self.version, document.version)
 
 
 def _live_sessions(body: Any) -> dict[str, float]:
