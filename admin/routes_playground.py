@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from admin.guard import action
 from admin.rendering import is_htmx, render
-from proxy.control.pending import Pending
+from proxy.control.pending import PendingAnswer
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
 from proxy.core.settings import Settings
 from proxy.knowledge.query import ROLES, question_of
@@ -108,11 +108,11 @@ def _session(request: Request) -> str | None:
 
 async def remember(request: Request, model: str, messages: list[dict[str, Any]]) -> str:
     token = secrets.token_urlsafe(18)
-    await request.app.state.gateway.console.pending.put(token, Pending(_session(request), model, messages))
+    await request.app.state.gateway.console.pending.put(token, PendingAnswer(_session(request), model, messages))
     return token
 
 
-async def take(request: Request, token: str) -> Pending:
+async def take(request: Request, token: str) -> PendingAnswer:
     pending = await request.app.state.gateway.console.pending.take(token)
     if pending is None or pending.session != _session(request):
         raise NotFound("this answer has expired or was already shown; run the query again")

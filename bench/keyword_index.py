@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from proxy.store import keywords_bm25  # noqa: E402
-from proxy.store.keywords_bm25 import KeywordIndex  # noqa: E402
+from proxy.store.keywords_bm25 import Bm25Index  # noqa: E402
 
 VOCABULARY = 50_000
 WORDS_PER_CHUNK = 150
@@ -61,7 +61,7 @@ def bench(size: int, batch: int, queries: int, rng: np.random.Generator, words: 
     texts = corpus(size, words, rng)
     keys = list(range(1, size + 1))
     folder = Path(tempfile.mkdtemp(prefix="bm25-bench-"))
-    index = KeywordIndex(folder / "chunks.bm25")
+    index = Bm25Index(folder / "chunks.bm25")
     print(f"\n## {size:,} chunks of {WORDS_PER_CHUNK} words")
     start = time.perf_counter()
     docs = keywords_bm25.words(texts)
@@ -70,7 +70,7 @@ def bench(size: int, batch: int, queries: int, rng: np.random.Generator, words: 
     print(f"build: {build:.1f} s (of which tokenising {tokenised:.1f} s)")
     save = timed(index.save, 1)
     on_disk = sum(p.stat().st_size for p in (folder / "chunks.bm25").rglob("*") if p.is_file())
-    load = timed(KeywordIndex(folder / "chunks.bm25").load)
+    load = timed(Bm25Index(folder / "chunks.bm25").load)
     print(f"save: {save:.2f} s, load: {load:.2f} s, on disk: {on_disk / 1e6:.0f} MB")
     del docs
 

@@ -20,7 +20,7 @@ from proxy.core.settings import Settings
 from proxy.retrieval.channels import channels_for
 from proxy.retrieval.params import QueryParams
 from proxy.store import keywords_bm25
-from proxy.store.keywords_bm25 import KeywordIndex
+from proxy.store.keywords_bm25 import Bm25Index
 from proxy.store.store import KnowledgeStore
 from tests.conftest import gateway_client
 from tests.corpus import CITY, PEOPLE, TEAM
@@ -75,7 +75,7 @@ def test_words_keep_codes_and_leave_stopwords_out() -> None:
 @pytest.mark.parametrize("b", [keywords_bm25.B, keywords_bm25.ENTITY_B])
 def test_recent_texts_score_as_a_rebuilt_index_does(tmp_path: Path, b: float) -> None:
     texts = ["the code ERR-4711 failed twice", "hello world again", "world peace treaty", "ERR-17 in the world"]
-    recent, rebuilt = KeywordIndex(tmp_path / "a.bm25", b), KeywordIndex(tmp_path / "b.bm25", b)
+    recent, rebuilt = Bm25Index(tmp_path / "a.bm25", b), Bm25Index(tmp_path / "b.bm25", b)
     recent.add([1, 2, 3, 4], texts)
     rebuilt.rebuild([1, 2, 3, 4], texts)
     for text in ("err 4711", "world", "peace world", "nothing shared"):
@@ -94,23 +94,23 @@ def test_an_entitys_description_is_not_discounted_for_its_length(tmp_path: Path)
     hub = "Melvar Trading is one of the printing companies. " + " ".join(
         f"Melvar Trading signed deal number {i} with a partner." for i in range(40))
     texts = [hub, "Belsuv Enterprises is one of the printing companies."]
-    entities = KeywordIndex(tmp_path / "entities.bm25", keywords_bm25.ENTITY_B)
+    entities = Bm25Index(tmp_path / "entities.bm25", keywords_bm25.ENTITY_B)
     entities.rebuild([1, 2], texts)
     scores = dict(entities.search("printing", 10))
     assert scores[1] == pytest.approx(scores[2])
-    chunks = KeywordIndex(tmp_path / "chunks.bm25")
+    chunks = Bm25Index(tmp_path / "chunks.bm25")
     chunks.rebuild([1, 2], texts)
     assert dict(chunks.search("printing", 10))[1] < dict(chunks.search("printing", 10))[2]
     # saved with another b, an index is not loaded (the store builds it again)
     entities.save(1)
-    assert not KeywordIndex(tmp_path / "entities.bm25").load()
-    assert KeywordIndex(tmp_path / "entities.bm25", keywords_bm25.ENTITY_B).load()
+    assert not Bm25Index(tmp_path / "entities.bm25").load()
+    assert Bm25Index(tmp_path / "entities.bm25", keywords_bm25.ENTITY_B).load()
 
 
 def test_removed_keys_are_never_found_and_a_rebuild_is_asked_for_past_the_share(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keywords_bm25, "REBUILD_MIN", 2)
-    index = KeywordIndex(tmp_path / "chunks.bm25")
+    index = Bm25Index(tmp_path / "chunks.bm25")
     index.rebuild([1, 2, 3], ["alpha code", "beta code", "gamma code"])
     index.add([4], ["delta code"])
     index.add([4], ["a text ignored: key 4 is held"])
@@ -125,27 +125,27 @@ def test_removed_keys_are_never_found_and_a_rebuild_is_asked_for_past_the_share(
 
 
 def test_saved_main_part_and_removed_keys_survive_a_reload(tmp_path: Path) -> None:
-    index = KeywordIndex(tmp_path / "chunks.bm25")
+    index = Bm25Index(tmp_path / "chunks.bm25")
     index.rebuild([1, 2, 3], ["alpha ERR-4711", "beta ERR-4711", "gamma"])
     index.remove([2])
     index.add([9], ["recent ERR-4711"])
     index.save(7)
-    again = KeywordIndex(tmp_path / "chunks.bm25")
+    again = Bm25Index(tmp_path / "chunks.bm25")
     assert again.load() and again.generation == 7
     # the recent text is not saved: the store reads it back from the tables (key sets compared)
     assert sorted(again.keys().tolist()) == [1, 3]
     assert [key for key, _ in again.search("ERR-4711", 10)] == [1]
-    assert not KeywordIndex(tmp_path / "missing.bm25").load()
+    assert not Bm25Index(tmp_path / "missing.bm25").load()
 
 
 def test_texts_without_a_single_word_are_held_and_found_by_nothing(tmp_path: Path) -> None:
-    index = KeywordIndex(tmp_path / "chunks.bm25")
+    index = Bm25Index(tmp_path / "chunks.bm25")
     index.rebuild([1, 2], ["", "the of and"])
     assert len(index) == 2 and index.search("the code", 10) == []
     index.add([3], ["code"])
     assert index.search("the code", 10)[0][0] == 3
     index.save(1)
-    again = KeywordIndex(tmp_path / "chunks.bm25")
+    again = Bm25Index(tmp_path / "chunks.bm25")
     assert again.load() and sorted(again.keys().tolist()) == [1, 2] and again.search("code", 10) == []
 
 

@@ -16,7 +16,7 @@ from proxy.core.tokens import Tokenizer
 from proxy.parsing.chunking import chunk_text
 from proxy.retrieval.context_evidence import notes
 from proxy.retrieval.select import keyword_match
-from proxy.store.keywords_bm25 import KeywordIndex
+from proxy.store.keywords_bm25 import Bm25Index
 from proxy.store.name_index import EXACT, TYPO, NameIndex
 from proxy.store.store import KnowledgeStore
 from proxy.text.fold import fold
@@ -132,7 +132,7 @@ def test_function_characters_and_lone_characters_link_nothing() -> None:
 # --- the keyword index ---
 
 def test_the_keyword_index_finds_chinese_text_by_its_words(tmp_path) -> None:
-    keywords = KeywordIndex(tmp_path / "kw")
+    keywords = Bm25Index(tmp_path / "kw")
     keywords.rebuild([1, 2, 3], ["奥巴尼克斯实验室开发了凯斯翠。", "维多利亚港是一个港口。", "The ERR-4711 code."])
     assert [key for key, _ in keywords.search("凯斯翠是谁开发的？", 3)][:1] == [1]
     assert [key for key, _ in keywords.search("維多利亞港", 3)][:1] == [2]
@@ -142,13 +142,13 @@ def test_the_keyword_index_finds_chinese_text_by_its_words(tmp_path) -> None:
 
 
 def test_a_keyword_index_saved_with_other_terms_is_rebuilt(tmp_path) -> None:
-    keywords = KeywordIndex(tmp_path / "kw")
+    keywords = Bm25Index(tmp_path / "kw")
     keywords.rebuild([1], ["奥巴尼克斯实验室"])
     keywords.save(generation=3)
-    assert KeywordIndex(tmp_path / "kw").load()
+    assert Bm25Index(tmp_path / "kw").load()
     state = tmp_path / "kw" / "state.json"
     state.write_text(state.read_text().replace('"terms": 2', '"terms": 1'))
-    assert not KeywordIndex(tmp_path / "kw").load()     # cut by the old tokenizer: not used
+    assert not Bm25Index(tmp_path / "kw").load()     # cut by the old tokenizer: not used
 
 
 # --- chunk overlaps ---
@@ -232,7 +232,7 @@ def test_japanese_and_thai_names_are_linked_and_their_passages_found(tmp_path) -
     names = index("東京タワー", "กรุงเทพ")
     assert linked(names, "東京タワーはどこにありますか？") == [("東京タワー".casefold(), EXACT)]
     assert linked(names, "ไปกรุงเทพอย่างไร") == [("กรุงเทพ", EXACT)]
-    keywords = KeywordIndex(tmp_path / "kw")
+    keywords = Bm25Index(tmp_path / "kw")
     keywords.rebuild([1, 2], ["東京タワーは東京都港区にある電波塔です。", "กรุงเทพเป็นเมืองหลวงของประเทศไทย"])
     assert [key for key, _ in keywords.search("東京タワーの高さ", 2)][:1] == [1]
     assert [key for key, _ in keywords.search("เมืองหลวงไทย", 2)][:1] == [2]

@@ -18,24 +18,24 @@ SLOTS = 64            # kept at most in memory (the oldest go first)
 
 
 @dataclass
-class Pending:
+class PendingAnswer:
     session: str | None
     model: str
     messages: list[dict[str, Any]]
 
 
 class PendingAnswers(Protocol):
-    async def put(self, token: str, pending: Pending) -> None: ...
+    async def put(self, token: str, pending: PendingAnswer) -> None: ...
 
-    async def take(self, token: str) -> Pending | None:
+    async def take(self, token: str) -> PendingAnswer | None:
         """The pending answer, once (None when unknown, taken or expired)."""
 
 
 class MemoryPendingAnswers:
     def __init__(self) -> None:
-        self._answers: OrderedDict[str, tuple[float, Pending]] = OrderedDict()
+        self._answers: OrderedDict[str, tuple[float, PendingAnswer]] = OrderedDict()
 
-    async def put(self, token: str, pending: Pending) -> None:
+    async def put(self, token: str, pending: PendingAnswer) -> None:
         now = time.monotonic()
         for stale in [t for t, (expires, _) in self._answers.items() if expires <= now]:
             del self._answers[stale]
@@ -43,7 +43,7 @@ class MemoryPendingAnswers:
             self._answers.popitem(last=False)
         self._answers[token] = (now + TTL_SECONDS, pending)
 
-    async def take(self, token: str) -> Pending | None:
+    async def take(self, token: str) -> PendingAnswer | None:
         found = self._answers.pop(token, None)
         return found[1] if found is not None and found[0] > time.monotonic() else None
 

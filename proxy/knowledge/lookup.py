@@ -26,7 +26,7 @@ MAX_SEARCH = 1000
 
 
 @dataclass
-class FoundEntity:
+class EntityMatch:
     name: str
     type: str
     description: str
@@ -47,12 +47,12 @@ async def resolve_entity(knowledge: Knowledge, name: str) -> str:
     return target
 
 
-async def entities_by_name(knowledge: Knowledge, text: str, kind: str, limit: int) -> list[FoundEntity]:
+async def entities_by_name(knowledge: Knowledge, text: str, kind: str, limit: int) -> list[EntityMatch]:
     """Entities whose name contains ``text`` (case-insensitive), of type ``kind`` when given, best
     connected first."""
     listing = await knowledge.graph.list_entities(search=text, kind=kind, sort="degree", descending=True,
                                                   limit=limit, offset=0)
-    return [FoundEntity(e.name, e.type, e.description, degree, len(e.source_ids)) for e, degree in listing.rows]
+    return [EntityMatch(e.name, e.type, e.description, degree, len(e.source_ids)) for e, degree in listing.rows]
 
 
 def _metas_by_vector_key(keys: list[tuple[int, float]], kind: str, limit: int, rows: MemoryRows,
@@ -69,7 +69,7 @@ def _metas_by_vector_key(keys: list[tuple[int, float]], kind: str, limit: int, r
     return out
 
 
-async def entities_by_similarity(knowledge: Knowledge, text: str, kind: str, limit: int) -> list[FoundEntity]:
+async def entities_by_similarity(knowledge: Knowledge, text: str, kind: str, limit: int) -> list[EntityMatch]:
     """The entities whose name and description embed nearest to ``text``, of type ``kind`` when
     given, nearest first, with their cosine similarity."""
     vector = (await knowledge.models.embed_for_search([text]))[0]
@@ -78,7 +78,7 @@ async def entities_by_similarity(knowledge: Knowledge, text: str, kind: str, lim
     nearest = await anyio.to_thread.run_sync(store.search_sync, "entities", vector, count)
     found = await store.read_memory(functools.partial(_metas_by_vector_key, nearest, kind, limit))
     text_of = await store.tables.graph_rows.descriptions("entities", [(f[0], f[1]) for f in found])
-    return [FoundEntity(name, type_, text_of.get(key, ""), degree, sources, round(score, 4))
+    return [EntityMatch(name, type_, text_of.get(key, ""), degree, sources, round(score, 4))
             for key, _, name, type_, degree, sources, score in found]
 
 

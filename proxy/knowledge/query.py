@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from proxy.upstream.model_calls import ModelClient
 
 
-class Knowledge(Protocol):
+class QueryingKnowledge(Protocol):
     """What a query needs of the knowledge service (``proxy.knowledge.service.Knowledge``)."""
 
     retriever: Retriever
@@ -58,7 +58,7 @@ def history_of(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return history
 
 
-async def plan(knowledge: Knowledge, body: Mapping[str, Any], messages: list[dict[str, Any]],
+async def plan(knowledge: QueryingKnowledge, body: Mapping[str, Any], messages: list[dict[str, Any]],
                params: QueryParams) -> Budget:
     """The request's ``num_ctx`` as the window to fit, or ``max_total_tokens`` alone when it has
     none; the same plan as a chat turn's (``plan_budget``)."""
@@ -116,7 +116,7 @@ def _rerank_score(chunk: FoundChunk) -> dict[str, float]:
     return {} if chunk.rerank_score is None else {"rerank_score": round(chunk.rerank_score, 4)}
 
 
-async def run_query(knowledge: Knowledge, body: Mapping[str, Any], *, api: str = "query") -> QueryOutcome:
+async def run_query(knowledge: QueryingKnowledge, body: Mapping[str, Any], *, api: str = "query") -> QueryOutcome:
     """``body`` as /rag/query takes it: query, history, num_ctx, the knobs, hl/ll_keywords, and
     ``answer`` (with ``model``) for a generated answer. ``api`` names the caller in the trace."""
     text = question_of(body)
@@ -137,7 +137,7 @@ async def run_query(knowledge: Knowledge, body: Mapping[str, Any], *, api: str =
     return QueryOutcome(result, messages, budget.reason)
 
 
-async def answer(knowledge: Knowledge, model: str | None, messages: list[dict[str, Any]], context: str) -> str:
+async def answer(knowledge: QueryingKnowledge, model: str | None, messages: list[dict[str, Any]], context: str) -> str:
     """The model's whole answer to ``messages`` with ``context`` injected (no streaming)."""
     model = model or await knowledge.models.chat_model()
     final = inject(messages, context) if context else messages

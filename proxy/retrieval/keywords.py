@@ -36,7 +36,7 @@ SHORT_QUERY = 50  # a question shorter than this becomes its own keyword when no
 
 
 @dataclass(frozen=True)
-class Keywords:
+class QuestionKeywords:
     high: tuple[str, ...]
     low: tuple[str, ...]
     source: str                 # "llm", "cache", "given", "off", "busy", "late", "fallback"
@@ -67,54 +67,54 @@ def _clean(values: Any) -> tuple[str, ...]:
 
 
 async def extract_keywords(models: ModelClient, query: str, history: list[tuple[str, str]],
-                           model: str | None, slot_wait: float | None = None) -> Keywords:
+                           model: str | None, slot_wait: float | None = None) -> QuestionKeywords:
     # normalised text in the prompt: equivalent questions share one cache entry
     messages = keyword_messages(" ".join(query.split()), [(r, " ".join(t.split())) for r, t in history])
     try:
         reply = await models.structured("keywords", messages, KEYWORD_SCHEMA, priority=Priority.CHAT, model=model,
                                         slot_wait=slot_wait)
     except Busy:  # the upstream is saturated: search with the question itself rather than delay the chat
-        return Keywords((), (), "busy")
+        return QuestionKeywords((), (), "busy")
     try:
         data = json_text.loads(reply.content, max_depth=json_text.BODY_DEPTH)   # a model's reply
     except ValueError:
         data = {}
     data = data if isinstance(data, dict) else {}
-    keywords = Keywords(_clean(data.get("high_level_keywords")), _clean(data.get("low_level_keywords")),
+    keywords = QuestionKeywords(_clean(data.get("high_level_keywords")), _clean(data.get("low_level_keywords")),
                         "cache" if reply.cached else "llm", None if reply.cached else reply.entry)
     return keywords
 
 
-def fallback(keywords: Keywords, query: str) -> Keywords | None:
+def fallback(keywords: QuestionKeywords, query: str) -> QuestionKeywords | None:
     """LightRAG's rule: no keywords at all -> a short question is its own low-level keyword,
     a long one gets no context."""
     if keywords.high or keywords.low:
         return keywords
     if len(query.strip()) < SHORT_QUERY:
-        return Keywords((), (query.strip(),), "fallback", keywords.entry)
+        return QuestionKeywords((), (query.strip(),), "fallback", keywords.entry)
     return None
 
 
-LATE = Keywords((), (), "late")
+LATE = QuestionKeywords((), (), "late")
 
 
 class ArrivingKeywords:
     """A turn's keywords, on their way while the turn searches with what needs none. The turn
     takes them if they are back by its deadline, else goes on with the question alone (``LATE``)."""
 
-    def __init__(self, value: Keywords | None = LATE) -> None:
-        self.value: Keywords | None = value
+    def __init__(self, value: QuestionKeywords | None = LATE) -> None:
+        self.value: QuestionKeywords | None = value
         self.error: GraphGateError | None = None
         self.done = anyio.Event()
-        self.inline: Awaitable[Keywords | None] | None = None
+        self.inline: Awaitable[QuestionKeywords | None] | None = None
 
     @classmethod
-    def ready(cls, value: Keywords | None) -> ArrivingKeywords:
+    def ready(cls, value: QuestionKeywords | None) -> ArrivingKeywords:
         arriving = cls(value)
         arriving.done.set()
         return arriving
 
-    async def fill(self, call: Awaitable[Keywords | None]) -> None:
+    async def fill(self, call: Awaitable[QuestionKeywords | None]) -> None:
         try:
             self.value = await call
         except GraphGateError as exc:   # the turn that waits for it says so; one that did not, never hears
@@ -122,7 +122,7 @@ class ArrivingKeywords:
         finally:
             self.done.set()
 
-    async def wait(self, deadline: float) -> Keywords | None:
+    async def wait(self, deadline: float) -> QuestionKeywords | None:
         """The keywords if back by ``deadline`` (``time.perf_counter()``), else ``LATE``."""
         if self.inline is not None:
             call, self.inline = self.inline, None

@@ -49,7 +49,7 @@ from proxy.retrieval.found import (
     FoundRelation,
 )
 from proxy.retrieval.fusion import fuse_chunks, fuse_graph, read_chunks
-from proxy.retrieval.keywords import ArrivingKeywords, Keywords, extract_keywords, fallback
+from proxy.retrieval.keywords import ArrivingKeywords, QuestionKeywords, extract_keywords, fallback
 from proxy.retrieval.params import QueryParams
 from proxy.retrieval.scope import Scope, ScopeCache, matching_documents
 from proxy.retrieval.scoped_store import ScopedStore
@@ -71,7 +71,7 @@ SEARCH_THREADS = 4     # a shared store's channel searches at once (a turn has u
 class Retrieval:
     query: str
     mode: str
-    keywords: Keywords | None
+    keywords: QuestionKeywords | None
     context: Context | None
     timings: dict[str, float] = field(default_factory=dict)
     skipped: str | None = None          # why nothing is injected, when nothing is
@@ -149,11 +149,12 @@ class Retriever:
         """Whether there is anything to retrieve from (no processed document: nothing to augment with)."""
         return self.store.vector_count("chunks") > 0
 
-    async def keywords(self, query: str, history: list[tuple[str, str]], params: QueryParams) -> Keywords | None:
+    async def keywords(self, query: str, history: list[tuple[str, str]],
+                       params: QueryParams) -> QuestionKeywords | None:
         if params.hl_keywords is not None or params.ll_keywords is not None:
-            found = Keywords(params.hl_keywords or (), params.ll_keywords or (), "given")
+            found = QuestionKeywords(params.hl_keywords or (), params.ll_keywords or (), "given")
         elif params.keywords == "off":
-            return Keywords((), (), "off")
+            return QuestionKeywords((), (), "off")
         else:
             turns = history[-2 * self.settings.history_turns:] if self.settings.history_turns else []
             found = await extract_keywords(self.models, query, turns, self.settings.keyword_model,
@@ -314,7 +315,7 @@ class Retriever:
         self.rerank_failure = None
         return ranked, f"{len(chunks)} chunks re-ranked, {len(ranked)} kept"
 
-    async def _embed(self, query: str, keywords: Keywords | None,
+    async def _embed(self, query: str, keywords: QuestionKeywords | None,
                      question_vector: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The question's vector (embedded unless given) and its keyword lists' ("low", "high")."""
         texts: dict[str, str] = {} if question_vector is not None else {"query": query}

@@ -14,9 +14,9 @@ from typing import Any
 
 from proxy.store.duckdb.tables import OPEN_ERRORS, DuckDBTables
 from proxy.store.graph_igraph import EntityGraph
-from proxy.store.keywords_bm25 import KeywordIndex
+from proxy.store.keywords_bm25 import Bm25Index
 from proxy.store.protocols.graph import Graph
-from proxy.store.protocols.keywords import Keywords
+from proxy.store.protocols.keywords import KeywordIndex
 from proxy.store.protocols.tables import Tables
 from proxy.store.protocols.vectors import Vectors
 from proxy.store.vectors_usearch import VectorIndex
@@ -29,7 +29,7 @@ class Backend:
     open_errors: tuple[type[BaseException], ...]  # what open_tables raises when it cannot open them
     new_vectors: Callable[[Any, str, Path, str], Vectors]  # (tables, table, index file, element type)
     new_graph: Callable[[], Graph]
-    new_keywords: Callable[[Path, float], Keywords]  # (index folder, BM25's b); loaded or built later
+    new_keywords: Callable[[Path, float], KeywordIndex]  # (index folder, BM25's b); loaded or built later
     # several replicas commit to the same tables: each replays the others' commits (``KnowledgeStore.follow``)
     shared: bool = False
 
@@ -42,7 +42,7 @@ def _usearch(tables: Any, table: str, path: Path, dtype: str) -> Vectors:
     return VectorIndex(path, dtype)
 
 
-EMBEDDED = Backend("embedded", _duckdb, OPEN_ERRORS, _usearch, EntityGraph, KeywordIndex)
+EMBEDDED = Backend("embedded", _duckdb, OPEN_ERRORS, _usearch, EntityGraph, Bm25Index)
 
 
 def postgresql(dsn: str, schema: str) -> Backend:
@@ -50,7 +50,7 @@ def postgresql(dsn: str, schema: str) -> Backend:
     from proxy.store.postgres.backend import open_errors, pg_tables, pg_vectors  # psycopg: the postgresql extra
 
     return Backend("postgresql", lambda _path, _memory, dtype: pg_tables(dsn, schema, dtype), open_errors(),
-                   pg_vectors, EntityGraph, KeywordIndex, shared=True)
+                   pg_vectors, EntityGraph, Bm25Index, shared=True)
 
 
 def schema_name(kb: str) -> str:

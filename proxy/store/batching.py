@@ -14,7 +14,7 @@ import anyio
 import anyio.lowlevel
 
 
-class Database(Protocol):
+class BatchedDatabase(Protocol):
     """What batching needs of a backend's connection (``duckdb/connection.py``, ``postgres/connection.py``):
     ``fn(connection, *args)`` in a worker thread, a write in one transaction."""
 
@@ -28,7 +28,7 @@ Con = Any   # the backend's connection
 T = TypeVar("T")
 
 
-class Pending:
+class BatchWait:
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.errors: list[BaseException] = []
@@ -43,7 +43,7 @@ class Pending:
 
 
 class BatchWriter(Generic[T]):
-    def __init__(self, db: Database, apply: Callable[[Con, list[T]], None], *, max_items: int = 64,
+    def __init__(self, db: BatchedDatabase, apply: Callable[[Con, list[T]], None], *, max_items: int = 64,
                  max_delay: float = 0.02, group: CommitGroup | None = None) -> None:
         self.db = db
         self.apply = apply
@@ -56,9 +56,9 @@ class BatchWriter(Generic[T]):
     async def write(self, item: T) -> None:
         await self.submit(item).wait()
 
-    def submit(self, item: T) -> Pending:
+    def submit(self, item: T) -> BatchWait:
         """Queue ``item``; the returned handle's ``wait()`` returns once it is committed."""
-        pending = Pending()
+        pending = BatchWait()
         self._pending.append((item, pending.done, pending.errors))
         (self.group.wake if self.group is not None else self._wake).set()
         return pending
@@ -105,7 +105,7 @@ class CommitGroup:
     A shared transaction that fails is retried writer by writer, so only the failing writer's
     callers see the error."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: BatchedDatabase) -> None:
         self.db = db
         self.writers: list[BatchWriter[Any]] = []
         self.wake = anyio.Event()
@@ -170,7 +170,7 @@ class BatchedReader(Generic[K, V]):
     a merge asks the LLM cache for hundreds of summaries at once, and each query costs about a
     millisecond of DuckDB whatever it fetches. The first caller of a round reads for everyone."""
 
-    def __init__(self, db: Database, read: Callable[[Con, list[K]], dict[K, V]]) -> None:
+    def __init__(self, db: BatchedDatabase, read: Callable[[Con, list[K]], dict[K, V]]) -> None:
         self.db = db
         self.read = read
         self._round: dict[K, _Lookup[V]] = {}

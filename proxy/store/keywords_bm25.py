@@ -55,7 +55,7 @@ def idf(documents: int, frequency: int) -> float:
     return math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))
 
 
-class KeywordIndex:
+class Bm25Index:
     def __init__(self, path: Path, b: float = B) -> None:
         self.path = path   # a folder beside the .usearch files, e.g. chunks.bm25/
         self.b = b         # BM25's length normalisation (``ENTITY_B`` for the entities' descriptions)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from proxy.store.batching import BatchedReader, BatchWriter, Database
+from proxy.store.batching import BatchedDatabase, BatchedReader, BatchWriter
 from proxy.store.protocols.cache import CacheEntry, KindTotals
 from proxy.store.protocols.reembed import ToEmbed
 from proxy.store.protocols.traces import Trace
@@ -32,7 +32,7 @@ class CacheQueries:
 
 
 class SqlCache:
-    def __init__(self, db: Database, queries: CacheQueries) -> None:
+    def __init__(self, db: BatchedDatabase, queries: CacheQueries) -> None:
         self.db = db
         self.queries = queries
 
@@ -71,7 +71,7 @@ class TraceQueries:
 
 
 class SqlTraces:
-    def __init__(self, db: Database, queries: TraceQueries) -> None:
+    def __init__(self, db: BatchedDatabase, queries: TraceQueries) -> None:
         self.db = db
         self.queries = queries
 
@@ -103,7 +103,7 @@ class ReembedQueries:
 class SqlReembed:
     """``ReembedTables`` (proxy/store/protocols/reembed.py) over a backend's statements."""
 
-    def __init__(self, db: Database, queries: ReembedQueries) -> None:
+    def __init__(self, db: BatchedDatabase, queries: ReembedQueries) -> None:
         self.db = db
         self.queries = queries
 

@@ -34,7 +34,7 @@ from proxy.store.keywords_bm25 import ENTITY_B, B
 from proxy.store.messages import opening_error
 from proxy.store.name_index import NameIndex
 from proxy.store.protocols.graph import Graph
-from proxy.store.protocols.keywords import Keywords
+from proxy.store.protocols.keywords import KeywordIndex
 from proxy.store.protocols.tables import SharedTables, Tables
 from proxy.store.protocols.vectors import Vectors
 from proxy.store.read_cache import TextCache
@@ -72,7 +72,7 @@ class KnowledgeStore:
         self._chunk_texts: TextCache[tuple[str, str, int]] = TextCache(TEXTS_CACHED)
         # keyword (BM25) indexes: loaded and healed at start-up when saved, else built on first use
         # (12 s at 100k chunks, and keyword search is off by default), then kept in step with every commit
-        self._keywords: dict[str, Keywords] = {
+        self._keywords: dict[str, KeywordIndex] = {
             name: backend.new_keywords(data_dir / f"{name}.bm25", keyword_b(name)) for name in INDEXED_TABLES}
         self._keywords_ready: set[str] = set()   # the tables whose keyword index is in use (built on first use)
         self._keywords_generation = 0

@@ -9,7 +9,7 @@ import json
 import anyio.to_thread
 import psycopg
 
-from proxy.control.pending import TTL_SECONDS, Pending
+from proxy.control.pending import TTL_SECONDS, PendingAnswer
 from proxy.store.postgres.connection import CONNECT_SECONDS, storage_error
 
 TABLE = "public.graphgate_pending_answers"
@@ -40,20 +40,20 @@ class PgPendingAnswers:
         except psycopg.OperationalError as exc:
             raise storage_error(exc) from exc
 
-    def _put_sync(self, token: str, pending: Pending) -> None:
+    def _put_sync(self, token: str, pending: PendingAnswer) -> None:
         with self._connect() as con:
             con.execute(f"DELETE FROM {TABLE} WHERE expires <= {NOW}")
             con.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s, {NOW} + make_interval(secs => %s))",
                         [token, pending.session, pending.model, json.dumps(pending.messages), TTL_SECONDS])
 
-    def _take_sync(self, token: str) -> Pending | None:
+    def _take_sync(self, token: str) -> PendingAnswer | None:
         with self._connect() as con:
             row = con.execute(f"DELETE FROM {TABLE} WHERE token = %s AND expires > {NOW} "
                               "RETURNING session, model, messages", [token]).fetchone()
-        return Pending(row[0], row[1], row[2]) if row else None
+        return PendingAnswer(row[0], row[1], row[2]) if row else None
 
-    async def put(self, token: str, pending: Pending) -> None:
+    async def put(self, token: str, pending: PendingAnswer) -> None:
         await anyio.to_thread.run_sync(self._put_sync, token, pending)
 
-    async def take(self, token: str) -> Pending | None:
+    async def take(self, token: str) -> PendingAnswer | None:
         return await anyio.to_thread.run_sync(self._take_sync, token)

@@ -11,7 +11,7 @@ from typing import Protocol
 import numpy as np
 
 
-class Keywords(Protocol):
+class KeywordIndex(Protocol):
     generation: int   # the store generation the saved files were built at; -1 when not saved
 
     def __len__(self) -> int: ...
