@@ -1,18 +1,26 @@
-"""The layout's rules, read from the product's own source (docs/architecture.md states them):
-only the store touches its engines, no module imports another in a circle, the surfaces (the /rag
-API, the console, the CLI, the chat gateway, the MCP server) reach the knowledge base through the knowledge
-service, and nothing reaches into another object's private parts."""
+"""The layout's rules, read from the product's own source (docs/architecture.md states them).
+
+Each rule is a function of the house (every module of ``proxy/`` and ``admin/`` with its source)
+that returns its offenders. Each is run twice: on the house as it is, where it must find nothing,
+and on the house with one violation planted (a module that is not on disk), where it must name
+the planted module: a rule that cannot fail checks nothing."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cache, cached_property
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("duckdb", "usearch", "igraph", "pyarrow", "bm25s")
 SURFACES = ("proxy.rag_api", "proxy.gateway", "proxy.cli", "proxy.mcp_server", "admin")
+# the surfaces that serve requests side by side: none imports another (what two share lives below them)
+SIDE_BY_SIDE = ("proxy.rag_api", "proxy.mcp_server", "admin")
 # what sits behind the knowledge service: a surface importing one of these goes around it
 BEHIND_THE_SERVICE = ("proxy.store.store", "proxy.store.duckdb", "proxy.store.backends", "proxy.store.graph_igraph",
                       "proxy.store.vectors_usearch", "proxy.store.rows_memory", "proxy.ingest", "proxy.merging")
@@ -20,6 +28,9 @@ BEHIND_THE_SERVICE = ("proxy.store.store", "proxy.store.duckdb", "proxy.store.ba
 ENGINE_DATA = ("bm25s.stopwords",)
 # third-party internals read on purpose: python-docx has no public access to a table cell's XML
 FOREIGN_PRIVATES = {("proxy.parsing.files", "_tc")}
+# the writes of a control-plane list: only its one holder makes them (and the lists' own backends)
+LIST_WRITES = ("update_sync", "write_sync")
+LIST_WRITERS = ("proxy.control.held", "proxy.control.lists", "proxy.store")
 
 
 @dataclass(frozen=True)
@@ -30,17 +41,38 @@ class Import:
     type_only: bool  # under ``if TYPE_CHECKING:``
 
 
-def product_modules() -> dict[str, Path]:
-    modules = {}
-    for package in ("proxy", "admin"):
-        for path in (ROOT / package).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return modules
+@dataclass(frozen=True)
+class House:
+    sources: dict[str, str]   # module -> its source text
+
+    @classmethod
+    def on_disk(cls) -> House:
+        sources = {}
+        for package in ("proxy", "admin"):
+            for path in (ROOT / package).rglob("*.py"):
+                parts = path.relative_to(ROOT).with_suffix("").parts
+                sources[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path.read_text()
+        return cls(sources)
+
+    def planted(self, **modules: str) -> House:
+        """The house with more modules, named ``proxy__folder__name`` (a keyword cannot hold dots)."""
+        return House({**self.sources, **{name.replace("__", "."): source for name, source in modules.items()}})
+
+    @cached_property
+    def trees(self) -> dict[str, ast.Module]:
+        return {module: parsed(module, source) for module, source in self.sources.items()}
+
+    @cached_property
+    def imports(self) -> list[Import]:
+        return [found for module in self.sources for found in imports_of(module, self.trees[module])]
 
 
-def imports_of(module: str, path: Path) -> Iterator[Import]:
-    tree = ast.parse(path.read_text(), str(path))
+@cache
+def parsed(module: str, source: str) -> ast.Module:
+    return ast.parse(source, module)   # once per text: a planted house parses only what was planted
+
+
+def imports_of(module: str, tree: ast.Module) -> Iterator[Import]:
     type_only: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -56,27 +88,17 @@ def imports_of(module: str, path: Path) -> Iterator[Import]:
                 yield Import(module, f"{node.module}.{alias.name}", node.lineno, id(node) in type_only)
 
 
-def all_imports() -> list[Import]:
-    return [found for module, path in product_modules().items() for found in imports_of(module, path)]
+def within(name: str, packages: str | tuple[str, ...]) -> bool:
+    """Whether module (or imported name) ``name`` is one of ``packages`` or inside one."""
+    return any(name == p or name.startswith(p + ".") for p in ((packages,) if isinstance(packages, str) else packages))
 
 
-def test_only_the_store_imports_its_engines() -> None:
-    offenders = [f"{i.module}:{i.line} imports {i.target}" for i in all_imports()
-                 if i.target.split(".")[0] in ENGINES and not i.module.startswith("proxy.store")
-                 and not i.target.startswith(ENGINE_DATA)]
-    assert not offenders, offenders
-
-
-def test_sql_is_written_only_in_the_store() -> None:
-    offenders = []
-    for module, path in product_modules().items():
-        if module.startswith("proxy.store"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                    "execute", "executemany", "sql", "fetchall", "fetchone", "fetchnumpy"):
-                offenders.append(f"{module}:{node.lineno} {ast.unparse(node)[:60]}")
-    assert not offenders, offenders
+def folder_of(module: str) -> str:
+    """``proxy.store.duckdb.tables`` -> ``proxy.store``; a module directly in ``proxy`` is its own."""
+    parts = module.split(".")
+    if parts[0] == "admin":
+        return "admin"
+    return ".".join(parts[:2]) if len(parts) > 2 or (ROOT / "proxy" / parts[1]).is_dir() else module
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -114,53 +136,162 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_cycle_finder_finds_a_cycle() -> None:
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
+def imports_outside(house: House, packages: tuple[str, ...], allowed: tuple[str, ...]) -> list[str]:
+    """Offenders: a module of ``packages`` importing a GraphGate module outside ``allowed``."""
+    return [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+            if within(i.module, packages) and within(i.target, ("proxy", "admin")) and not within(i.target, allowed)]
 
 
-def test_no_module_imports_another_in_a_circle_not_even_for_types() -> None:
-    modules = product_modules()
-    edges: dict[str, set[str]] = {module: set() for module in modules}
-    for found in all_imports():
-        if found.target in modules and found.target != found.module:
+# --- the rules ---
+
+def only_the_store_imports_its_engines(house: House) -> list[str]:
+    return [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+            if i.target.split(".")[0] in ENGINES and not within(i.module, "proxy.store")
+            and not i.target.startswith(ENGINE_DATA)]
+
+
+def sql_is_written_only_in_the_store(house: House) -> list[str]:
+    offenders = []
+    for module, tree in house.trees.items():
+        if within(module, "proxy.store"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                    "execute", "executemany", "sql", "fetchall", "fetchone", "fetchnumpy"):
+                offenders.append(f"{module}:{node.lineno} {ast.unparse(node)[:60]}")
+    return offenders
+
+
+def no_module_imports_another_in_a_circle(house: House) -> list[str]:
+    """Not even for types."""
+    edges: dict[str, set[str]] = {module: set() for module in house.sources}
+    for found in house.imports:
+        if found.target in house.sources and found.target != found.module:
             edges[found.module].add(found.target)
-    assert cycles(edges) == []
+    return [" <-> ".join(group) for group in cycles(edges)]
 
 
-def folder_of(module: str) -> str:
-    """``proxy.store.duckdb.tables`` -> ``proxy.store``; a module directly in ``proxy`` is its own."""
-    parts = module.split(".")
-    if parts[0] == "admin":
-        return "admin"
-    return ".".join(parts[:2]) if (ROOT / "proxy" / parts[1]).is_dir() else module
+def the_folders_are_layers(house: House) -> list[str]:
+    """No folder imports one that imports it back."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for found in house.imports:
+        if found.target in house.sources and folder_of(found.target) != folder_of(found.module):
+            edges[folder_of(found.module)].add(folder_of(found.target))
+    return [" <-> ".join(group) for group in cycles(edges)]
 
 
-def test_the_folders_are_layers_none_imports_one_that_imports_it_back() -> None:
-    modules = product_modules()
-    edges: dict[str, set[str]] = {}
-    for found in all_imports():
-        if found.target in modules and folder_of(found.target) != folder_of(found.module):
-            edges.setdefault(folder_of(found.module), set()).add(folder_of(found.target))
-    assert cycles(edges) == []
+def the_surfaces_reach_the_knowledge_base_through_the_service(house: House) -> list[str]:
+    return [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+            if within(i.module, SURFACES) and within(i.target, BEHIND_THE_SERVICE)]
 
 
-def test_the_surfaces_reach_the_knowledge_base_through_the_service() -> None:
-    offenders = [f"{i.module}:{i.line} imports {i.target}" for i in all_imports()
-                 if i.module.startswith(SURFACES) and i.target.startswith(BEHIND_THE_SERVICE)]
-    assert not offenders, offenders
-
-
-def test_nothing_reaches_into_another_objects_private_parts() -> None:
+def nothing_reaches_into_another_objects_private_parts(house: House) -> list[str]:
     """``other._name`` (but ``self._name``, ``cls._name`` and dunders): a private attribute or
     method of another object; inside the store its modules share their engines' internals."""
     offenders = []
-    for module, path in product_modules().items():
-        if module.startswith("proxy.store"):
+    for module, tree in house.trees.items():
+        if within(module, "proxy.store"):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
                     and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
                     and (module, node.attr) not in FOREIGN_PRIVATES):
                 offenders.append(f"{module}:{node.lineno} {ast.unparse(node)}")
-    assert not offenders, offenders
+    return offenders
+
+
+def the_control_plane_imports_only_the_kernel(house: House) -> list[str]:
+    """The run-time lists (bases, keys, models, sessions, pending answers) stand on proxy/core/ alone:
+    the guards and the gateway read them without reaching the knowledge store."""
+    return imports_outside(house, ("proxy.control",), ("proxy.control", "proxy.core"))
+
+
+def the_guards_and_the_upstream_never_import_the_store(house: House) -> list[str]:
+    return [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+            if within(i.module, ("proxy.guards", "proxy.upstream")) and within(i.target, "proxy.store")]
+
+
+def monitoring_imports_only_the_kernel(house: House) -> list[str]:
+    """What it reads of the knowledge service and of a trace it names as protocols; the /metrics
+    route is handed its gate by the app."""
+    return imports_outside(house, ("proxy.monitoring",), ("proxy.monitoring", "proxy.core"))
+
+
+def the_surfaces_side_by_side_import_none_of_each_other(house: House) -> list[str]:
+    """The /rag API, the MCP server and the console: what two of them share lives below them
+    (proxy/actions/, proxy/state.py, the knowledge service)."""
+    return [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+            for surface in SIDE_BY_SIDE
+            if within(i.module, surface) and within(i.target, SIDE_BY_SIDE) and not within(i.target, surface)]
+
+
+def one_holder_writes_the_control_planes_lists(house: House) -> list[str]:
+    """``HeldList`` (proxy/control/held.py) is the one read-change-write of a list; its holders
+    (keys, models, bases, sessions) keep only their rules."""
+    offenders = []
+    for module, tree in house.trees.items():
+        if within(module, LIST_WRITERS):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in LIST_WRITES:
+                offenders.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+    return offenders
+
+
+def no_class_name_is_used_twice(house: House) -> list[str]:
+    """A class name names one thing: two classes of one name make every reader check the import."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for module, tree in house.trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(module)
+    return [f"{name}: {', '.join(sorted(modules))}" for name, modules in where.items() if len(modules) > 1]
+
+
+# each rule, and a violation of it to plant: module name -> source
+RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
+    only_the_store_imports_its_engines: {"proxy__retrieval__planted": "import duckdb\n"},
+    sql_is_written_only_in_the_store: {"proxy__knowledge__planted": "def f(con):\n    con.execute('select 1')\n"},
+    no_module_imports_another_in_a_circle: {"proxy__core__planted_a": "import proxy.core.planted_b\n",
+                                            "proxy__core__planted_b": "import proxy.core.planted_a\n"},
+    the_folders_are_layers: {"proxy__core__planted": "from proxy.store.store import KnowledgeStore\n"},
+    the_surfaces_reach_the_knowledge_base_through_the_service: {
+        "proxy__rag_api__planted": "from proxy.store.store import KnowledgeStore\n"},
+    nothing_reaches_into_another_objects_private_parts: {"proxy__knowledge__planted": "def f(o):\n    return o._x\n"},
+    the_control_plane_imports_only_the_kernel: {
+        "proxy__control__planted": "from proxy.store.changes import pair_key\n"},
+    the_guards_and_the_upstream_never_import_the_store: {
+        "proxy__upstream__planted": "from proxy.store.protocols.cache import CacheTables\n"},
+    monitoring_imports_only_the_kernel: {
+        "proxy__monitoring__planted": "from proxy.guards.middleware import KeyCheck\n"},
+    the_surfaces_side_by_side_import_none_of_each_other: {
+        "admin__planted": "from proxy.rag_api.routes_keys import list_keys\n"},
+    one_holder_writes_the_control_planes_lists: {
+        "proxy__knowledge__planted": "def f(lists):\n    lists.update_sync('kbs', dict)\n"},
+    no_class_name_is_used_twice: {"proxy__gateway__planted": "class KnowledgeStore:\n    pass\n"},
+}
+
+
+@pytest.fixture(scope="module")
+def house() -> House:
+    return House.on_disk()
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.__name__)
+def test_the_house_keeps_the_rule(house: House, rule: Callable[[House], list[str]]) -> None:
+    assert rule(house) == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.__name__)
+def test_the_rule_finds_a_planted_violation(house: House, rule: Callable[[House], list[str]]) -> None:
+    planted = RULES[rule]
+    offenders = rule(house.planted(**planted))
+    assert offenders, f"{rule.__name__} found nothing wrong in {sorted(planted)}"
+    # it names what was planted: the module, its folder (a circle of folders) or its class
+    assert any(name.replace("__", ".").rsplit(".", 1)[0] in offender or "KnowledgeStore" in offender
+               for offender in offenders for name in planted), offenders
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
