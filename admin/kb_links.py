@@ -2,27 +2,24 @@
 session, so a bookmark or a shared link shows the same base. ``default`` is never written (its
 pages keep the URLs they always had); an explicit ``?kb=default`` on a page is redirected away.
 
-No template or route has to remember it. When a request names a base other than ``default`` (its
-``kb`` query parameter or its X-GraphGate-KB header, as ``proxy.state.kb_name`` reads them) and
-that base exists:
-- every page and fragment the console renders (admin/rendering.py ``render``, error pages
-  included) gets ``kb=<name>`` on its console URLs (links, form actions, htmx URLs); a GET form
-  gets a hidden ``kb`` field instead (a browser drops the query of a GET form's action, and htmx
-  appends the form's fields to its URL). A URL or GET form that names a base itself (the
-  switcher, a base's "its documents" link) is left alone;
+When a request names a base other than ``default`` (its ``kb`` query parameter or its
+X-GraphGate-KB header, as ``proxy.state.kb_name`` reads them) and that base exists:
+- the templates write every console URL through ``link`` (links, form actions, htmx URLs), which
+  adds ``kb=<name>``, and put ``kb_field()`` in every GET form: a browser drops the query of a GET
+  form's action, and htmx appends the form's fields to its URL. A URL or GET form that names a base
+  itself (the switcher, a base's "its documents" link) is left alone. ``render`` gives every
+  template both (``links_for``); tests/test_console_kbs.py checks that no URL is left out;
 - its redirects (``Location``, ``HX-Redirect``) get it from ``CarryKnowledgeBase``, the pure-ASGI
   middleware of the /admin mount, which also sends ``?kb=default`` to the plain address.
-
-The rewrite reads only markup the templates wrote: every value they interpolate is autoescaped,
-so text from documents or users can hold neither a literal ``<``, ``>`` nor ``"``.
 """
 
 from __future__ import annotations
 
-import html
-import re
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from markupsafe import Markup
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import RedirectResponse
@@ -31,18 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.state import kb_name
 
 DEFAULT = "default"
-URL_ATTRIBUTES = frozenset({"href", "action", "formaction", "hx-get", "hx-post", "hx-put", "hx-patch",
-                            "hx-delete", "data-answer-stream"})
 REDIRECT_HEADERS = ("location", "hx-redirect", "hx-location")
 NOT_CARRIED = ("/admin/static/",)   # files: the same for every base
-
-_URL_ATTRIBUTE = re.compile(r'(\s)(' + "|".join(sorted(URL_ATTRIBUTES)) + r')="([^"]*)"', re.IGNORECASE)
-# a form's start tag (its attributes rewritten, or not, as a whole) or, anywhere else, a URL attribute
-_FORM_OR_URL = re.compile(r"(<form\b[^<>]*>)|" + _URL_ATTRIBUTE.pattern, re.IGNORECASE)
-_GET_METHOD = re.compile(r'\smethod="get"', re.IGNORECASE)
-_ANY_METHOD = re.compile(r"\smethod=", re.IGNORECASE)
-_KB_FIELD = re.compile(r'\sname="kb"')
-_FORM_END = re.compile(r"</form\s*>", re.IGNORECASE)
 
 
 def is_console_url(url: str) -> bool:
@@ -68,34 +55,25 @@ def with_kb(url: str, kb: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
 
-def carry_in_html(page: str, kb: str) -> str:
-    """Every console URL of the page's tags carrying ``kb``; every GET form a hidden ``kb`` field."""
-    hidden = f'<input type="hidden" name="kb" value="{html.escape(kb, quote=True)}">'
+def links_for(kb: str | None) -> dict[str, Callable[..., Any]]:
+    """What the templates write URLs with, for a page of base ``kb`` (None: default, or a page that
+    must name no base): ``link(url)`` and ``kb_field()``."""
+    def link(url: Any) -> str:
+        # a URL a template assembled in a block comes escaped, as Markup: the URL is its text
+        text = url.unescape() if isinstance(url, Markup) else str(url)
+        return text if kb is None else with_kb(text, kb)
 
-    def carry(match: re.Match[str]) -> str:
-        form = match.group(1)
-        if form is None:
-            return _carry_attribute(match.group(2), match.group(3), match.group(4), kb)
-        if _GET_METHOD.search(form) or not _ANY_METHOD.search(form):
-            # its fields make its URL (its action's query is dropped): a hidden field carries the base
-            return form if _names_kb_itself(page, match.end()) else form + hidden
-        return _URL_ATTRIBUTE.sub(lambda a: _carry_attribute(a.group(1), a.group(2), a.group(3), kb), form)
+    def kb_field() -> Markup:
+        if kb is None:
+            return Markup("")
+        return Markup('<input type="hidden" name="kb" value="{}">').format(kb)
 
-    return _FORM_OR_URL.sub(carry, page)
-
-
-def _carry_attribute(space: str, name: str, raw: str, kb: str) -> str:
-    url = html.unescape(raw)
-    carried = with_kb(url, kb)
-    if carried == url:
-        return f'{space}{name}="{raw}"'
-    return f'{space}{name}="{html.escape(carried, quote=True)}"'
+    return {"link": link, "kb_field": kb_field}
 
 
-def _names_kb_itself(page: str, start: int) -> bool:
-    """Does the form starting at ``start`` hold a field named ``kb`` of its own (the switcher)?"""
-    end = _FORM_END.search(page, start)
-    return bool(_KB_FIELD.search(page, start, end.start() if end else len(page)))
+def link_of(request: Request) -> Callable[[str], str]:
+    """``link`` for a URL a route writes itself (a graph's node links, drawn in Python)."""
+    return links_for(carried_base(request))["link"]
 
 
 def carried_base(request: Request) -> str | None:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from admin.flash import flash_message, shown
-from admin.kb_links import carried_base, carry_in_html
+from admin.kb_links import carried_base, links_for
 from proxy.core.errors import BadRequest, GraphGateError
 from proxy.guards.access import principal
 from proxy.guards.auth import Session
@@ -185,11 +185,10 @@ def render(request: Request, template: str, context: dict[str, Any] | None = Non
         "kbs": [] if standalone or console is None else switchable_bases(request, who),
         "flash": flash,
         "inline_css": stylesheet() if standalone else None,
+        # every console URL the page writes keeps the base it shows (admin/kb_links.py)
+        **links_for(carried_base(request) if console is not None else None),
         **(context or {}),
     })
-    kb = carried_base(request) if console is not None else None
-    if kb is not None:   # every console URL of the page keeps the base it shows
-        page = carry_in_html(page, kb)
     response = HTMLResponse(page, status_code=status, headers=headers)
     if whole_page:
         shown(request, response)

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from admin import error_pages, flash, graph_svg
 from admin.guard import action
+from admin.kb_links import link_of
 from admin.paging import page_of
 from admin.rendering import counted, is_htmx, ref, render, unref
 from proxy.core.errors import BadRequest, Conflict, NotFound
@@ -127,7 +128,8 @@ async def _entity_context(request: Request, key: str) -> dict:
     page = await (await graph(request)).entity_page(key, SHOWN_RELATIONS, 1, 30)
     if page is None:
         raise NotFound("no such entity (it may have been merged or deleted)")
-    svg = await _svg(page.nodes, page.edges, key, lambda k: f"/admin/entities/{ref(k)}", ENTITY_GRAPH_SIZE)
+    link = link_of(request)
+    svg = await _svg(page.nodes, page.edges, key, lambda k: link(f"/admin/entities/{ref(k)}"), ENTITY_GRAPH_SIZE)
     return {"entity": page.entity, "relations": page.relations, "relation_total": page.relation_total,
             "svg": svg, "legend": graph_svg.legend(n.type for n in page.nodes), "degree": page.degree}
 
@@ -226,7 +228,8 @@ async def graph_page(request: Request) -> Response:
     if meta is None:
         raise NotFound("no such entity")
     nodes, edges = await service.neighbourhood(key, depth, cap)
-    svg = await _svg(nodes, edges, key, lambda k: f"/admin/graph?entity={ref(k)}&depth={depth}&cap={cap}",
+    link = link_of(request)
+    svg = await _svg(nodes, edges, key, lambda k: link(f"/admin/graph?entity={ref(k)}&depth={depth}&cap={cap}"),
                      GRAPH_PAGE_SIZE)
     return render(request, "graph.html", {"svg": svg, "entity": meta, "depth": depth, "cap": cap,
                                           "legend": graph_svg.legend(n.type for n in nodes), "shown": len(nodes)})

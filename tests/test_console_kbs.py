@@ -8,13 +8,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx
 import pytest
+from markupsafe import Markup
 
-from admin.kb_links import carry_in_html
+from admin.kb_links import links_for
 from proxy.core.settings import Settings
 from proxy.knowledge.bases import KnowledgeBases
 from tests.conftest import gateway_client
@@ -345,23 +347,54 @@ async def test_a_document_uploaded_on_hr_shows_on_hr_only(console: httpx.AsyncCl
     assert "Alice Smith" in hr_entities and "Carol White" not in hr_entities
 
 
-async def test_what_the_rewrite_touches_and_what_it_leaves() -> None:
-    """carry_in_html on markup the templates could write: console URLs only, in URL attributes only."""
-    page = ('<a href="?page=2&amp;q=a%20b">next</a><a href="/admin/entities/x#relations">x</a>'
-            '<a href="/admin/static/console.css">css</a><a href="https://example.org/admin/">out</a>'
-            '<a href="/admin/documents?kb=default">default&#39;s</a><div hx-get="/admin/fragments/pipeline"></div>'
-            '<input name="q" value="/admin/documents"><p>href=&#34;/admin/x&#34;</p>'
-            '<form action="/admin/entities"><input name="q"></form>'
-            '<form method="post" action="/admin/kbs"><button formaction="/admin/kbs/x/delete">x</button></form>'
-            '<form method="get" action="/admin/documents" class="kb-switch"><select name="kb"></select></form>')
-    assert carry_in_html(page, "hr") == (
-        '<a href="?page=2&amp;q=a%20b&amp;kb=hr">next</a><a href="/admin/entities/x?kb=hr#relations">x</a>'
-        '<a href="/admin/static/console.css">css</a><a href="https://example.org/admin/">out</a>'
-        '<a href="/admin/documents?kb=default">default&#39;s</a><div hx-get="/admin/fragments/pipeline?kb=hr"></div>'
-        '<input name="q" value="/admin/documents"><p>href=&#34;/admin/x&#34;</p>'
-        '<form action="/admin/entities"><input type="hidden" name="kb" value="hr"><input name="q"></form>'
-        '<form method="post" action="/admin/kbs?kb=hr"><button formaction="/admin/kbs/x/delete?kb=hr">x</button></form>'
-        '<form method="get" action="/admin/documents" class="kb-switch"><select name="kb"></select></form>')
+async def test_what_a_link_carries_and_what_it_leaves() -> None:
+    """``link`` on the URLs the templates write: console URLs only, a base named already left alone."""
+    link, kb_field = links_for("hr")["link"], links_for("hr")["kb_field"]
+    assert link("?page=2&q=a%20b") == "?page=2&q=a%20b&kb=hr"
+    assert link("/admin/entities/x#relations") == "/admin/entities/x?kb=hr#relations"
+    assert link("/admin/merge?key=a&key=b") == "/admin/merge?key=a&key=b&kb=hr"
+    # a URL assembled in a template block comes escaped (Markup): its text is the URL
+    assert link(Markup("/admin/merge?key=a&amp;target=b")) == "/admin/merge?key=a&target=b&kb=hr"
+    for kept in ("/admin/static/console.css", "https://example.org/admin/", "//example.org/admin/",
+                 "/admin/documents?kb=default", "#relations"):
+        assert link(kept) == kept
+    assert kb_field() == '<input type="hidden" name="kb" value="hr">'
+    assert links_for('a"b')["kb_field"]() == '<input type="hidden" name="kb" value="a&#34;b">'
+    assert links_for(None)["link"]("/admin/documents") == "/admin/documents" and links_for(None)["kb_field"]() == ""
+
+
+# after a space, or right after a template tag (``{% if busy %}hx-get="..."``)
+URL_ATTRIBUTE = re.compile(r'[\s}](' + "|".join(URL_ATTRIBUTES) + r')="([^"]*)"')
+FORM_TAG = re.compile(r"<form\b[^<>]*>(\{\{ kb_field\(\) \}\})?", re.DOTALL)
+
+
+def unlinked(name: str, template: str) -> list[str]:
+    """A template's console URLs not written through ``link`` (a GET form's own URL aside: its
+    fields make it), and its GET forms without ``kb_field()`` (but the switcher, which names a base)."""
+    found = []
+    get_forms = [(m.start(), m.end()) for m in FORM_TAG.finditer(template)
+                 if 'method="get"' in m.group(0) or "method=" not in m.group(0)]
+    for m in URL_ATTRIBUTE.finditer(template):
+        attribute, url = m.groups()
+        in_get_form = any(a <= m.start() < b for a, b in get_forms) and attribute in ("action", "hx-get")
+        if (url.startswith(("/admin", "?")) or "{{" in url) and not url.startswith("{{ link(") and not in_get_form:
+            found.append(f"{name}: {attribute}={url!r}")
+    for m in FORM_TAG.finditer(template):
+        tag = m.group(0)
+        if ('method="get"' in tag or "method=" not in tag) and "kb-switch" not in tag and not m.group(1):
+            found.append(f"{name}: {tag[:60]!r} without kb_field()")
+    return found
+
+
+def test_every_template_writes_its_console_urls_through_link() -> None:
+    templates = Path(__file__).resolve().parents[1] / "templates"
+    assert [miss for path in sorted(templates.glob("*.html")) for miss in unlinked(path.name, path.read_text())] == []
+    planted = ('<a href="/admin/documents">x</a><div hx-post="{{ link(\'/admin/a\') }}"></div>'
+               '<div {% if busy %}hx-get="/admin/b"{% endif %}></div>'
+               '<form method="get" action="/admin/entities"><input name="q"></form>')
+    assert unlinked("planted.html", planted) == [
+        "planted.html: href='/admin/documents'", "planted.html: hx-get='/admin/b'",
+        "planted.html: '<form method=\"get\" action=\"/admin/entities\">' without kb_field()"]
 
 
 async def test_a_base_deleted_in_the_console_is_taken_out_of_its_keys(console: httpx.AsyncClient) -> None:
