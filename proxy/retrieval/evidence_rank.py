@@ -24,12 +24,12 @@ from proxy.retrieval.select import described_stems, word_stems
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 ANCHOR = 1.0   # a named entity's own relation outranks any other equally relevant one
 
 
-def rank_evidence(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
+def rank_evidence(store: RetrievalReads, question: Question, relations: list[FoundRelation],
                   anchors: dict[str, float], shortlist: int | None = None,
                   vectors: bool = True) -> list[FoundRelation]:
     """``relations`` best evidence first (ties: their fused order). ``anchors``: the named entities'
@@ -49,7 +49,7 @@ def rank_evidence(store: KnowledgeStore, question: Question, relations: list[Fou
     return sorted(relations, key=lambda r: (-scores[r.pair], order[r.pair]))
 
 
-def evidence_scores(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
+def evidence_scores(store: RetrievalReads, question: Question, relations: list[FoundRelation],
                     anchors: dict[str, float], sims: dict[str, float], *, descriptions: bool) -> dict[str, float]:
     """Each relation's evidence score by pair: its relevance plus the anchor of a named entity it
     touches; a relation further along a chain from a named entity, hop by hop, by what the path

@@ -23,7 +23,7 @@ from proxy.retrieval.found import (
 from proxy.retrieval.select import round_robin
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 T = TypeVar("T")
 
@@ -72,7 +72,7 @@ def fuse_chunks(lists: list[list[ChunkHit]], count: int, method: str = "roundrob
     return fuse(lists, lambda hit: hit.id, method)[:count]
 
 
-def read_chunks(store: KnowledgeStore, hits: list[ChunkHit]) -> list[FoundChunk]:
+def read_chunks(store: RetrievalReads, hits: list[ChunkHit]) -> list[FoundChunk]:
     """The hits' texts and documents; a chunk deleted since it was found is left out."""
     keys = search.chunk_keys(store, [hit.id for hit in hits])
     texts = search.chunk_texts(store, list(keys.values()))

@@ -21,12 +21,12 @@ from proxy.text.word_forms import cut_names, relation_words, word_senses
 from proxy.text.words import strong
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 COSINE_SHARE = 0.2   # the vectors' part: with a hub's name in every one of its edges, words decide
 
 
-def cosines(store: KnowledgeStore, question: Question, relations: list[FoundRelation]) -> dict[str, float]:
+def cosines(store: RetrievalReads, question: Question, relations: list[FoundRelation]) -> dict[str, float]:
     """Each relation's cosine to the question's vector (0 below zero, or when the index is out of
     step with the rows: then the words alone decide)."""
     if not relations:
@@ -38,7 +38,7 @@ def cosines(store: KnowledgeStore, question: Question, relations: list[FoundRela
     return {r.pair: sim for r, sim in zip(relations, similarity, strict=True)}
 
 
-def relation_relevance(store: KnowledgeStore, question: Question, relations: list[FoundRelation],
+def relation_relevance(store: RetrievalReads, question: Question, relations: list[FoundRelation],
                        *, descriptions: bool = True, similarity: dict[str, float] | None = None,
                        named: Sequence[str] = ()) -> list[float]:
     """One score per relation, higher for those about what the question asks (reads the
@@ -56,7 +56,7 @@ def relation_relevance(store: KnowledgeStore, question: Question, relations: lis
             + COSINE_SHARE * sims.get(r.pair, 0.0) for r in relations]
 
 
-def edge_relevance(store: KnowledgeStore, question: Question,
+def edge_relevance(store: RetrievalReads, question: Question,
                    facts: dict[str, tuple[tuple[str, ...], str, str, int]], *, asked: str | None = None,
                    similarity: dict[str, float] | None = None, named: Sequence[str] = ()) -> dict[str, float]:
     """``relation_relevance`` without descriptions, from ``search.edge_facts``: the expansion weighs
@@ -75,7 +75,7 @@ def edge_relevance(store: KnowledgeStore, question: Question,
             + COSINE_SHARE * similarity.get(pair, 0.0) for pair in pairs for fact in (facts[pair],)}
 
 
-def edge_cosines(store: KnowledgeStore, question: Question,
+def edge_cosines(store: RetrievalReads, question: Question,
                  facts: dict[str, tuple[tuple[str, ...], str, str, int]]) -> dict[str, float]:
     """How far each edge's cosine to the question's vector stands out of the batch's (``standing_out``;
     none when the index is out of step)."""

@@ -57,7 +57,7 @@ from proxy.retrieval.search import fill_descriptions
 from proxy.retrieval.sources import graph_sources
 from proxy.retrieval.stages import KEYWORD_VECTORS, Channel, Question, Reranker
 from proxy.retrieval.wording import wording_for
-from proxy.store.store import KnowledgeStore
+from proxy.store.protocols.retrieval import RetrievalReads, RetrievalSource
 from proxy.text.words import content_words
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
@@ -111,7 +111,7 @@ class GraphFinds:
 
 
 class Retriever:
-    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: Settings, tokenizer: Tokenizer,
+    def __init__(self, store: RetrievalSource, models: ModelClient, settings: Settings, tokenizer: Tokenizer,
                  reranker: Reranker | None = None) -> None:
         self.store = store
         self.models = models
@@ -265,16 +265,15 @@ class Retriever:
         """What the request's filter lets through: the processed documents it matches, then their
         chunks and the entities and relations those source (cached per commit)."""
         assert params.filters is not None
-        documents = self.store.tables.documents
-        version = (self.store.generation, documents.metadata_version)   # read before the rows: never newer
+        version = (self.store.generation, self.store.metadata_version)   # read before the rows: never newer
         if self._metadata is None or self._metadata[0] != version:
-            self._metadata = (version, await documents.searchable_metadata())
+            self._metadata = (version, await self.store.searchable_metadata())
         names = await anyio.to_thread.run_sync(matching_documents, params.filters, self._metadata[1])
         return await anyio.to_thread.run_sync(self.scopes.get, self.store, names)
 
-    def _view(self, question: Question) -> KnowledgeStore:
+    def _view(self, question: Question) -> RetrievalReads:
         """The store as this question may see it: all of it, or a filter's scope."""
-        return self.store if question.scope is None else ScopedStore(self.store, question.scope).as_store()
+        return self.store if question.scope is None else ScopedStore(self.store, question.scope)
 
     def _narrow(self, question: Question, relations: list[FoundRelation], chunks: list[FoundChunk]) -> None:
         """Under a filter: the relations' keywords and weights, and the documents a chunk is cited
@@ -374,7 +373,7 @@ class Retriever:
         wanted = [channel for channel in channels if channel.vector in question.vectors]
         # on a shared store each search is a round trip to PostgreSQL: the channels go together
         # (the embedded store's searches are in memory, microseconds: no threads for them)
-        parallel = self.store.backend.shared and len(wanted) > 1
+        parallel = self.store.shared and len(wanted) > 1
         pending = {channel.name: self._pool().submit(channel.search, store, question)
                    for channel in wanted if parallel and channel.name != "linked"}
         finds = {}

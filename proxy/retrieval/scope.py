@@ -20,8 +20,7 @@ from proxy.core.metadata import Filter
 from proxy.retrieval.found import Found
 
 if TYPE_CHECKING:
-    from proxy.store.protocols.graph import Graph
-    from proxy.store.store import EntityMeta, KnowledgeStore, MemoryRows, RelationMeta
+    from proxy.store.protocols.retrieval import RetrievalSource
 
 CACHED_SCOPES = 16
 
@@ -52,15 +51,13 @@ class Scope:
         return Found(entities, relations, [c for c in found.chunks if c.id in self.chunks], [])
 
 
-def compute_scope(store: KnowledgeStore, documents: frozenset[str]) -> Scope:
+def compute_scope(store: RetrievalSource, documents: frozenset[str]) -> Scope:
     """The scope of the documents named ``documents``, from the store's in-memory rows: copied under
     the store's lock (a few ms at 100k entities; the records are never changed in place), then
     scanned outside it, so that commits do not wait for the scan. Blocking."""
-    def copy(rows: MemoryRows, graph: Graph) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, int],
-                                                     list[EntityMeta], list[RelationMeta]]:
-        return (list(rows.chunk_documents.items()), dict(rows.chunk_keys), list(rows.entities.values()),
-                list(rows.relations.values()))
-    cited, chunk_keys, entity_rows, relation_rows = store.read_memory_sync(copy)
+    material = store.scope_material_sync()
+    cited, chunk_keys, entity_rows, relation_rows = (material.chunk_documents, material.chunk_keys,
+                                                     material.entities, material.relations)
     chunks = frozenset(c for c, names in cited if not documents.isdisjoint(names))
     entity_rows = [m for m in entity_rows if not chunks.isdisjoint(m.source_ids)]
     relation_rows = [m for m in relation_rows if not chunks.isdisjoint(m.source_ids)]
@@ -80,7 +77,7 @@ class ScopeCache:
         self._scopes: dict[tuple[int, frozenset[str]], Scope] = {}
         self._lock = threading.Lock()   # worker threads share it; held for the dict's changes only
 
-    def get(self, store: KnowledgeStore, documents: frozenset[str]) -> Scope:
+    def get(self, store: RetrievalSource, documents: frozenset[str]) -> Scope:
         """Blocking: call it from a worker thread."""
         key = (store.generation, documents)
         scope = self._scopes.get(key)

@@ -14,7 +14,7 @@ it, say), it gets no description rather than the merged one: a filter fails clos
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,49 +23,31 @@ from proxy.merging.rules import ChunkIndex, index_result
 from proxy.retrieval.found import FoundRelation
 from proxy.retrieval.scope import Scope
 from proxy.store.changes import pair_key
-from proxy.store.incident import Incident, incident_of, incident_relations
 
 if TYPE_CHECKING:
-    from proxy.store.protocols.graph import Graph
-    from proxy.store.store import KnowledgeStore, MemoryRows
+    from proxy.store.incident import Incident
+    from proxy.store.memory_reads import NamedRelation
+    from proxy.store.protocols.communities import StoredCommunity
+    from proxy.store.protocols.retrieval import RetrievalReads, RetrievalSource
+    from proxy.store.rows_memory import EntityMeta
 
-T = TypeVar("T")
 EXACT_MAX = 4096      # a scope this small is searched exactly: its vectors read and compared (~1 ms)
 OVERFETCH = 4         # else the index is asked for this many times more, again until enough are in scope
 
 
-class _ScopedGraph:
-    """The graph with only the scope's edges (what ``edges_touching`` walks and degrees count);
-    other reads pass."""
-
-    def __init__(self, graph: Graph, scope: Scope) -> None:
-        self._graph, self._scope = graph, scope
-
-    def neighbourhood(self, key: str, depth: int = 1) -> list[str]:
-        if key not in self._scope.entities:
-            return []
-        if depth != 1:
-            return [k for k in self._graph.neighbourhood(key, depth) if k in self._scope.entities]
-        relations = self._scope.relations
-        return [k for k in self._graph.neighbourhood(key, 1) if k == key or pair_key(key, k) in relations]
-
-    def degrees(self, keys: list[str]) -> dict[str, int]:
-        return {key: sum(1 for k in self.neighbourhood(key, 1) if k != key) for key in keys}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._graph, name)
-
-
 class ScopedStore:
-    def __init__(self, store: KnowledgeStore, scope: Scope) -> None:
+    """The store's reads (``RetrievalReads``) as a retrieval under a filter sees them."""
+
+    def __init__(self, store: RetrievalSource, scope: Scope) -> None:
         self._store, self._scope = store, scope
+        self._graph = store.within(scope)   # the named graph reads over the scope's edges only
 
-    def as_store(self) -> KnowledgeStore:
-        """This view where a channel expects the store: it offers the same reads."""
-        return cast("KnowledgeStore", self)
+    def as_reads(self) -> RetrievalReads:
+        return self
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+    @property
+    def generation(self) -> int:
+        return self._store.generation
 
     # --- searches ---
 
@@ -103,17 +85,62 @@ class ScopedStore:
     def link_sync(self, text: str) -> list[tuple[str, float]]:
         return [(k, s) for k, s in self._store.link_sync(text) if k in self._scope.entities]
 
-    # --- the graph ---
+    # --- rows and texts: the store's own (the channels' finds are checked against the scope) ---
 
-    def read_memory_sync(self, read: Callable[[MemoryRows, Graph], T]) -> T:
-        scope = self._scope
-        return self._store.read_memory_sync(lambda rows, graph: read(rows, cast("Graph", _ScopedGraph(graph, scope))))
+    def vector_count(self, table: str) -> int:
+        return self._store.vector_count(table)
+
+    def keyword_count(self, table: str) -> int:
+        return self._store.keyword_count(table)
+
+    def similarities_sync(self, table: str, keys: list[int], vector: np.ndarray) -> np.ndarray:
+        return self._store.similarities_sync(table, keys, vector)
+
+    def entity_rows_sync(self, keys: list[int]) -> dict[int, EntityMeta]:
+        return self._store.entity_rows_sync(keys)
+
+    def entities_named_sync(self, names: list[str]) -> dict[str, EntityMeta]:
+        return self._store.entities_named_sync(names)
+
+    def relation_rows_sync(self, keys: list[int]) -> dict[int, NamedRelation]:
+        return self._store.relation_rows_sync(keys)
+
+    def relations_paired_sync(self, pairs: list[str]) -> dict[str, NamedRelation]:
+        return self._store.relations_paired_sync(pairs)
+
+    def chunk_keys_sync(self, ids: list[str]) -> dict[str, int]:
+        return self._store.chunk_keys_sync(ids)
+
+    def chunk_ids_sync(self, keys: list[int]) -> dict[int, str]:
+        return self._store.chunk_ids_sync(keys)
+
+    def chunk_documents_sync(self, ids: list[str]) -> dict[str, list[str]]:
+        return self._store.chunk_documents_sync(ids)
+
+    def community_rows_sync(self, keys: list[int]) -> dict[int, StoredCommunity]:
+        return self._store.community_rows_sync(keys)
+
+    def chunk_texts_sync(self, keys: list[int]) -> dict[str, tuple[str, int]]:
+        return self._store.chunk_texts_sync(keys)
+
+    # --- the graph: the scope's edges only ---
+
+    def degrees_sync(self, keys: list[str]) -> dict[str, int]:
+        return self._graph.degrees_sync(keys)
+
+    def edge_facts_sync(self, pairs: list[str]) -> dict[str, tuple[tuple[str, ...], str, str, int]]:
+        return self._graph.edge_facts_sync(pairs)
+
+    def incident_pairs_sync(self, keys: list[str]) -> list[str]:
+        return self._graph.incident_pairs_sync(keys)
+
+    def pairs_among_sync(self, keys: list[str]) -> list[str]:
+        return self._graph.pairs_among_sync(keys)
 
     def incident_sync(self, keys: list[str]) -> list[Incident]:
         """The scope's relations touching ``keys``, centrality by the scope's degrees (not cached:
         the store's per-commit lists are the whole graph's)."""
-        return self.read_memory_sync(lambda rows, graph: incident_relations([incident_of(rows, graph, key)
-                                                                               for key in keys]))
+        return self._graph.incident_listed_sync(keys)
 
     def neighbourhood_sync(self, seeds: dict[str, float], *, hops: int, cap: int,
                            edge_cap: int | None = None) -> list[tuple[str, str]]:
@@ -168,25 +195,19 @@ class ScopedStore:
         missing = sorted({c for c in chunk_ids if c not in known})
         if missing:
             results = self._store.extractions_sync(missing)
-            aliases = self._store.tables.graph_rows.aliases_sync()
+            aliases = self._store.aliases_sync()
             known.update({c: index_result(ExtractionResult.from_json(raw), aliases) for c, raw in results.items()})
         return {c: known[c] for c in chunk_ids if c in known}
 
     def _partly_in_scope(self, table: str, keys: list[int]) -> dict[int, tuple[str, list[str]]]:
         """Vector key -> (name or pair key, in-scope sources) of the rows some of whose sources are out."""
         chunks = self._scope.chunks
-
-        def read(rows: MemoryRows, graph: Graph) -> dict[int, tuple[str, list[str]]]:
-            out = {}
-            for key in keys:
-                meta = rows.entities.get(key) if table == "entities" else rows.relations.get(key)
-                if meta is None:
-                    continue
-                inside = [c for c in meta.source_ids if c in chunks]
-                if inside and len(inside) < len(meta.source_ids):
-                    out[key] = (meta.name_key if table == "entities" else meta.pair, inside)   # type: ignore[union-attr]
-            return out
-        return self._store.read_memory_sync(read)
+        out = {}
+        for key, (ident, sources) in self._store.sources_sync(table, keys).items():
+            inside = [c for c in sources if c in chunks]
+            if inside and len(inside) < len(sources):
+                out[key] = (ident, inside)
+        return out
 
 
 def scoped_description(table: str, ident: str, said: list[ChunkIndex]) -> str:

@@ -11,19 +11,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from proxy.retrieval.found import FoundEntity, FoundRelation
-from proxy.store.changes import pair_key
 
 if TYPE_CHECKING:  # the types the store's reads hand over
-    from proxy.store.protocols.graph import Graph
-    from proxy.store.store import (
-        EntityMeta,
-        KnowledgeStore,
-        MemoryRows,
-        RelationMeta,
-    )
+    from proxy.store.memory_reads import NamedRelation
+    from proxy.store.protocols.retrieval import RetrievalReads
+    from proxy.store.rows_memory import EntityMeta, RelationMeta
 
 
-def vector_search(store: KnowledgeStore, table: str, vector: np.ndarray, count: int,
+def vector_search(store: RetrievalReads, table: str, vector: np.ndarray, count: int,
                   threshold: float) -> list[tuple[int, float]]:
     return [(key, score) for key, score in store.search_sync(table, vector, count) if score >= threshold]
 
@@ -32,8 +27,8 @@ def _entity(meta: EntityMeta) -> FoundEntity:
     return FoundEntity(meta.name_key, meta.name, meta.type, meta.source_ids, meta.key)
 
 
-def _relation(rows: MemoryRows, meta: RelationMeta) -> FoundRelation:
-    return found_relation(meta, rows.name_of(meta.source), rows.name_of(meta.target))
+def _relation(named: NamedRelation) -> FoundRelation:
+    return found_relation(named.meta, named.source_name, named.target_name)
 
 
 def found_relation(meta: RelationMeta, source_name: str, target_name: str, degree: int = 0) -> FoundRelation:
@@ -41,7 +36,7 @@ def found_relation(meta: RelationMeta, source_name: str, target_name: str, degre
                          meta.weight, meta.source_ids, meta.key, degree=degree)
 
 
-def fill_descriptions(store: KnowledgeStore, entities: list[FoundEntity], relations: list[FoundRelation]) -> None:
+def fill_descriptions(store: RetrievalReads, entities: list[FoundEntity], relations: list[FoundRelation]) -> None:
     """Read the descriptions of the chosen entities and relations (an indexed read for each kind
     there are any of)."""
     if entities:
@@ -54,7 +49,7 @@ def fill_descriptions(store: KnowledgeStore, entities: list[FoundEntity], relati
             relation.description = text.get(relation.vector_key, "")
 
 
-def scored_entities(store: KnowledgeStore, scores: dict[str, float]) -> list[FoundEntity]:
+def scored_entities(store: RetrievalReads, scores: dict[str, float]) -> list[FoundEntity]:
     """The entities of ``scores``' keys, in its order, each with its score and degree (a key no
     longer in the store is left out)."""
     found = entities_by_name(store, list(scores))
@@ -68,75 +63,49 @@ def scored_entities(store: KnowledgeStore, scores: dict[str, float]) -> list[Fou
     return entities
 
 
-def entities_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundEntity]:
-    def read(rows: MemoryRows, graph: Graph) -> dict[int, FoundEntity]:
-        return {k: _entity(rows.entities[k]) for k in keys if k in rows.entities}
-    return store.read_memory_sync(read)
+def entities_by_keys(store: RetrievalReads, keys: list[int]) -> dict[int, FoundEntity]:
+    return {k: _entity(meta) for k, meta in store.entity_rows_sync(keys).items()}
 
 
-def entities_by_name(store: KnowledgeStore, names: list[str]) -> dict[str, FoundEntity]:
-    def read(rows: MemoryRows, graph: Graph) -> dict[str, FoundEntity]:
-        found = {n: rows.entity(n) for n in names}
-        return {n: _entity(m) for n, m in found.items() if m is not None}
-    return store.read_memory_sync(read)
+def entities_by_name(store: RetrievalReads, names: list[str]) -> dict[str, FoundEntity]:
+    return {n: _entity(meta) for n, meta in store.entities_named_sync(names).items()}
 
 
-def relations_by_keys(store: KnowledgeStore, keys: list[int]) -> dict[int, FoundRelation]:
-    def read(rows: MemoryRows, graph: Graph) -> dict[int, FoundRelation]:
-        return {k: _relation(rows, rows.relations[k]) for k in keys if k in rows.relations}
-    return store.read_memory_sync(read)
+def relations_by_keys(store: RetrievalReads, keys: list[int]) -> dict[int, FoundRelation]:
+    return {k: _relation(named) for k, named in store.relation_rows_sync(keys).items()}
 
 
-def relations_by_pairs(store: KnowledgeStore, pairs: list[str]) -> dict[str, FoundRelation]:
-    def read(rows: MemoryRows, graph: Graph) -> dict[str, FoundRelation]:
-        found = {p: rows.relation(p) for p in pairs}
-        return {p: _relation(rows, m) for p, m in found.items() if m is not None}
-    return store.read_memory_sync(read)
+def relations_by_pairs(store: RetrievalReads, pairs: list[str]) -> dict[str, FoundRelation]:
+    return {p: _relation(named) for p, named in store.relations_paired_sync(pairs).items()}
 
 
-def chunk_keys(store: KnowledgeStore, ids: list[str]) -> dict[str, int]:
-    def read(rows: MemoryRows, graph: Graph) -> dict[str, int]:
-        return {i: rows.chunk_keys[i] for i in ids if i in rows.chunk_keys}
-    return store.read_memory_sync(read)
+def chunk_keys(store: RetrievalReads, ids: list[str]) -> dict[str, int]:
+    return store.chunk_keys_sync(ids)
 
 
-def chunk_ids(store: KnowledgeStore, keys: list[int]) -> dict[int, str]:
-    def read(rows: MemoryRows, graph: Graph) -> dict[int, str]:
-        return {k: rows.chunk_ids[k] for k in keys if k in rows.chunk_ids}
-    return store.read_memory_sync(read)
+def chunk_ids(store: RetrievalReads, keys: list[int]) -> dict[int, str]:
+    return store.chunk_ids_sync(keys)
 
 
-def chunk_texts(store: KnowledgeStore, keys: list[int]) -> dict[str, tuple[str, int]]:
+def chunk_texts(store: RetrievalReads, keys: list[int]) -> dict[str, tuple[str, int]]:
     """id -> (content, tokens) of the chunks with these vector keys: the one table read of a chunk list."""
     return store.chunk_texts_sync(keys)
 
 
-def documents_of(store: KnowledgeStore, ids: list[str]) -> dict[str, list[str]]:
-    def read(rows: MemoryRows, graph: Graph) -> dict[str, list[str]]:
-        return {i: list(rows.chunk_documents.get(i, ())) for i in ids}
-    return store.read_memory_sync(read)
+def documents_of(store: RetrievalReads, ids: list[str]) -> dict[str, list[str]]:
+    return store.chunk_documents_sync(ids)
 
 
-def degrees(store: KnowledgeStore, keys: list[str]) -> dict[str, int]:
-    return store.read_memory_sync(lambda rows, graph: graph.degrees(keys))
+def degrees(store: RetrievalReads, keys: list[str]) -> dict[str, int]:
+    return store.degrees_sync(keys)
 
 
-def edge_facts(store: KnowledgeStore, pairs: list[str]) -> dict[str, tuple[tuple[str, ...], str, str, int]]:
-    """pair -> (keywords, source name, target name, vector key) of the known ones: what weighing an
-    edge against the question needs, read without building a record per edge."""
-    def read(rows: MemoryRows, graph: Graph) -> dict[str, tuple[tuple[str, ...], str, str, int]]:
-        facts = {}
-        for pair in pairs:
-            meta = rows.relation(pair)
-            if meta is not None:
-                source, target = rows.entity(meta.source), rows.entity(meta.target)
-                facts[pair] = (tuple(meta.keywords), source.name if source else meta.source,
-                               target.name if target else meta.target, meta.key)
-        return facts
-    return store.read_memory_sync(read)
+def edge_facts(store: RetrievalReads, pairs: list[str]) -> dict[str, tuple[tuple[str, ...], str, str, int]]:
+    """pair -> (keywords, source name, target name, vector key) of the known ones."""
+    return store.edge_facts_sync(pairs)
 
 
-def central_incident_relations(store: KnowledgeStore, keys: list[str], count: int,
+def central_incident_relations(store: RetrievalReads, keys: list[str], count: int,
                                relevance: Callable[[Sequence[str], str, str], float] | None = None
                                ) -> list[FoundRelation]:
     """The ``count`` best relations touching ``keys``: by ``relevance(keywords, source name,
@@ -153,38 +122,17 @@ def central_incident_relations(store: KnowledgeStore, keys: list[str], count: in
             for n in best]
 
 
-def edges_touching(graph: Graph, keys: list[str]) -> dict[str, tuple[str, str]]:
-    """Pair key -> (key, neighbour) of every edge touching ``keys``, in the order of ``keys``
-    (the first end met first). Called under the store's lock."""
-    pairs: dict[str, tuple[str, str]] = {}
-    for key in keys:
-        for neighbour in graph.neighbourhood(key, 1):
-            if neighbour != key:
-                pairs.setdefault(pair_key(key, neighbour), (key, neighbour))
-    return pairs
+def pairs_among(store: RetrievalReads, keys: list[str]) -> list[str]:
+    """Pair keys of the edges joining two of ``keys``, in the order of ``incident_pairs``."""
+    return store.pairs_among_sync(keys)
 
 
-def pairs_among(store: KnowledgeStore, keys: list[str]) -> list[str]:
-    """Pair keys of the edges joining two of ``keys``, in the order of ``incident_pairs``: a hub's
-    other edges (thousands) are passed over without making their keys."""
-    among = set(keys)
-
-    def read(rows: MemoryRows, graph: Graph) -> list[str]:
-        pairs: dict[str, None] = {}
-        for key in keys:
-            for neighbour in graph.neighbourhood(key, 1):
-                if neighbour != key and neighbour in among:
-                    pairs.setdefault(pair_key(key, neighbour))
-        return list(pairs)
-    return store.read_memory_sync(read)
-
-
-def incident_pairs(store: KnowledgeStore, keys: list[str]) -> list[str]:
+def incident_pairs(store: RetrievalReads, keys: list[str]) -> list[str]:
     """Pair keys of every edge touching ``keys``, in the order of ``keys``."""
-    return store.read_memory_sync(lambda rows, graph: list(edges_touching(graph, keys)))
+    return store.incident_pairs_sync(keys)
 
 
-def set_relation_degrees(store: KnowledgeStore, relations: list[FoundRelation]) -> None:
+def set_relation_degrees(store: RetrievalReads, relations: list[FoundRelation]) -> None:
     """Each relation's centrality: the degrees of its two endpoints, summed."""
     degree = degrees(store, list({k for r in relations for k in (r.source, r.target)}))
     for relation in relations:

@@ -12,10 +12,10 @@ from proxy.retrieval.select import by_similarity, weighted_quota
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 
-def graph_sources(store: KnowledgeStore, question: Question, entities: list[FoundEntity],
+def graph_sources(store: RetrievalReads, question: Question, entities: list[FoundEntity],
                   relations: list[FoundRelation]) -> list[list[ChunkHit]]:
     """Two chunk lists: the entities' sources, then the relations' (without the entities')."""
     entity_ids = pick(store, question, [e.source_ids for e in entities], set())
@@ -23,7 +23,7 @@ def graph_sources(store: KnowledgeStore, question: Question, entities: list[Foun
     return [[ChunkHit(i, 0.0, "entity") for i in entity_ids], [ChunkHit(i, 0.0, "relation") for i in relation_ids]]
 
 
-def pick(store: KnowledgeStore, question: Question, given: list[Sequence[str]], taken: set[str]) -> list[str]:
+def pick(store: RetrievalReads, question: Question, given: list[Sequence[str]], taken: set[str]) -> list[str]:
     params = question.params
     sources = [[c for c in ids if c not in taken] for ids in given]
     if not any(sources):

@@ -23,7 +23,7 @@ from proxy.retrieval.params import QueryParams
 
 if TYPE_CHECKING:
     from proxy.retrieval.scope import Scope
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 KEYWORD_VECTORS = ("low", "high")  # the vectors of the extracted keywords; "query" is the question's own
 
@@ -50,7 +50,7 @@ class Channel(Protocol):
     name: str
     vector: str   # which of the question's vectors it searches with: "low", "high" or "query"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         """The channel's finds, best first. Blocking: called in a worker thread."""
         ...
 

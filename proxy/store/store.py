@@ -31,8 +31,10 @@ from proxy.store.communities_igraph import Community, leiden_communities
 from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
 from proxy.store.incident import Incident, IncidentCache, incident_relations
 from proxy.store.keywords_bm25 import ENTITY_B, B
+from proxy.store.memory_reads import GraphScope, MemoryView, NamedReads
 from proxy.store.messages import opening_error
 from proxy.store.name_index import NameIndex
+from proxy.store.protocols.communities import StoredCommunity
 from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.keywords import KeywordIndex
 from proxy.store.protocols.tables import SharedTables, Tables
@@ -49,7 +51,10 @@ STATS_PATIENCE = 5.0        # seconds a stats read is made again while commits l
 STATS_RETRY_SECONDS = 0.01
 
 
-class KnowledgeStore:
+class KnowledgeStore(NamedReads):
+    """The store; retrieval reads it through its narrow face (``protocols/retrieval.py``), the named
+    reads of its rows and graph (``memory_reads.py``) among them."""
+
     def __init__(self, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB",
                  backend: Backend = EMBEDDED) -> None:
         self.data_dir = data_dir
@@ -375,6 +380,32 @@ class KnowledgeStore:
     def extractions_sync(self, chunk_ids: list[str]) -> dict[str, str]:
         """Chunk id -> what extraction found in it (ExtractionResult JSON). Blocking."""
         return self.tables.retrieval_rows.extractions_sync(chunk_ids)
+
+    def aliases_sync(self) -> dict[str, str]:
+        """The merge aliases: a merged-away name key -> the key it resolves to. Blocking."""
+        return self.tables.graph_rows.aliases_sync()
+
+    def community_rows_sync(self, keys: list[int]) -> dict[int, StoredCommunity]:
+        """The community summaries of these vector keys. Blocking."""
+        return self.tables.communities.by_keys_sync(keys)
+
+    @property
+    def metadata_version(self) -> int:
+        """Moves with every edit of a document's metadata (what a filter matches may change)."""
+        return self.tables.documents.metadata_version
+
+    async def searchable_metadata(self) -> list[tuple[str, dict[str, Any]]]:
+        """The processed documents' (name, metadata), for a metadata filter."""
+        return await self.tables.documents.searchable_metadata()
+
+    @property
+    def shared(self) -> bool:
+        """Whether other replicas share the store (its searches then run on the database server)."""
+        return self.backend.shared
+
+    def within(self, scope: GraphScope) -> MemoryView:
+        """The named reads over the graph as ``scope`` sees it (a retrieval under a metadata filter)."""
+        return MemoryView(self, scope)
 
     def chunk_texts_sync(self, keys: list[int]) -> dict[str, tuple[str, int]]:
         """id -> (content, tokens) of the chunks with these vector keys, from the cache or one table

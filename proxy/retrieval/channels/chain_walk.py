@@ -9,7 +9,7 @@ one surely kept; their entities come with them.
 The full expansion (``ppr``) weighs every edge two rings around the seeds (up to 2,000 entities on
 a dense graph) with their vectors too, ranks them by a personalised PageRank and joins the best:
 half a turn's CPU. A 2- or 3-hop question needs only the chain that answers it, and the per-commit
-incident lists (``KnowledgeStore.incident_sync``) hand each end's relations over without walking
+incident lists (``RetrievalReads.incident_sync``) hand each end's relations over without walking
 the graph. No vector is read (the light path's rule): a relation's words decide.
 """
 
@@ -30,7 +30,7 @@ from proxy.store.changes import split_pair
 
 if TYPE_CHECKING:
     from proxy.store.incident import Incident
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 BEAM = 4   # chain ends followed each hop, the strongest first
 HOPS = 3   # a 3-hop question's answer is a relation of the third hop's ends (the PageRank expansion
@@ -52,7 +52,7 @@ class ChainWalk:
     strongly each relation met is reached (the near end's strength times the hop's confidence,
     ``hop_confidence``), and each end's best onward relation (``answers``)."""
 
-    def __init__(self, store: KnowledgeStore, question: Question, seeds: dict[str, float]) -> None:
+    def __init__(self, store: RetrievalReads, question: Question, seeds: dict[str, float]) -> None:
         self.store, self.question = store, question
         self.named = tuple(linked_keys(store, question))
         self.strength: dict[str, float] = dict(seeds)
@@ -183,7 +183,7 @@ class ChainWalkChannel:
     def enabled(self, params: QueryParams) -> bool:
         return params.expansion == "chains"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         seeds = seeds_of(store, question)
         if not seeds:
             return Found()

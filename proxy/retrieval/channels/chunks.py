@@ -9,14 +9,14 @@ from proxy.retrieval.found import ChunkHit, Found
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 
 class ChunkChannel:
     name = "chunks"
     vector = "query"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         params = question.params
         matches = search.vector_search(store, "chunks", question.vectors[self.vector], params.chunk_top_k,
                                        params.cosine_threshold)

@@ -14,7 +14,7 @@ from proxy.retrieval.params import QueryParams
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 MOST = 5   # communities a question gets at most: each summary is a paragraph of the context
 
@@ -26,11 +26,11 @@ class CommunityChannel:
     def enabled(self, params: QueryParams) -> bool:
         return params.communities == "on"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         params = question.params
         matches = search.vector_search(store, "communities", question.vectors[self.vector],
                                        min(MOST, params.top_k), params.cosine_threshold)
-        stored = store.tables.communities.by_keys_sync([key for key, _ in matches])
+        stored = store.community_rows_sync([key for key, _ in matches])
         return Found(communities=[
             FoundCommunity(c.id, c.title, c.summary, list(c.members), score)
             for key, score in matches if (c := stored.get(key)) is not None])

@@ -22,7 +22,7 @@ from proxy.retrieval.select import scored
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 
 class DescribedChannel:
@@ -32,7 +32,7 @@ class DescribedChannel:
     def enabled(self, params: QueryParams) -> bool:
         return params.linking == "on"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         if linked_keys(store, question):   # a named entity: the linked channel and the walk ground it
             return Found()
         matches = store.keyword_search_sync("entities", question.asked, question.params.top_k)

@@ -23,7 +23,7 @@ from proxy.retrieval.stages import Question
 from proxy.store.changes import pair_key, split_pair
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 HOPS = 2             # the walk's rings: the bridge is one hop from a seed, its facts one further
 MAX_HOPS = 4         # the strongest chains are followed this far, a hop at a time past the rings
@@ -38,7 +38,7 @@ VECTOR_SEED_WEIGHT = 0.5  # a vector neighbour of the question counts half as mu
 EDGE_FLOOR = 0.05    # an edge unrelated to the question still carries a little of the walk
 
 
-def seeds_of(store: KnowledgeStore, question: Question) -> dict[str, float]:
+def seeds_of(store: RetrievalReads, question: Question) -> dict[str, float]:
     """Entity key -> restart weight: the entities the question names, then those nearest its vector."""
     seeds = linked_keys(store, question)
     vector = question.vectors.get("low", question.vectors["query"])
@@ -123,7 +123,7 @@ class Chains:
         return chosen
 
 
-def judge_edges(store: KnowledgeStore, question: Question,
+def judge_edges(store: RetrievalReads, question: Question,
                 facts: dict[str, tuple[tuple[str, ...], str, str, int]]) -> Judge:
     """Edges' relevance (``edge_relevance``) by the words given (None: the question's), their
     cosines read once for the batch."""
@@ -138,7 +138,7 @@ def judge_edges(store: KnowledgeStore, question: Question,
     return judge
 
 
-def walk_edges(store: KnowledgeStore, question: Question, seeds: dict[str, float],
+def walk_edges(store: RetrievalReads, question: Question, seeds: dict[str, float],
                chains: Chains) -> list[tuple[str, str]]:
     """The walk's edges: the seeds' neighbourhood up to ``HOPS`` away, then, ring by ring up to
     ``MAX_HOPS``, the edges of the strongest chains' ends (``Chains.continuing``); all judged."""
@@ -182,7 +182,7 @@ class ExpansionChannel:
     def enabled(self, params: QueryParams) -> bool:
         return params.expansion == "ppr"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         params = question.params
         seeds = seeds_of(store, question)
         if not seeds:
@@ -200,7 +200,7 @@ class ExpansionChannel:
         entities = search.scored_entities(store, ranked)
         return Found(entities, self.joining(store, question, ranked, relevance, chains.answers))
 
-    def joining(self, store: KnowledgeStore, question: Question, ranked: dict[str, float],
+    def joining(self, store: RetrievalReads, question: Question, ranked: dict[str, float],
                 relevance: dict[str, float], answers: tuple[str, ...] | list[str] = ()) -> list[FoundRelation]:
         """The relations between two of the ranked entities, by the walk's flow along them: each
         endpoint's PageRank times the edge's share of that endpoint's weighed edges (the weights

@@ -16,7 +16,7 @@ from proxy.retrieval.select import scored
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 CHUNK_MODES = frozenset({Mode.MIX, Mode.NAIVE})
 ENTITY_MODES = frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})
@@ -31,7 +31,7 @@ class KeywordChannel:
     def enabled(self, params: QueryParams) -> bool:
         return params.keyword_search == "on"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         params, mode = question.params, Mode(question.params.mode)
         found = Found()
         if mode in CHUNK_MODES:
@@ -45,7 +45,7 @@ class KeywordChannel:
         return found
 
     @staticmethod
-    def _entities(store: KnowledgeStore, text: str, count: int) -> list[FoundEntity]:
+    def _entities(store: RetrievalReads, text: str, count: int) -> list[FoundEntity]:
         matches = store.keyword_search_sync("entities", text, count)
         entities: list[FoundEntity] = scored(matches, search.entities_by_keys(store, [k for k, _ in matches]))
         degree = search.degrees(store, [e.key for e in entities])
@@ -54,7 +54,7 @@ class KeywordChannel:
         return entities
 
     @staticmethod
-    def _relations(store: KnowledgeStore, text: str, count: int) -> list[FoundRelation]:
+    def _relations(store: RetrievalReads, text: str, count: int) -> list[FoundRelation]:
         matches = store.keyword_search_sync("relations", text, count)
         relations: list[FoundRelation] = scored(matches, search.relations_by_keys(store, [k for k, _ in matches]))
         search.set_relation_degrees(store, relations)

@@ -20,7 +20,7 @@ from proxy.retrieval.stages import Question
 from proxy.text.word_forms import cut_names, relation_words
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 TURN_DISCOUNT = 0.5   # a name from an earlier turn counts half as much as one in the question
 # a named hub's relations are many, and the kind asked for may only show once the keywords' themes
@@ -28,7 +28,7 @@ TURN_DISCOUNT = 0.5   # a name from an earlier turn counts half as much as one i
 RELATIONS_PER_TOP_K = 4
 
 
-def linked_keys(store: KnowledgeStore, question: Question) -> dict[str, float]:
+def linked_keys(store: RetrievalReads, question: Question) -> dict[str, float]:
     """Entity key -> confidence: the question's names, then the earlier turns' (newest first).
     Worked out once per question and view of the store (the linked, expansion and described
     channels all ask); each caller gets its own copy."""
@@ -38,7 +38,7 @@ def linked_keys(store: KnowledgeStore, question: Question) -> dict[str, float]:
     return dict(question.memo[memo])
 
 
-def _linked(store: KnowledgeStore, question: Question) -> dict[str, float]:
+def _linked(store: RetrievalReads, question: Question) -> dict[str, float]:
     linked = dict(store.link_sync(question.text))
     weight = 1.0
     for turn in reversed(question.turns):
@@ -55,7 +55,7 @@ class LinkedChannel:
     def enabled(self, params: QueryParams) -> bool:
         return params.linking == "on"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         params = question.params
         linked = linked_keys(store, question)
         keys = sorted(linked, key=lambda k: -linked[k])[:params.top_k]   # stable: the text's order within ties

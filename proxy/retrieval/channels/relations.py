@@ -11,14 +11,14 @@ from proxy.retrieval.select import rank_relations, scored
 from proxy.retrieval.stages import Question
 
 if TYPE_CHECKING:
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.protocols.retrieval import RetrievalReads
 
 
 class RelationChannel:
     name = "relations"
     vector = "high"
 
-    def search(self, store: KnowledgeStore, question: Question) -> Found:
+    def search(self, store: RetrievalReads, question: Question) -> Found:
         params = question.params
         matches = search.vector_search(store, "relations", question.vectors[self.vector], params.top_k,
                                        params.cosine_threshold)
