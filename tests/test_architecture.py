@@ -248,6 +248,26 @@ def no_class_name_is_used_twice(house: House) -> list[str]:
     return [f"{name}: {', '.join(sorted(modules))}" for name, modules in where.items() if len(modules) > 1]
 
 
+# what retrieval may name of the store: its narrow face and the plain records it hands over
+RETRIEVAL_SEES_OF_THE_STORE = ("proxy.store.protocols", "proxy.store.changes", "proxy.store.incident",
+                               "proxy.store.memory_reads", "proxy.store.rows_memory")
+
+
+def retrieval_reads_the_store_through_its_narrow_face(house: House) -> list[str]:
+    """``RetrievalReads`` (proxy/store/protocols/retrieval.py): no import of the store's class or its
+    engines' modules, no callback into its in-memory rows, no reach into its tables."""
+    offenders = [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+                 if within(i.module, "proxy.retrieval") and within(i.target, "proxy.store")
+                 and not within(i.target, RETRIEVAL_SEES_OF_THE_STORE)]
+    for module, tree in house.trees.items():
+        if not within(module, "proxy.retrieval"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("read_memory", "read_memory_sync", "tables"):
+                offenders.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+    return offenders
+
+
 # each rule, and a violation of it to plant: module name -> source
 RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
     only_the_store_imports_its_engines: {"proxy__retrieval__planted": "import duckdb\n"},
@@ -269,6 +289,8 @@ RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
     one_holder_writes_the_control_planes_lists: {
         "proxy__knowledge__planted": "def f(lists):\n    lists.update_sync('kbs', dict)\n"},
     no_class_name_is_used_twice: {"proxy__gateway__planted": "class KnowledgeStore:\n    pass\n"},
+    retrieval_reads_the_store_through_its_narrow_face: {
+        "proxy__retrieval__planted": "def f(store):\n    return store.read_memory_sync(lambda rows, graph: rows)\n"},
 }
 
 
