@@ -248,7 +248,7 @@ async def test_commits_past_the_rebuild_share_rebuild_from_the_tables(
         assert found(store, "chunks", "Orion")
         await ingest(client, ("incident.txt", INCIDENT), ("city.md", CITY))
         assert (await client.delete(f"/rag/documents/{team}")).status_code == 200
-        await anyio.to_thread.run_sync(store.settle_keywords_sync)   # rebuilt in the background
+        await anyio.to_thread.run_sync(store.keywords.settle_sync)   # rebuilt in the background
         searches = [(table, text) for table in ("chunks", "entities", "relations")
                     for text in (CODE, "Berlin", "Orion")]
         kept = [store.keyword_search_sync(table, text, 10) for table, text in searches]

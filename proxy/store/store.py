@@ -30,13 +30,12 @@ from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.communities_igraph import Community, leiden_communities
 from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
 from proxy.store.incident import Incident, IncidentCache, incident_relations
-from proxy.store.keywords_bm25 import ENTITY_B, B
+from proxy.store.keyword_indexes import KeywordIndexes
 from proxy.store.memory_reads import GraphScope, MemoryView, NamedReads
 from proxy.store.messages import opening_error
 from proxy.store.name_index import NameIndex
 from proxy.store.protocols.communities import StoredCommunity
 from proxy.store.protocols.graph import Graph
-from proxy.store.protocols.keywords import KeywordIndex
 from proxy.store.protocols.tables import SharedTables, Tables
 from proxy.store.protocols.vectors import Vectors
 from proxy.store.read_cache import TextCache
@@ -75,14 +74,7 @@ class KnowledgeStore(NamedReads):
         self._descriptions: dict[str, TextCache[str]] = {"entities": TextCache(TEXTS_CACHED),
                                                          "relations": TextCache(TEXTS_CACHED)}
         self._chunk_texts: TextCache[tuple[str, str, int]] = TextCache(TEXTS_CACHED)
-        # keyword (BM25) indexes: loaded and healed at start-up when saved, else built on first use
-        # (12 s at 100k chunks, and keyword search is off by default), then kept in step with every commit
-        self._keywords: dict[str, KeywordIndex] = {
-            name: backend.new_keywords(data_dir / f"{name}.bm25", keyword_b(name)) for name in INDEXED_TABLES}
-        self._keywords_ready: set[str] = set()   # the tables whose keyword index is in use (built on first use)
-        self._keywords_generation = 0
-        self._keywords_lock = threading.RLock()
-        self._keyword_rebuilds: dict[str, threading.Thread] = {}   # by table: at most one at a time
+        self.keywords = KeywordIndexes(self, backend, data_dir)   # BM25, built on first use (keyword_indexes.py)
         self._memory_lock = threading.RLock()   # rows and graph
         self._incident = IncidentCache()   # under the memory lock
         self._vectors_lock = threading.RLock()  # the vector indexes
@@ -129,7 +121,7 @@ class KnowledgeStore(NamedReads):
             self.generation = cast(SharedTables, self.tables).loaded_generation
             for index in self._indexes.values():   # and so are the indexes' sizes
                 index.load(ndim)
-        self._open_keywords()
+        self.keywords.open()
         self.tables.serve_small_statements(on_reopen=self._reopened)
         self.saved_generation = self.generation
         if any(index.generation != self.generation for index in self._indexes.values()):
@@ -153,8 +145,8 @@ class KnowledgeStore(NamedReads):
                 self._heal_index(name, index, trust=False)
             self._load_memory()
             self.generation = generation
-        if self._keywords_ready:
-            self._build_keywords(heal=True, tables=set(self._keywords_ready))
+        if self.keywords.ready:
+            self.keywords.build(heal=True, tables=set(self.keywords.ready))
 
     def embedding_dim(self) -> int | None:
         raw = self.tables.meta_sync("embed_dim")
@@ -204,7 +196,7 @@ class KnowledgeStore(NamedReads):
                 if index.generation != generation:
                     index.save(generation)
             self.saved_generation = generation
-        self._save_keywords()   # not under the vectors' lock: the keywords' is taken before the rows' lock
+        self.keywords.save()   # not under the vectors' lock: the keywords' is taken before the rows' lock
 
     async def save(self) -> None:
         if self.saved_generation != self.generation:
@@ -215,7 +207,7 @@ class KnowledgeStore(NamedReads):
         await self.tables.checkpoint()
 
     async def close(self) -> None:
-        await anyio.to_thread.run_sync(self.settle_keywords_sync)
+        await anyio.to_thread.run_sync(self.keywords.settle_sync)
         try:
             await self.save()
         except OSError as exc:  # the tables are the truth: the next start heals the indexes from them
@@ -304,8 +296,8 @@ class KnowledgeStore(NamedReads):
             self.generation = cast(SharedTables, self.tables).loaded_generation
             for index in self._indexes.values():
                 index.load(self.embedding_dim())
-        if self._keywords_ready:
-            self._build_keywords(heal=True, tables=set(self._keywords_ready))
+        if self.keywords.ready:
+            self.keywords.build(heal=True, tables=set(self.keywords.ready))
 
     async def wait_for_commit(self, seen: int) -> None:
         """Return once a commit moved the generation past ``seen`` (background jobs that follow
@@ -331,7 +323,7 @@ class KnowledgeStore(NamedReads):
                     index.add(np.asarray(delta.added_keys, dtype=np.uint64), np.vstack(delta.added_vectors))
                 index.generation = -1
             self.generation = generation
-        self._apply_keywords(changes, deltas, generation)
+        self.keywords.apply(changes, deltas, generation)
         return generation
 
     def _apply_rows(self, changes: Changeset) -> None:
@@ -376,6 +368,15 @@ class KnowledgeStore(NamedReads):
             cache.put_many({key: text for key, text in read.items() if key in absent})
             found.update(read)
         return found
+
+    def keyword_search_sync(self, table: str, query: str, count: int) -> list[tuple[int, float]]:
+        """(vector key, BM25 score) of the ``count`` rows of ``table`` whose text best matches
+        ``query``'s words, best first (only rows sharing a word). Blocking."""
+        return self.keywords.search_sync(table, query, count)
+
+    def keyword_count(self, table: str) -> int:
+        """How many rows ``table``'s keyword index holds (0 until it is first used)."""
+        return self.keywords.count(table)
 
     def extractions_sync(self, chunk_ids: list[str]) -> dict[str, str]:
         """Chunk id -> what extraction found in it (ExtractionResult JSON). Blocking."""
@@ -593,8 +594,8 @@ class KnowledgeStore(NamedReads):
             # a shared store's rows are of the snapshot they were read in (other replicas commit meanwhile)
             self.generation = cast(SharedTables, self.tables).loaded_generation if self.backend.shared else int(
                 self.tables.meta_sync("generation", "0") or 0)
-        if self._keywords_ready:
-            self._build_keywords(heal=False, tables=set(self._keywords_ready))
+        if self.keywords.ready:
+            self.keywords.build(heal=False, tables=set(self.keywords.ready))
         self.saved_generation = -1
         self._save_sync()
         return {table: len(index) for table, index in self._indexes.items()}
@@ -626,165 +627,6 @@ class KnowledgeStore(NamedReads):
 
     async def stats(self) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(self.stats_sync)
-
-    # --- keyword search (BM25 over chunk texts and entity / relation names and descriptions) ---
-
-    def keyword_search_sync(self, table: str, query: str, count: int) -> list[tuple[int, float]]:
-        """(vector key, BM25 score) of the ``count`` rows of ``table`` whose text best matches
-        ``query``'s words, best first (only rows sharing a word). A table's index is built on its
-        first use (the entities' alone for a question that names none: the chunks' costs far more).
-        Blocking."""
-        with self._keywords_lock:
-            if table not in self._keywords_ready:
-                self._build_keywords(heal=False, tables={table})
-                self._save_keywords_quietly()
-            return self._keywords[table].search(query, count)
-
-    def keyword_count(self, table: str) -> int:
-        """How many rows ``table``'s keyword index holds (0 until it is first used)."""
-        with self._keywords_lock:
-            return len(self._keywords[table]) if table in self._keywords_ready else 0
-
-    def _open_keywords(self) -> None:
-        """Saved keyword indexes (keyword search was used on this store) are loaded and healed."""
-        loaded = {table for table, index in self._keywords.items() if index.load()}
-        if loaded:
-            self._build_keywords(heal=True, tables=loaded)
-
-    def _build_keywords(self, *, heal: bool, tables: set[str]) -> None:
-        """The keyword indexes of ``tables`` made to hold exactly the tables' keys: healed by comparing
-        key sets (a saved copy: the texts added since its last rebuild are read back), or built anew."""
-        with self._keywords_lock:
-            for table in tables:
-                index = self._keywords[table]
-                db_keys = self.tables.keys_sync(table)
-                if not heal:
-                    index.rebuild(*self._keyword_texts(table, db_keys.tolist()))
-                    continue
-                ix_keys = index.keys()
-                missing = np.setdiff1d(db_keys, ix_keys).tolist()
-                extra = np.setdiff1d(ix_keys, db_keys).tolist()
-                index.remove(extra)
-                index.add(*self._keyword_texts(table, missing))
-                if index.needs_rebuild():
-                    index.rebuild(*self._keyword_texts(table, db_keys.tolist()))
-                if index.generation != self.generation or extra:
-                    log.info("keyword index %s was out of step with the tables and has been repaired", table)
-                index.generation = -1
-            self._keywords_ready |= tables
-            self._keywords_generation = self.generation
-
-    def _keyword_texts(self, table: str, keys: list[int]) -> tuple[list[int], list[str]]:
-        """The texts of ``keys`` as committed (``_apply_keywords`` indexes the same), a batch of
-        reads at a time; keys the rows do not hold yet are left to the commit that adds them."""
-        found_keys: list[int] = []
-        texts: list[str] = []
-        for start in range(0, len(keys), KEYWORD_BATCH):
-            batch = keys[start:start + KEYWORD_BATCH]
-            for key, text in self._keyword_batch(table, batch):
-                found_keys.append(key)
-                texts.append(text)
-        return found_keys, texts
-
-    def _keyword_batch(self, table: str, keys: list[int]) -> list[tuple[int, str]]:
-        reads = self.tables.retrieval_rows
-        if table == "chunks":
-            with self._memory_lock:
-                ids = {key: self._rows.chunk_ids[key] for key in keys if key in self._rows.chunk_ids}
-            contents = reads.chunk_texts_sync(list(ids))
-            return [(key, contents[cid][0]) for key, cid in ids.items() if cid in contents]
-        if table == "entities":
-            with self._memory_lock:
-                names = {k: (e.name_key, e.name) for k in keys if (e := self._rows.entities.get(k)) is not None}
-            described = reads.descriptions_sync(table, [(k, name_key) for k, (name_key, _) in names.items()])
-            return [(k, entity_keyword_text(name, described.get(k, ""))) for k, (_, name) in names.items()]
-        with self._memory_lock:
-            metas = {k: r for k in keys if (r := self._rows.relations.get(k)) is not None}
-        described = reads.descriptions_sync(table, [(k, r.pair) for k, r in metas.items()])
-        return [(k, relation_keyword_text(r.keywords, *split_pair(r.pair), described.get(k, "")))
-                for k, r in metas.items()]
-
-    def _apply_keywords(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> None:
-        """A commit's added and removed rows in the keyword indexes (when they are in use)."""
-        with self._keywords_lock:
-            if not self._keywords_ready:
-                return
-            texts = {
-                "chunks": [(c.key, c.content) for c in changes.chunks_added],
-                "entities": [(e.key, entity_keyword_text(e.name, e.description)) for e in changes.entities_upserted],
-                "relations": [(r.key, relation_keyword_text(r.keywords, r.source, r.target, r.description))
-                              for r in changes.relations_upserted],
-            }
-            for table, delta in deltas.items():
-                if table not in self._keywords_ready:   # not in use (the community summaries have none)
-                    continue
-                index = self._keywords[table]
-                index.remove(delta.removed_keys)
-                added = set(delta.added_keys)
-                new = [(key, text) for key, text in texts[table] if key in added]
-                index.add([key for key, _ in new], [text for _, text in new])
-                if index.needs_rebuild():
-                    self._rebuild_keywords_in_background(table)
-                index.generation = -1
-            self._keywords_generation = generation
-
-    def _rebuild_keywords_in_background(self, table: str) -> None:
-        """A new index built from the tables in a thread of its own (20 s at 100k chunks: never on
-        the commit path), then swapped in with the commits made meanwhile."""
-        running = self._keyword_rebuilds.get(table)
-        if running is not None and running.is_alive():
-            return
-        thread = threading.Thread(target=self._rebuild_keywords, args=(table,), name=f"keywords-{table}", daemon=True)
-        self._keyword_rebuilds[table] = thread
-        thread.start()
-
-    def _rebuild_keywords(self, table: str) -> None:
-        try:
-            fresh = self.backend.new_keywords(self.data_dir / f"{table}.bm25", keyword_b(table))
-            fresh.rebuild(*self._keyword_texts(table, self.tables.keys_sync(table).tolist()))
-            with self._keywords_lock:   # the commits since the tables were read: a comparison of key sets
-                live, built = self._keywords[table].keys(), fresh.keys()
-                fresh.remove(np.setdiff1d(built, live).tolist())
-                fresh.add(*self._keyword_texts(table, np.setdiff1d(live, built).tolist()))
-                fresh.generation = -1
-                self._keywords[table] = fresh
-        except Exception:  # a thread of its own: logged; the next commit past the share tries again
-            log.exception("keyword index %s was not rebuilt", table)
-
-    def settle_keywords_sync(self) -> None:
-        """Wait for the keyword rebuilds under way (closing, tests). Blocking."""
-        for thread in list(self._keyword_rebuilds.values()):
-            thread.join()
-
-    def _save_keywords(self) -> None:
-        with self._keywords_lock:
-            for table in self._keywords_ready:
-                index = self._keywords[table]
-                if index.generation != self._keywords_generation:
-                    index.save(self._keywords_generation)
-
-    def _save_keywords_quietly(self) -> None:
-        try:
-            self._save_keywords()
-        except OSError as exc:  # the tables are the truth: the next first use builds them again
-            log.warning("keyword indexes not saved (%s)", exc)
-
-
-KEYWORD_BATCH = 10_000  # keys per read of texts when a keyword index is healed or rebuilt
-
-
-def keyword_b(table: str) -> float:
-    """BM25's length normalisation for ``table``'s keyword index: none for the entities' merged
-    descriptions (``keywords_bm25.ENTITY_B``), the usual for chunks and relations."""
-    return ENTITY_B if table == "entities" else B
-
-
-def entity_keyword_text(name: str, description: str) -> str:
-    return f"{name}\n{description}"
-
-
-def relation_keyword_text(keywords: list[str] | tuple[str, ...], source: str, target: str, description: str) -> str:
-    return f"{', '.join(keywords)}\t{source}\t{target}\n{description}"
 
 
 def apply_names(names: NameIndex, changes: Changeset) -> None:
