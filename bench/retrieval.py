@@ -148,7 +148,7 @@ async def main():
             "(CAST(regexp_extract(id, '[0-9]+') AS INTEGER) % 10) || '}'"))
     first = await retriever.retrieve("q", [], params, budget)
     startup = time.perf_counter() - started
-    while not store.names_ready:   # entity linking's name index is built beside the first queries
+    while not store.names.ready:   # entity linking's name index is built beside the first queries
         await anyio.sleep(0.05)
     names = time.perf_counter() - started
 

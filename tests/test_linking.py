@@ -255,10 +255,10 @@ async def test_the_name_index_is_built_beside_the_turns_and_misses_no_commit(
         monkeypatch.setattr(NameIndex, "build", staticmethod(slow_build))
         await store.rebuild()                      # the rows are reloaded: the index must be built again
         assert store.link_sync("Acme Corp") == []  # not ready: nothing linked, the turn not held
-        assert not store.names_ready
+        assert not store.names.ready
         await settle(client, (await upload(client, "city.md", CITY))["id"])   # committed during the build
         release.set()
         with anyio.fail_after(30):
-            while not store.names_ready:
+            while not store.names.ready:
                 await anyio.sleep(0.01)
         assert [key for key, _ in store.link_sync("Acme Corp in Berlin")] == ["acme corp", "berlin"]

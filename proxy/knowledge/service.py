@@ -143,9 +143,9 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
             # entity linking's name index: built before serving a small store, beside it for a big one
             # (seconds at 100k entities; until then turns are grounded without links)
             if store.vector_count("entities") <= NAMES_BEFORE_SERVING:
-                await anyio.to_thread.run_sync(store.build_names_sync)
+                await anyio.to_thread.run_sync(store.names.build_sync)
             else:
-                group.start_soon(anyio.to_thread.run_sync, store.build_names_sync)
+                group.start_soon(anyio.to_thread.run_sync, store.names.build_sync)
             await pipeline.start(group)
             traces.start(group)
             cache.start(group)

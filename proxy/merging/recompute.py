@@ -213,7 +213,7 @@ class Integrator:
         def decide() -> Resolution:
             intros = introduced(added, texts)
             keys, cores = names_asked(added, intros)
-            present, by_core = self.store.names_known_sync(keys, cores)
+            present, by_core = self.store.names.known_sync(keys, cores)
             # the rows of the commit in flight are not in the store's memory yet
             present |= keys & set(overlaid)
             for key, row in overlaid.items():

@@ -15,7 +15,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -23,7 +23,6 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from proxy.core.names import name_words
 from proxy.store.backends import EMBEDDED, Backend
 from proxy.store.change_log import decode
 from proxy.store.changes import Changeset, IndexDelta, split_pair
@@ -33,7 +32,7 @@ from proxy.store.incident import Incident, IncidentCache, incident_relations
 from proxy.store.keyword_indexes import KeywordIndexes
 from proxy.store.memory_reads import GraphScope, MemoryView, NamedReads
 from proxy.store.messages import opening_error
-from proxy.store.name_index import NameIndex
+from proxy.store.name_linking import NameLinking
 from proxy.store.protocols.communities import StoredCommunity
 from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.tables import SharedTables, Tables
@@ -64,12 +63,7 @@ class KnowledgeStore(NamedReads):
         self._indexes: dict[str, Vectors] = {}   # by table, made once the tables are open
         self._graph = backend.new_graph()
         self._rows = MemoryRows()
-        # entity names and aliases, for linking: built on first use (seconds at 1M entities, and
-        # linking is off by default), then kept in step with every commit
-        self._names: NameIndex | None = None
-        # while the name index is built (outside the lock), the changes it must replay; None: no build
-        self._names_pending: list[Changeset] | None = None
-        self._names_epoch = 0   # moves when the rows are reloaded: a build begun before is dropped
+        self.names = NameLinking(self)   # entity names and aliases, for linking (name_linking.py)
         # the texts retrieval reads per turn, by vector key (``read_cache.py``)
         self._descriptions: dict[str, TextCache[str]] = {"entities": TextCache(TEXTS_CACHED),
                                                          "relations": TextCache(TEXTS_CACHED)}
@@ -183,11 +177,11 @@ class KnowledgeStore(NamedReads):
             self._graph.load(list(rows.entity_keys), *self.tables.graph_edges_sync())
         finally:
             gc.enable()
-        self._rows, self._names, self._names_pending = rows, None, None
+        self._rows = rows
+        self.names.reset()
         for cache in self._descriptions.values():
             cache.clear()
         self._chunk_texts.clear()
-        self._names_epoch += 1
 
     def _save_sync(self) -> None:
         with self._vectors_lock:
@@ -312,7 +306,7 @@ class KnowledgeStore(NamedReads):
         touched_chunks += [chunk for _, chunk, _ in changes.links_added]
         with self._memory_lock:
             self._apply_rows(changes)
-            self._apply_names(changes)
+            self.names.apply(changes)
             self.tables.load_chunk_documents_sync(self._rows, list(dict.fromkeys(touched_chunks)))
             self._apply_graph(changes)
         with self._vectors_lock:
@@ -378,6 +372,10 @@ class KnowledgeStore(NamedReads):
         """How many rows ``table``'s keyword index holds (0 until it is first used)."""
         return self.keywords.count(table)
 
+    def link_sync(self, text: str) -> list[tuple[str, float]]:
+        """(entity key, confidence) of the entities ``text`` names (``NameLinking.link_sync``). Blocking."""
+        return self.names.link_sync(text)
+
     def extractions_sync(self, chunk_ids: list[str]) -> dict[str, str]:
         """Chunk id -> what extraction found in it (ExtractionResult JSON). Blocking."""
         return self.tables.retrieval_rows.extractions_sync(chunk_ids)
@@ -422,40 +420,6 @@ class KnowledgeStore(NamedReads):
             cached.update(keyed)
         return {chunk_id: (content, tokens) for chunk_id, content, tokens in cached.values()}
 
-    def _apply_names(self, changes: Changeset) -> None:
-        """The name index follows the entities and the aliases, in the order the tables took them."""
-        names = self._names
-        if names is None:  # not built yet: a build under way replays the change once it is done
-            if self._names_pending is not None:
-                self._names_pending.append(changes)
-            return
-        apply_names(names, changes)
-
-    @property
-    def names_ready(self) -> bool:
-        """Whether entity linking's name index is built (before, ``link_sync`` links nothing)."""
-        return self._names is not None
-
-    def build_names_sync(self) -> None:
-        """Build the name index entity linking reads, outside the lock (8 s at 50k random names):
-        the changes committed meanwhile are replayed before it is used. Blocking."""
-        with self._memory_lock:
-            if self._names is not None or self._names_pending is not None:
-                return   # built, or being built
-            keys, epoch, self._names_pending = list(self._rows.entity_keys), self._names_epoch, []
-        try:
-            index = NameIndex.build(keys, self.tables.graph_rows.aliases_sync())
-        except BaseException:
-            with self._memory_lock:
-                self._names_pending = None
-            raise
-        with self._memory_lock:
-            if epoch != self._names_epoch:   # reloaded meanwhile: this index is of rows gone
-                return
-            for changes in self._names_pending or []:
-                apply_names(index, changes)
-            self._names, self._names_pending = index, None
-
     def _apply_graph(self, changes: Changeset) -> None:
         self._graph.add_entities(row.name_key for row in changes.entities_upserted)
         self._graph.set_edges((row.source, row.target, row.weight) for row in changes.relations_upserted)
@@ -479,38 +443,6 @@ class KnowledgeStore(NamedReads):
         with self._memory_lock:
             return incident_relations([self._incident.read(self._rows, self._graph, self.generation, key)
                                        for key in keys])
-
-    def link_sync(self, text: str) -> list[tuple[str, float]]:
-        """(entity key, confidence) of the entities ``text`` names (their names or merge aliases,
-        any case, punctuation or legal suffix, one typo in a long name), best first. Blocking."""
-        words = name_words(text)
-        with self._memory_lock:
-            names, building = self._names, self._names_pending is not None
-            if names is not None:
-                entity_keys = self._rows.entity_keys
-                return [(key, score) for key, score in names.link(words) if key in entity_keys]
-        if not building:   # never holds a turn: the index is built beside it, and links the next ones
-            threading.Thread(target=self.build_names_sync, name="name-index", daemon=True).start()
-        return []
-
-    def names_known_sync(self, keys: Iterable[str],
-                          cores: Iterable[str]) -> tuple[set[str], dict[str, list[tuple[str, str, str]]]]:
-        """Which of ``keys`` are entities, and for each of ``cores`` the stored names filed under it
-        (an entity's, or a merge alias's) as (the entity key they resolve to, the spelling, the
-        entity's type): what entity resolution at ingestion compares a batch's names with. Blocking."""
-        if self._names is None:
-            self.build_names_sync()
-        with self._memory_lock:
-            rows, names = self._rows, self._names
-            present = {key for key in keys if key in rows.entity_keys}
-            found: dict[str, list[tuple[str, str, str]]] = {}
-            for core in cores if names is not None else ():   # None: another thread builds it just now
-                for key, spelling in names.filed(core):  # type: ignore[union-attr]
-                    meta = rows.entity(key)
-                    if meta is not None:
-                        found.setdefault(core, []).append((key, meta.name if spelling == key else spelling,
-                                                           meta.type))
-            return present, found
 
     def _vectors_held(self) -> contextlib.AbstractContextManager[Any]:
         """The vector indexes' lock, for an in-memory index; none for the tables' own (a shared store:
@@ -627,20 +559,3 @@ class KnowledgeStore(NamedReads):
 
     async def stats(self) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(self.stats_sync)
-
-
-def apply_names(names: NameIndex, changes: Changeset) -> None:
-    """A commit's entities and aliases into the name index, in the order the tables took them."""
-    curation = changes.curation
-    for name_key in changes.entities_removed:
-        names.drop_entity(name_key)
-    for e in changes.entities_upserted:
-        names.put_entity(e.name_key)
-    for alias in curation.aliases_dropped:
-        names.drop_alias(alias)
-    for alias, target in curation.aliases.items():
-        names.put_alias(alias, target)
-    names.drop_aliases_into(curation.aliases_into_dropped)
-    # the index keeps no reasons: a removed entity's aliases all leave it (a hand merge's row stays in the
-    # table and is back in the index at the next start; linking skips a removed entity meanwhile anyway)
-    names.drop_aliases_into(curation.resolved_into_dropped)
