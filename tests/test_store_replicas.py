@@ -46,7 +46,7 @@ async def test_a_commit_through_one_replica_is_replayed_by_the_other(tmp_path: P
     try:
         await first.apply(linked_sample())
         assert second.generation == 0 and memory_of(second) == (set(), set(), set())
-        assert await second.follow() == 1
+        assert await second.replicas.follow() == 1
         assert second.generation == first.generation == 1
         assert memory_of(second) == memory_of(first) == ({"alice", "bob", "carol"},
                                                          {("alice", "bob"), ("bob", "carol")}, {"c1", "c2"})
@@ -75,7 +75,7 @@ async def test_commits_of_both_replicas_interleave_in_generation_order(tmp_path:
         await first.apply(Changeset(entities_removed=["alice"], relations_removed=[
             relation("Alice", "Bob", 6, []).pair_key]))         # generation 3: first replays 2 first
         assert first.generation == 3
-        assert await second.follow() == 1
+        assert await second.replicas.follow() == 1
         assert memory_of(first) == memory_of(second)
         names, edges, chunks = memory_of(first)
         assert names == {"bob", "carol", "dave"} and edges == {("bob", "carol"), ("carol", "dave")}
@@ -91,17 +91,17 @@ async def test_a_replica_follows_the_other_by_notification(tmp_path: Path, pg_se
     first, second = await two_replicas(tmp_path, pg_server, pg_schema)
     monkeypatch.setattr(follow, "POLL_SECONDS", 3600.0)   # no poll during the test: only a notification wakes it
     reads = 0
-    read_log = second.follow
+    read_log = second.replicas.follow
 
     async def counted() -> int:
         nonlocal reads
         reads += 1
         return await read_log()
 
-    monkeypatch.setattr(second, "follow", counted)
+    monkeypatch.setattr(second.replicas, "follow", counted)
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(second.follow_forever)
+            group.start_soon(second.replicas.forever)
             with anyio.fail_after(30):   # listening: it reads the log once, right after its LISTEN
                 while not reads:
                     await anyio.sleep(0.01)
@@ -128,7 +128,7 @@ async def test_a_replica_started_later_loads_everything_and_continues_the_log(tm
             assert late.generation == 1 and memory_of(late) == memory_of(first)
             await first.apply(Changeset(entities_removed=["carol"], relations_removed=[
                 relation("Bob", "Carol", 7, []).pair_key]))
-            assert await late.follow() == 1
+            assert await late.replicas.follow() == 1
             assert memory_of(late) == memory_of(first)
             stored = late.vectors_sync("chunks", [in_memory(first)[0].chunk_keys["c1"]])
             assert np.allclose(stored[0], vec(1), atol=1e-3)
@@ -153,7 +153,7 @@ async def test_a_replica_behind_a_trimmed_log_reloads_and_applies_its_own_commit
         assert memory_of(second)[2] == {"c1", "c2", "c9", "c10"}
         assert second.vector_count("chunks") == 4 and second.vector_count("entities") == 3
         check_open_store(second)
-        assert await first.follow() == 1 and memory_of(first) == memory_of(second)
+        assert await first.replicas.follow() == 1 and memory_of(first) == memory_of(second)
     finally:
         await first.close()
         await second.close()

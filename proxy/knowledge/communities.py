@@ -228,7 +228,7 @@ class CommunitySummaries:
 
         async def commit(changes: Changeset) -> None:
             nonlocal expected, moved
-            async with self.store.merge_turn():   # several replicas: their summaries commit one at a time
+            async with self.store.replicas.merge_turn():   # several replicas: their summaries commit one at a time
                 generation = await self.store.apply(changes)
             moved = moved or generation != expected + 1   # someone else committed meanwhile
             expected = generation

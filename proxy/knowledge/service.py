@@ -150,7 +150,7 @@ async def run_knowledge(settings: Settings, upstream: Upstream, metrics: Metrics
             traces.start(group)
             cache.start(group)
             group.start_soon(_save_periodically, store, settings.index_save_seconds)
-            group.start_soon(store.follow_forever)   # other replicas' commits, on a shared store
+            group.start_soon(store.replicas.forever)   # other replicas' commits, on a shared store
             group.start_soon(communities.run)   # when GRAPHGATE_COMMUNITY_SUMMARIES is on; idle time only
             group.start_soon(embedding.follow)
             if settings.inbox_dir is not None:

@@ -8,7 +8,7 @@ that remove anything (a new version replacing an old one) do not overlap.
 
 Everything else that changes the graph (deletes, curation) takes ``exclusive()``: the merge lock,
 then no commit in flight. On a store several replicas share, batches and edits also hold the
-knowledge base's merge turn (``KnowledgeStore.merge_turn``), so replicas merge one at a time.
+knowledge base's merge turn (``ReplicaFollowing.merge_turn``), so replicas merge one at a time.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Merger:
         """The graph to oneself: no batch being prepared and none committing."""
         async with self.lock:
             await self._settle()
-            async with self.store.merge_turn():   # and, on a shared store, from the other replicas
+            async with self.store.replicas.merge_turn():   # and, on a shared store, from the other replicas
                 yield
 
     def submit(self, work: Work) -> None:
@@ -160,7 +160,7 @@ class Merger:
         replica's merge turn, held from batch to batch (so that one still overlaps the next) until
         the merger falls idle or has held it TURN_SECONDS. A turn lost meanwhile (its connection
         ended: a server restart) is let go and taken again, over the others' commits since."""
-        if self._turn is not None and not await self.store.merge_turn_held():
+        if self._turn is not None and not await self.store.replicas.merge_turn_held():
             log.warning("the merge turn was lost with its connection; taking it again")
             turn, self._turn = self._turn, None
             async with self.lock:
@@ -169,7 +169,7 @@ class Merger:
                 await turn.aclose()
         if self.store.backend.shared and self._turn is None:
             stack = contextlib.AsyncExitStack()
-            await stack.enter_async_context(self.store.merge_turn())
+            await stack.enter_async_context(self.store.replicas.merge_turn())
             self._turn, self._turn_since = stack, time.monotonic()
 
     async def _end_turn(self, *, if_held_for: float = 0.0) -> None:

@@ -30,7 +30,7 @@ class Backend:
     new_vectors: Callable[[Any, str, Path, str], Vectors]  # (tables, table, index file, element type)
     new_graph: Callable[[], Graph]
     new_keywords: Callable[[Path, float], KeywordIndex]  # (index folder, BM25's b); loaded or built later
-    # several replicas commit to the same tables: each replays the others' commits (``KnowledgeStore.follow``)
+    # several replicas commit to the same tables: each replays the others' commits (``ReplicaFollowing.follow``)
     shared: bool = False
 
 

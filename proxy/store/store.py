@@ -15,7 +15,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -24,7 +24,6 @@ import anyio.to_thread
 import numpy as np
 
 from proxy.store.backends import EMBEDDED, Backend
-from proxy.store.change_log import decode
 from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.communities_igraph import Community, leiden_communities
 from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
@@ -38,6 +37,7 @@ from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.tables import SharedTables, Tables
 from proxy.store.protocols.vectors import Vectors
 from proxy.store.read_cache import TextCache
+from proxy.store.replica_following import ReplicaFollowing
 from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
 
 __all__ = ["INDEXED_TABLES", "VECTOR_TABLES", "Community", "KnowledgeStore", "now"]
@@ -80,6 +80,7 @@ class KnowledgeStore(NamedReads):
         self.generation = 0
         self.saved_generation = 0
         self._committed: anyio.Event | None = None   # set by the next commit (``wait_for_commit``)
+        self.replicas = ReplicaFollowing(self)   # the other replicas' commits, on a shared store
 
     # --- opening, healing, saving ---
 
@@ -220,78 +221,19 @@ class KnowledgeStore(NamedReads):
             with anyio.CancelScope(shield=True):
                 deltas, generation = await self.tables.commit(changes)
                 if generation != self.generation + 1 and self.backend.shared:   # other replicas' commits first
-                    await anyio.to_thread.run_sync(self._replay_sync, generation)
+                    await anyio.to_thread.run_sync(self.replicas.replay_sync, generation)
                 if self.generation >= generation:   # a reload (a gap in the log) already read this commit
                     applied = self.generation
                 else:
                     applied = await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
+        self.committed()
+        return applied
+
+    def committed(self) -> None:
+        """Wake whoever waits for the next commit (``wait_for_commit``)."""
         if self._committed is not None:
             self._committed.set()
             self._committed = None
-        return applied
-
-    # --- following the other replicas of a shared store ---
-
-    async def follow(self) -> int:
-        """Apply the commits other replicas made since this one's generation, in their order (the
-        change log); how many. Nothing to do on a store no one else writes."""
-        if not self.backend.shared:
-            return 0
-        async with self.apply_lock:
-            with anyio.CancelScope(shield=True):
-                applied = await anyio.to_thread.run_sync(self._replay_sync, None)
-        if applied and self._committed is not None:
-            self._committed.set()
-            self._committed = None
-        return applied
-
-    async def follow_forever(self) -> None:
-        """``follow`` whenever the tables say another replica committed; until cancelled."""
-        if self.backend.shared:
-            await cast(SharedTables, self.tables).listen(self.follow)
-
-    @contextlib.asynccontextmanager
-    async def merge_turn(self) -> AsyncIterator[None]:
-        """The graph to this replica for a merge or an edit: on a shared store, the lock every
-        replica's merges and edits take, then this replica's rows and graph brought up to the others'
-        commits, so what it prepares from is what it commits over. Nothing on a store of its own."""
-        if not self.backend.shared:
-            yield
-            return
-        async with cast(SharedTables, self.tables).merge_turn():
-            await self.follow()
-            yield
-
-    async def merge_turn_held(self) -> bool:
-        """Whether a merge turn this replica holds is still its own (always, on a store of its own)."""
-        return not self.backend.shared or await cast(SharedTables, self.tables).merge_turn_held()
-
-    def _replay_sync(self, until: int | None) -> int:
-        """The logged commits after this replica's generation (and before ``until``) into the rows,
-        graph and indexes; a gap in the log (an entry trimmed away) reloads them from the tables."""
-        shared = cast(SharedTables, self.tables)
-        applied = 0
-        while entries := shared.changes_since_sync(self.generation):   # a page at a time
-            for generation, data in entries:
-                if until is not None and generation >= until:
-                    return applied
-                if generation != self.generation + 1 or data.get("reload"):   # a gap, or a re-embedding
-                    self._reload_sync()
-                    return applied + 1
-                changes, deltas = decode(data)
-                self._apply_memory(changes, deltas, generation)
-                applied += 1
-        return applied
-
-    def _reload_sync(self) -> None:
-        log.warning("this replica fell behind the change log: reloading the rows and graph from the tables")
-        with self._memory_lock, self._vectors_lock:
-            self._load_memory()
-            self.generation = cast(SharedTables, self.tables).loaded_generation
-            for index in self._indexes.values():
-                index.load(self.embedding_dim())
-        if self.keywords.ready:
-            self.keywords.build(heal=True, tables=set(self.keywords.ready))
 
     async def wait_for_commit(self, seen: int) -> None:
         """Return once a commit moved the generation past ``seen`` (background jobs that follow
