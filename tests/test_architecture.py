@@ -268,6 +268,13 @@ def retrieval_reads_the_store_through_its_narrow_face(house: House) -> list[str]
     return offenders
 
 
+def the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn(house: House) -> list[str]:
+    """``knowledge.ground`` (proxy/knowledge/grounding.py) plans, retrieves and injects for the chat
+    turn as for /rag/query: the gateway imports nothing of the retrieval."""
+    return [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+            if within(i.module, "proxy.gateway") and within(i.target, "proxy.retrieval")]
+
+
 # each rule, and a violation of it to plant: module name -> source
 RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
     only_the_store_imports_its_engines: {"proxy__retrieval__planted": "import duckdb\n"},
@@ -289,6 +296,8 @@ RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
     one_holder_writes_the_control_planes_lists: {
         "proxy__knowledge__planted": "def f(lists):\n    lists.update_sync('kbs', dict)\n"},
     no_class_name_is_used_twice: {"proxy__gateway__planted": "class KnowledgeStore:\n    pass\n"},
+    the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn: {
+        "proxy__gateway__planted": "from proxy.retrieval.context import inject\n"},
     retrieval_reads_the_store_through_its_narrow_face: {
         "proxy__retrieval__planted": "def f(store):\n    return store.read_memory_sync(lambda rows, graph: rows)\n"},
 }

@@ -30,7 +30,7 @@ HANG_GUARD = 30.0   # seconds the commit is held at most (only a test that never
 async def test_stats_never_show_the_tables_ahead_of_the_indexes(
         client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
     held, release = threading.Event(), threading.Event()
-    apply_memory = KnowledgeStore._apply_memory
+    apply_memory = KnowledgeStore.apply_memory_sync
 
     def slow_apply(store, changes, deltas, generation):
         if changes.entities_upserted and not held.is_set():   # the commit that brings entities
@@ -38,7 +38,7 @@ async def test_stats_never_show_the_tables_ahead_of_the_indexes(
             release.wait(HANG_GUARD)   # until the test has seen whether the read waits
         return apply_memory(store, changes, deltas, generation)
 
-    monkeypatch.setattr(KnowledgeStore, "_apply_memory", slow_apply)
+    monkeypatch.setattr(KnowledgeStore, "apply_memory_sync", slow_apply)
     document = await upload(client, "team.txt", TEAM)
     with anyio.fail_after(HANG_GUARD):
         while not held.is_set():

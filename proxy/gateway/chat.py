@@ -1,6 +1,10 @@
-"""The chat pipeline shared by ``/api/chat`` and ``/v1/chat/completions``.
+"""The chat pipeline shared by ``/api/chat``, ``/v1/chat/completions`` and ``/api/generate``.
 
     read + check body -> ChatTurn -> stages, in order -> forward -> relay
+
+A completion (``/api/generate``) is a turn of the ``generate`` flavour: its messages are its
+``system`` and ``prompt`` (none for a raw prompt or a model load), and messages rewritten by a
+stage are written back into those two fields.
 
 A stage is an async callable that receives the turn and returns it (changed or not), or
 returns a finished response to answer the client itself. Stages are where a turn's messages
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
     from proxy.control.models import KnowledgeModel
     from proxy.knowledge.service import Knowledge
 
-Flavour = Literal["ollama", "openai"]
+Flavour = Literal["ollama", "openai", "generate"]
 
 
 @dataclass
@@ -70,22 +74,42 @@ class ChatTurn:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
+        if self.flavour == "generate":
+            return completion_messages(self.body)
         messages = self.body.get("messages")
         return messages if isinstance(messages, list) else []
 
     @property
     def streaming(self) -> bool:
         # Ollama streams unless told not to; the OpenAI API only when asked
-        default = self.flavour == "ollama"
+        default = self.flavour != "openai"
         return bool(self.body.get("stream", default))
 
     def with_messages(self, messages: list[dict[str, Any]]) -> ChatTurn:
-        self.body = {**self.body, "messages": messages}
+        if self.flavour == "generate":   # the question is the prompt; a system message, the system field
+            body = {**self.body, "prompt": messages[-1]["content"]}
+            if messages[0].get("role") == "system":
+                body["system"] = messages[0]["content"]
+            self.body = body
+        else:
+            self.body = {**self.body, "messages": messages}
         self.changed = True
         return self
 
     def payload(self) -> bytes:
         return json_bytes(self.body) if self.changed else self.raw
+
+
+def completion_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A completion's prompt as a chat's messages (its ``system`` first); none for a raw prompt
+    or a model load (no prompt), which are forwarded as they are."""
+    prompt = body.get("prompt")
+    if body.get("raw") or not isinstance(prompt, str) or not prompt.strip():
+        return []
+    messages = [{"role": "user", "content": prompt}]
+    if isinstance(body.get("system"), str) and body["system"]:
+        messages.insert(0, {"role": "system", "content": body["system"]})
+    return messages
 
 
 Stage = Callable[[ChatTurn], Awaitable["ChatTurn | Response | ASGIApp"]]

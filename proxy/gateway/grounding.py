@@ -120,10 +120,16 @@ async def _open(gateway: Any, kb: str, request: Request) -> Knowledge:
 
 
 async def ground_turn(turn: ChatTurn) -> ChatTurn:
-    """The chat pipeline's first stage: the turn for its base model, with its grounding."""
+    """The chat pipeline's first stage: the turn for its base model, with its grounding. A
+    completion is grounded only when it names a knowledge model or completions are augmented
+    (GRAPHGATE_AUGMENT_GENERATE); a knowledge model's base is opened either way (a 404 when it was
+    deleted)."""
     found = knowledge_model(turn.request, turn.model)
     if found is not None:
-        turn.body = apply_model(turn.body, found, openai=turn.flavour == "openai")
+        turn.body = apply_model(turn.body, found, openai=turn.flavour == "openai",
+                                system_field=turn.flavour == "generate")
         turn.changed = True
+    elif turn.flavour == "generate" and not turn.request.app.state.gateway.settings.augment_generate:
+        return turn
     turn.grounding = await ground(turn.request, found)
     return turn

@@ -6,7 +6,6 @@ forwards the client's bytes unchanged. ``/api/chat`` goes through the chat pipel
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -18,9 +17,9 @@ from proxy.core.errors import Conflict
 from proxy.core.payloads import parse_object, read_body, require_fields, require_model
 from proxy.core.responses import json_bytes
 from proxy.gateway.forward import forward, forward_small
-from proxy.gateway.grounding import apply_model, ground, knowledge_model
+from proxy.gateway.grounding import knowledge_model
 from proxy.gateway.model_lists import STALE, upstream_models, with_models
-from proxy.gateway.relay import StreamRelay, whole_response
+from proxy.gateway.relay import whole_response
 from proxy.gateway.renaming import rename_reply
 
 Handler = Callable[[Request], Awaitable[Response | ASGIApp]]
@@ -102,26 +101,8 @@ def refuse_knowledge_model_name(request: Request, name: object) -> None:
 
 
 async def generate(request: Request) -> Response | ASGIApp:
-    started = time.perf_counter()
-    gateway = request.app.state.gateway
-    raw = await read_body(request, gateway.settings.max_body_bytes)
-    body = parse_object(raw)
-    require_model(body)
-    name = str(body["model"])
-    found = knowledge_model(request, name)
-    if found is not None:
-        body = apply_model(body, found, system_field=True)
-        raw = json_bytes(body)
-    # a knowledge model's base is opened (a 404 when it was deleted) whether or not completions are augmented
-    grounding = await ground(request, found) if found is not None or gateway.settings.augment_generate else None
-    kb = (grounding.kb if grounding is not None else None) or "default"
-    if gateway.settings.augment_generate:
-        raw = await gateway.augmenter.generate(request, body, raw, grounding, client_model=name)
-    gateway.metrics.chat_forwarded(started)
-    with gateway.metrics.upstream_call("chat_relay", kb) as call:   # a completion relayed like a chat
-        response = await forward(request, content=raw)
-        call.status = response.response.status_code if isinstance(response, StreamRelay) else response.status_code
-    return rename_reply(response, found.model, name) if found is not None else response
+    """A completion: a flavour of the chat pipeline (proxy/gateway/chat.py)."""
+    return await request.app.state.gateway.chat.handle(request, "generate")
 
 
 async def chat(request: Request) -> Response | ASGIApp:

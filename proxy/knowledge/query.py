@@ -18,6 +18,7 @@ from proxy.retrieval.retriever import Retrieval
 
 if TYPE_CHECKING:
     from proxy.core.tokens import Tokenizer
+    from proxy.knowledge.grounding import Grounded
     from proxy.retrieval.retriever import Retriever
     from proxy.upstream.model_calls import ModelClient
 
@@ -30,6 +31,9 @@ class QueryingKnowledge(Protocol):
     tokenizer: Tokenizer
 
     def record(self, trace: Trace) -> None: ...
+
+    async def ground(self, question: str, history: list[tuple[str, str]], budget: Budget,
+                     **how: Any) -> Grounded: ...
 
 ROLES = ("user", "assistant", "system")
 # what a query's trace keeps of its result
@@ -124,12 +128,11 @@ async def run_query(knowledge: QueryingKnowledge, body: Mapping[str, Any], *, ap
     params = QueryParams.from_settings(knowledge.retriever.settings).with_overrides(dict(body))
     messages = [*history, {"role": "user", "content": text}]
     budget = await plan(knowledge, body, messages, params)
-    if budget.reason:
+    grounded = await knowledge.ground(text, [(m["role"], m["content"]) for m in history], budget, params=params)
+    if grounded.retrieval is None:   # the window leaves no room
         result = describe(Retrieval(text, params.mode, None, None, skipped=budget.reason), budget)
     else:
-        retrieval = await knowledge.retriever.retrieve(text, [(m["role"], m["content"]) for m in history], params,
-                                                       budget)
-        result = describe(retrieval, budget)
+        result = describe(grounded.retrieval, budget)
         if body.get("answer"):
             result["answer"] = await answer(knowledge, body.get("model"), messages, result["context"])
     knowledge.record(Trace(api, str(body.get("model") or ""), params.mode, text, bool(result["context"]),

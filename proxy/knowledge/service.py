@@ -20,23 +20,24 @@ from proxy.core.settings import Settings
 from proxy.core.tokens import Tokenizer, get_tokenizer
 from proxy.ingest.inbox import watch_inbox
 from proxy.ingest.pipeline import Pipeline
+from proxy.knowledge import grounding
 from proxy.knowledge.cache import CacheService
 from proxy.knowledge.communities import CommunitySummaries
 from proxy.knowledge.documents import DocumentService
 from proxy.knowledge.embedding_guard import EmbeddingGuard
 from proxy.knowledge.graph import GraphService
+from proxy.knowledge.grounding import Grounded
 from proxy.knowledge.query import QueryOutcome, run_query
 from proxy.knowledge.traces import Trace, TraceService
 from proxy.monitoring.metrics import Metrics
-from proxy.retrieval.budget import Budget
-from proxy.retrieval.params import QueryParams
+from proxy.retrieval.budget import Budget, conversation_size
 from proxy.retrieval.rerank_http import HttpReranker
-from proxy.retrieval.retriever import Retrieval, Retriever
+from proxy.retrieval.retriever import Retriever
 from proxy.store.backends import backend_for
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.client import Upstream
 from proxy.upstream.model_calls import CacheEntry, ModelClient
-from proxy.upstream.model_info import ModelInfoCache
+from proxy.upstream.model_info import ModelInfo, ModelInfoCache
 
 log = logging.getLogger("graphgate")
 NAMES_BEFORE_SERVING = 20_000   # entities whose name index is built before the first request (< 1 s)
@@ -81,10 +82,24 @@ class Knowledge:
         """Whether there is anything to ground a chat in (no processed document: nothing)."""
         return self.retriever.has_chunks()
 
-    async def retrieve(self, query: str, history: list[tuple[str, str]], params: QueryParams,
-                       budget: Budget) -> Retrieval:
-        """One retrieval for a chat turn (proxy/retrieval/retriever.py)."""
-        return await self.retriever.retrieve(query, history, params, budget)
+    async def ground(self, question: str, history: list[tuple[str, str]], budget: Budget,
+                     **how: Any) -> Grounded:
+        """The context of a question (``grounding.ground``): the one way every surface asks for it."""
+        return await grounding.ground(self.retriever, question, history, budget, **how)
+
+    async def chat_budget(self, messages: list[dict[str, Any]], options: dict[str, Any] | None, info: ModelInfo,
+                          *, can_raise: bool) -> Budget:
+        """A chat turn's budget: its model's window less the conversation (``grounding.chat_budget``)."""
+        return await grounding.chat_budget(self.retriever, self.tokenizer, messages, options, info,
+                                           can_raise=can_raise)
+
+    def nothing_found(self, question: str, language: str | None = None) -> str:
+        """What a turn asking for the context alone is told when there is none."""
+        return grounding.nothing_found(self.retriever.settings.language, question, language)
+
+    async def conversation_size(self, messages: list[dict[str, Any]]) -> int:
+        """The tokens of a conversation as the budget counts them."""
+        return await conversation_size(messages, self.tokenizer)
 
     async def query(self, body: Mapping[str, Any], *, api: str = "query") -> QueryOutcome:
         """A retrieval as /rag/query and the playground run it, optionally answered (proxy/knowledge/query.py)."""

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from proxy.core.messages import conversation_tokens, message_text
+
 if TYPE_CHECKING:
     from proxy.core.tokens import Tokenizer
 
 LOOP_TOKENISING_CHARS = 16_384   # more than this to tokenise (~2 ms) goes to a worker thread
 
 MARGIN = 64          # chat-template tokens the tokenizer does not see
-PER_MESSAGE = 4      # role markers and separators per message
 # the entity and relation sections together take at most this share of the total: the defaults
 # (6,000 + 8,000 of 30,000) stay under it, and a total set below the sections' ceilings (1,000,
 # say) is not spent on the graph alone
@@ -78,27 +79,9 @@ def section_budgets(total: int, *, max_total: int, max_entity: int, max_relation
     return int(entity), int(relation)
 
 
-def conversation_tokens(messages: list[dict[str, Any]], count: Any) -> int:
-    tokens = 0
-    for message in messages:
-        tokens += PER_MESSAGE + count(message_text(message))
-    return tokens
-
-
 async def conversation_size(messages: list[dict[str, Any]], tokenizer: Tokenizer) -> int:
     """``conversation_tokens``, off the event loop when much of it was not counted lately: a pasted
     document of 210 KB takes ~23 ms to tokenise, and every stream the loop relays would wait."""
     if tokenizer.uncounted_chars(message_text(m) for m in messages) <= LOOP_TOKENISING_CHARS:
         return conversation_tokens(messages, tokenizer.count)
     return await anyio.to_thread.run_sync(conversation_tokens, messages, tokenizer.count)
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """The text of an Ollama message or an OpenAI one (whose content may be a list of parts)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] for p in content
-                         if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
-    return ""

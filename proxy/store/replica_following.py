@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
 import anyio.to_thread
@@ -15,14 +15,30 @@ import anyio.to_thread
 from proxy.store.change_log import decode
 
 if TYPE_CHECKING:
-    from proxy.store.protocols.tables import SharedTables
-    from proxy.store.store import KnowledgeStore
+    from proxy.store.backends import Backend
+    from proxy.store.changes import Changeset, IndexDelta
+    from proxy.store.protocols.tables import SharedTables, Tables
 
 log = logging.getLogger("graphgate.store")
 
 
+class FollowedStore(Protocol):
+    """What following reads and does of its store (``store.py``)."""
+
+    backend: Backend
+    tables: Tables
+    generation: int
+    apply_lock: anyio.Lock
+
+    def committed(self) -> None: ...
+
+    def apply_memory_sync(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> int: ...
+
+    def reload_memory_sync(self) -> None: ...
+
+
 class ReplicaFollowing:
-    def __init__(self, store: KnowledgeStore) -> None:
+    def __init__(self, store: FollowedStore) -> None:
         self._store = store
 
     @property
@@ -73,20 +89,11 @@ class ReplicaFollowing:
                 if until is not None and generation >= until:
                     return applied
                 if generation != store.generation + 1 or data.get("reload"):   # a gap, or a re-embedding
-                    self._reload_sync()
+                    log.warning("this replica fell behind the change log: reloading the rows and graph from the "
+                                "tables")
+                    store.reload_memory_sync()
                     return applied + 1
                 changes, deltas = decode(data)
-                store._apply_memory(changes, deltas, generation)
+                store.apply_memory_sync(changes, deltas, generation)
                 applied += 1
         return applied
-
-    def _reload_sync(self) -> None:
-        log.warning("this replica fell behind the change log: reloading the rows and graph from the tables")
-        store = self._store
-        with store._memory_lock, store._vectors_lock:
-            store._load_memory()
-            store.generation = self._shared.loaded_generation
-            for index in store._indexes.values():
-                index.load(store.embedding_dim())
-        if store.keywords.ready:
-            store.keywords.build(heal=True, tables=set(store.keywords.ready))

@@ -225,7 +225,7 @@ class KnowledgeStore(NamedReads):
                 if self.generation >= generation:   # a reload (a gap in the log) already read this commit
                     applied = self.generation
                 else:
-                    applied = await anyio.to_thread.run_sync(self._apply_memory, changes, deltas, generation)
+                    applied = await anyio.to_thread.run_sync(self.apply_memory_sync, changes, deltas, generation)
         self.committed()
         return applied
 
@@ -243,7 +243,7 @@ class KnowledgeStore(NamedReads):
                 self._committed = anyio.Event()
             await self._committed.wait()
 
-    def _apply_memory(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> int:
+    def apply_memory_sync(self, changes: Changeset, deltas: dict[str, IndexDelta], generation: int) -> int:
         touched_chunks = [c for d in changes.documents_removed for c in deltas["chunks"].linked_chunks.get(d, [])]
         touched_chunks += [chunk for _, chunk, _ in changes.links_added]
         with self._memory_lock:
@@ -261,6 +261,16 @@ class KnowledgeStore(NamedReads):
             self.generation = generation
         self.keywords.apply(changes, deltas, generation)
         return generation
+
+    def reload_memory_sync(self) -> None:
+        """The rows, graph and indexes read again from the tables (a replica fallen behind the log)."""
+        with self._memory_lock, self._vectors_lock:
+            self._load_memory()
+            self.generation = cast(SharedTables, self.tables).loaded_generation
+            for index in self._indexes.values():
+                index.load(self.embedding_dim())
+        if self.keywords.ready:
+            self.keywords.build(heal=True, tables=set(self.keywords.ready))
 
     def _apply_rows(self, changes: Changeset) -> None:
         rows = self._rows
