@@ -9,7 +9,6 @@ recomputation committed by the ``Curator`` under the merge lock.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -18,12 +17,11 @@ from typing import Any
 import anyio.to_thread
 
 from proxy.core.errors import NotFound
-from proxy.knowledge import graph_reads
-from proxy.knowledge.graph_reads import Edge, EntityListing, ListedEntity, Node
 from proxy.merging.curation import MAX_MERGE, Curator, MergePlan
 from proxy.merging.recompute import Integrator
 from proxy.merging.suggestions import Suggestion, SuggestionFinder
 from proxy.store.changes import pair_key
+from proxy.store.entity_page_reads import Edge, Node
 from proxy.store.graph_igraph import force_layout
 from proxy.store.rows_memory import EntityMeta
 from proxy.store.store import KnowledgeStore
@@ -33,6 +31,21 @@ SHOWN_CHUNKS = 20  # an entity's page shows its first source chunks
 
 # force_layout: the console draws neighbourhoods with the graph engine's layout
 __all__ = ["MAX_MERGE", "Edge", "EntityListing", "EntityPage", "GraphService", "ListedEntity", "Node", "force_layout"]
+
+
+@dataclass
+class ListedEntity:
+    name_key: str
+    name: str
+    type: str
+    source_ids: tuple[str, ...]
+    description: str
+
+
+@dataclass
+class EntityListing:
+    rows: list[tuple[ListedEntity, int]]  # (entity, degree)
+    total: int
 
 
 @dataclass
@@ -66,18 +79,18 @@ class GraphService:
         """One page of entities with their degrees and descriptions, by name or by degree."""
         if sort == "name":
             keys, total = await self.tables.names_page(search, kind, descending, limit, offset)
-            found = await self.store.read_memory(functools.partial(graph_reads.metas_with_degrees, keys))
+            found = await self.store.entities_with_degrees(keys)
         elif search or kind:
             keys = await self.tables.matching_keys(search, kind)
             if search and not kind and fold(search) != search.casefold():
                 # typed in another form of its script (traditional, full-width): the name index folds it
                 named = await anyio.to_thread.run_sync(self.store.link_sync, search)
                 keys += [key for key, _ in named if key not in set(keys)]
-            found, total = await anyio.to_thread.run_sync(graph_reads.rank_matching, self.store, keys, descending,
+            found, total = await anyio.to_thread.run_sync(self.store.ranked_entities_sync, keys, descending,
                                                           limit, offset)
         else:
-            found, total = await anyio.to_thread.run_sync(graph_reads.rank_all, self.store, descending, limit,
-                                                          offset)
+            found, total = await anyio.to_thread.run_sync(self.store.ranked_entities_sync, None, descending,
+                                                          limit, offset)
         text = await self.tables.descriptions("entities", [(meta.key, meta.name_key) for meta, _ in found])
         return EntityListing([(ListedEntity(m.name_key, m.name, m.type, m.source_ids, text.get(m.key, "")), degree)
                               for m, degree in found], total)
@@ -91,10 +104,10 @@ class GraphService:
         return await self.tables.resolve_name(key)
 
     async def entity_meta(self, key: str) -> EntityMeta | None:
-        return await self.store.read_memory(functools.partial(graph_reads.entity_meta, key))
+        return await self.store.entity_row(key)
 
     async def degree(self, key: str) -> int:
-        return await self.store.read_memory(functools.partial(graph_reads.degree, key))
+        return await self.store.entity_degree(key)
 
     async def entity_detail(self, key: str) -> dict[str, Any] | None:
         """An entity's page: its row, the documents citing it, its first chunks, aliases, edited?"""
@@ -103,7 +116,7 @@ class GraphService:
     async def entity(self, key: str) -> dict[str, Any]:
         """The entity as /rag/entities shows it: name, type, description, sources, degree, the names
         merged into it (``aliases``) and those entity resolution merged with its evidence (``resolved``)."""
-        found = await self.store.read_memory(functools.partial(graph_reads.summary, key))
+        found = await self.store.entity_summary(key)
         if found is None:
             raise NotFound(f"no entity named {key!r}")
         meta, degree = found
@@ -125,8 +138,7 @@ class GraphService:
         detail = await self.tables.entity_detail(key, SHOWN_CHUNKS)
         if detail is None:
             return None
-        (shown, total, keys), (nodes, edges), degree = await self.store.read_memory(
-            functools.partial(graph_reads.entity_view, key, relations, depth, cap))
+        (shown, total, keys), (nodes, edges), degree = await self.store.entity_view(key, relations, depth, cap)
         await self._describe_relations(shown, keys)
         return EntityPage(detail, shown, total, nodes, edges, degree)
 
@@ -137,11 +149,11 @@ class GraphService:
 
     async def neighbourhood(self, key: str, depth: int, cap: int) -> tuple[list[Node], list[Edge]]:
         """The entity and its neighbours up to ``depth`` hops, at most ``cap`` nodes, best connected first."""
-        return await self.store.read_memory(functools.partial(graph_reads.neighbourhood, key, depth, cap))
+        return await self.store.entity_neighbourhood(key, depth, cap)
 
     async def picked(self, keys: list[str]) -> list[dict[str, Any]]:
         """Entities picked for a merge: key, name, type, degree, sources, description."""
-        out, vector_keys = await self.store.read_memory(functools.partial(graph_reads.picked, keys))
+        out, vector_keys = await self.store.picked_entities(keys)
         text = await self.tables.descriptions("entities", vector_keys)
         for item, (vector_key, _) in zip(out, vector_keys, strict=True):
             item["description"] = text.get(vector_key, "")

@@ -27,6 +27,7 @@ from proxy.store.backends import EMBEDDED, Backend
 from proxy.store.changes import Changeset, IndexDelta, split_pair
 from proxy.store.communities_igraph import Community, leiden_communities
 from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
+from proxy.store.entity_page_reads import EntityPageReads
 from proxy.store.incident import Incident, IncidentCache, incident_relations
 from proxy.store.keyword_indexes import KeywordIndexes
 from proxy.store.memory_reads import GraphScope, MemoryView, NamedReads
@@ -49,9 +50,10 @@ STATS_PATIENCE = 5.0        # seconds a stats read is made again while commits l
 STATS_RETRY_SECONDS = 0.01
 
 
-class KnowledgeStore(NamedReads):
+class KnowledgeStore(NamedReads, EntityPageReads):
     """The store; retrieval reads it through its narrow face (``protocols/retrieval.py``), the named
-    reads of its rows and graph (``memory_reads.py``) among them."""
+    reads of its rows and graph (``memory_reads.py``) among them; the console's entity pages through
+    theirs (``entity_page_reads.py``)."""
 
     def __init__(self, data_dir: Path, dtype: str = "i8", memory_limit: str = "1GB",
                  backend: Backend = EMBEDDED) -> None:

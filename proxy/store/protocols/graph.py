@@ -40,7 +40,7 @@ class Graph(Protocol):
 
     def neighbourhood(self, key: str, depth: int = 1) -> list[str]: ...
 
-    # the console's entity pages and merge suggestions (proxy/knowledge/graph_reads.py)
+    # the console's entity pages and merge suggestions (proxy/store/entity_page_reads.py)
 
     def neighbour_names(self, key: str) -> list[str]: ...
 

@@ -1,19 +1,23 @@
-"""What the entity pages read from the in-memory rows and graph: degrees, rankings, an entity's
-relations and neighbourhood. Each ``fn(..., rows, graph)`` runs under the store's lock in a worker
-thread (``store.read_memory``) and returns copies; rankings of the whole graph run in a worker
-thread too (a sort of 500k degrees would stall every chat stream on the event loop)."""
+"""What the console's entity pages and the graph view read of the in-memory rows and graph, each
+by name (``EntityPageReads``, which the store is): degrees, rankings by degree, an entity's
+relations and neighbourhood, the entities picked for a merge. Each read holds the store's lock
+once, in a worker thread, and returns copies; rankings of the whole graph sort outside the lock (a
+sort of 500k degrees would stall every chat stream on the event loop)."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio.to_thread
 import numpy as np
 
 from proxy.store.protocols.graph import Graph
 from proxy.store.rows_memory import EntityMeta, MemoryRows
-from proxy.store.store import KnowledgeStore
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,29 +36,12 @@ class Edge:
     label: str = ""  # relation keywords, for instance (untrusted), shown as a tooltip
 
 
-@dataclass
-class ListedEntity:
-    name_key: str
-    name: str
-    type: str
-    source_ids: tuple[str, ...]
-    description: str
-
-
-@dataclass
-class EntityListing:
-    rows: list[tuple[ListedEntity, int]]  # (entity, degree)
-    total: int
-
-
 def ranked(degree: np.ndarray, keys: np.ndarray, descending: bool) -> np.ndarray:
     """Positions by degree, ties by key: the same order whether or not a filter applies."""
     if not len(degree):
         return np.empty(0, dtype=np.int64)
     return np.lexsort((keys.astype(str), -degree if descending else degree))
 
-
-# --- reads under the store's lock: fn(..., rows, graph) ---
 
 def metas(keys: list[str], degrees: dict[str, int], rows: MemoryRows,
           graph: Graph) -> list[tuple[EntityMeta, int]]:
@@ -145,24 +132,51 @@ def picked(keys: list[str], rows: MemoryRows, graph: Graph) -> tuple[list[dict[s
     return out, vector_keys
 
 
-# --- rankings, run in a worker thread (blocking) ---
+class EntityPageReads:
+    """The entity pages' named reads, over ``read_memory_sync`` (the store's)."""
 
-def rank_matching(store: KnowledgeStore, keys: list[str], descending: bool, limit: int,
-                  offset: int) -> tuple[list[tuple[EntityMeta, int]], int]:
-    """One page of ``keys`` (a filter's matches) ranked by degree."""
-    degrees = store.read_memory_sync(functools.partial(degrees_of, keys))
-    order = ranked(np.asarray([degrees[k] for k in keys]), np.asarray(keys, dtype=object), descending)
-    page = [keys[int(i)] for i in order[offset:offset + limit]]
-    return store.read_memory_sync(functools.partial(metas, page, degrees)), len(keys)
+    def read_memory_sync(self, read: Callable[[MemoryRows, Graph], T]) -> T:
+        raise NotImplementedError
 
+    async def _read(self, read: Callable[[MemoryRows, Graph], T]) -> T:
+        return await anyio.to_thread.run_sync(self.read_memory_sync, read)
 
-def rank_all(store: KnowledgeStore, descending: bool, limit: int,
-             offset: int) -> tuple[list[tuple[EntityMeta, int]], int]:
-    """One page of the whole graph ranked by degree (the ranking itself outside the store's lock)."""
-    names, degree = store.read_memory_sync(all_degrees)
-    if not names:
-        return [], 0
-    order = ranked(degree, np.asarray(names, dtype=object), descending)[offset:offset + limit]
-    keys = [names[int(i)] for i in order]
-    page_degrees = dict(zip(keys, (int(degree[i]) for i in order), strict=True))
-    return store.read_memory_sync(functools.partial(metas, keys, page_degrees)), len(names)
+    async def entities_with_degrees(self, keys: list[str]) -> list[tuple[EntityMeta, int]]:
+        return await self._read(functools.partial(metas_with_degrees, keys))
+
+    async def entity_row(self, key: str) -> EntityMeta | None:
+        return await self._read(functools.partial(entity_meta, key))
+
+    async def entity_degree(self, key: str) -> int:
+        return await self._read(functools.partial(degree, key))
+
+    async def entity_summary(self, key: str) -> tuple[EntityMeta, int] | None:
+        return await self._read(functools.partial(summary, key))
+
+    async def entity_view(self, key: str, limit: int, depth: int, cap: int) -> tuple[
+            tuple[list[dict[str, Any]], int, list[tuple[int, str]]], tuple[list[Node], list[Edge]], int]:
+        """An entity's relations (at most ``limit``, heaviest first), its neighbourhood and its degree."""
+        return await self._read(functools.partial(entity_view, key, limit, depth, cap))
+
+    async def entity_neighbourhood(self, key: str, depth: int, cap: int) -> tuple[list[Node], list[Edge]]:
+        return await self._read(functools.partial(neighbourhood, key, depth, cap))
+
+    async def picked_entities(self, keys: list[str]) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+        return await self._read(functools.partial(picked, keys))
+
+    def ranked_entities_sync(self, keys: list[str] | None, descending: bool, limit: int,
+                             offset: int) -> tuple[list[tuple[EntityMeta, int]], int]:
+        """One page of ``keys`` (a filter's matches; None: every entity) ranked by degree, and how
+        many there are. Blocking."""
+        if keys is not None:
+            degrees = self.read_memory_sync(functools.partial(degrees_of, keys))
+            order = ranked(np.asarray([degrees[k] for k in keys]), np.asarray(keys, dtype=object), descending)
+            page = [keys[int(i)] for i in order[offset:offset + limit]]
+            return self.read_memory_sync(functools.partial(metas, page, degrees)), len(keys)
+        names, degree_of = self.read_memory_sync(all_degrees)
+        if not names:
+            return [], 0
+        order = ranked(degree_of, np.asarray(names, dtype=object), descending)[offset:offset + limit]
+        chosen = [names[int(i)] for i in order]
+        page_degrees = dict(zip(chosen, (int(degree_of[i]) for i in order), strict=True))
+        return self.read_memory_sync(functools.partial(metas, chosen, page_degrees)), len(names)
