@@ -268,6 +268,14 @@ def retrieval_reads_the_store_through_its_narrow_face(house: House) -> list[str]
     return offenders
 
 
+def nothing_outside_the_store_hands_it_a_callback_into_its_memory(house: House) -> list[str]:
+    """The in-memory rows and graph are read by name (``memory_reads.py``, ``entity_page_reads.py``):
+    no ``read_memory(lambda rows, graph: ...)`` outside proxy/store/."""
+    return [f"{module}:{node.lineno} {ast.unparse(node)}" for module, tree in house.trees.items()
+            if not within(module, "proxy.store") for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in ("read_memory", "read_memory_sync")]
+
+
 def the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn(house: House) -> list[str]:
     """``knowledge.ground`` (proxy/knowledge/grounding.py) plans, retrieves and injects for the chat
     turn as for /rag/query: the gateway imports nothing of the retrieval."""
@@ -296,6 +304,8 @@ RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
     one_holder_writes_the_control_planes_lists: {
         "proxy__knowledge__planted": "def f(lists):\n    lists.update_sync('kbs', dict)\n"},
     no_class_name_is_used_twice: {"proxy__gateway__planted": "class KnowledgeStore:\n    pass\n"},
+    nothing_outside_the_store_hands_it_a_callback_into_its_memory: {
+        "proxy__merging__planted": "async def f(store):\n    return await store.read_memory(lambda r, g: r)\n"},
     the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn: {
         "proxy__gateway__planted": "from proxy.retrieval.context import inject\n"},
     retrieval_reads_the_store_through_its_narrow_face: {

@@ -20,7 +20,6 @@ The job runs in the background, never in the way of documents or chats:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -42,8 +41,6 @@ from proxy.core.llm_cache import CacheEntry
 from proxy.core.settings import Settings
 from proxy.ingest.pipeline import Pipeline
 from proxy.store.changes import Changeset, CommunityRow, pair_key
-from proxy.store.protocols.graph import Graph
-from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import Community, KnowledgeStore
 from proxy.upstream.model_calls import ModelClient
 
@@ -219,8 +216,7 @@ class CommunitySummaries:
         self.status.partition_seconds = round(time.monotonic() - started, 3)
         planned: list[Planned] = []
         for start in range(0, len(communities), PLAN_BATCH):   # the lock held for a slice at a time
-            planned += await self.store.read_memory(functools.partial(
-                self._plan, communities=communities[start:start + PLAN_BATCH]))
+            planned += await anyio.to_thread.run_sync(self._plan, communities[start:start + PLAN_BATCH])
         wanted = {p.id: p for p in planned}
         todo = [p for p in planned if p.id not in stored or stored[p.id][0] != p.digest]
         self._failed = {k: f for k, f in self._failed.items() if k in wanted and f.digest == wanted[k].digest}
@@ -264,25 +260,31 @@ class CommunitySummaries:
 
     # --- one community ---
 
-    @staticmethod
-    def _plan(rows: MemoryRows, graph: Graph, communities: list[Community]) -> list[Planned]:
-        """Each community's prompt material from the in-memory rows (under the store's lock: names,
-        types and vector keys only; descriptions are read per community later)."""
+    def _plan(self, communities: list[Community]) -> list[Planned]:
+        """Each community's prompt material from the store's rows (names, types and vector keys only;
+        descriptions are read per community later). Blocking."""
+        named = self.store.entities_named_sync(list({m for community in communities for m in community.members}))
+        pairs = []
+        for community in communities:
+            inside = set([m for m in community.members if m in named][:PROMPT_MEMBERS])
+            pairs += [pair_key(source, target) for source, target, _ in community.edges
+                      if source in inside and target in inside]
+        stored = self.store.relations_paired_sync(list(dict.fromkeys(pairs)))
         planned = []
         for community in communities:
-            members = [m for m in community.members if m in rows.entity_keys]
+            members = [m for m in community.members if m in named]
             if len(members) < MIN_MEMBERS:
                 continue
-            metas = {m: rows.entities[rows.entity_keys[m]] for m in members}
+            metas = {m: named[m] for m in members}
             shown = members[:PROMPT_MEMBERS]
             inside = set(shown)
             relations = []
             for source, target, _ in community.edges:
                 if source in inside and target in inside:
                     pair = pair_key(source, target)
-                    relation_key = rows.relation_keys.get(pair)
-                    if relation_key is not None:
-                        relations.append((relation_key, pair, rows.relations[relation_key].keywords))
+                    relation = stored.get(pair)
+                    if relation is not None:
+                        relations.append((relation.meta.key, pair, relation.meta.keywords))
                         if len(relations) == PROMPT_RELATIONS:
                             break
             described = [(metas[m].key, m, metas[m].name, metas[m].type) for m in shown]

@@ -2,9 +2,10 @@
 entities (list, search, page, one with its sources and relations, neighbourhood), hand curation
 (edit, rename, delete, merge with a preview; relations edited and deleted) and merge suggestions.
 
-The only way routes reach the graph: reads of the in-memory rows and graph run in worker threads
-(``store.read_memory``), SQL stays behind ``store.tables.graph_rows``, and every change is a
-recomputation committed by the ``Curator`` under the merge lock.
+The only way routes reach the graph: the in-memory rows and graph are read through the store's
+named reads (proxy/store/entity_page_reads.py), in worker threads; SQL stays behind
+``store.tables.graph_rows``, and every change is a recomputation committed by the ``Curator``
+under the merge lock.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """What an agent looks up in the graph (the MCP tools and resources): entities by name or by
 similarity to a text, an entity's relations out to a few hops, a document with its text.
 
-Reads of the in-memory rows and graph run under the store's lock in a worker thread
-(``store.read_memory``); descriptions and texts come from the tables.
+The in-memory rows and graph are read through the store's named reads
+(proxy/store/entity_page_reads.py); descriptions and texts come from the tables.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +14,6 @@ import anyio.to_thread
 
 from proxy.core.errors import NotFound
 from proxy.extraction.results import name_key
-from proxy.store.protocols.graph import Graph
-from proxy.store.rows_memory import MemoryRows
 
 if TYPE_CHECKING:
     from proxy.knowledge.service import Knowledge
@@ -55,20 +52,6 @@ async def entities_by_name(knowledge: Knowledge, text: str, kind: str, limit: in
     return [EntityMatch(e.name, e.type, e.description, degree, len(e.source_ids)) for e, degree in listing.rows]
 
 
-def _metas_by_vector_key(keys: list[tuple[int, float]], kind: str, limit: int, rows: MemoryRows,
-                         graph: Graph) -> list[tuple[int, str, str, str, int, int, float]]:
-    out = []
-    for key, score in keys:
-        meta = rows.entities.get(key)
-        if meta is None or kind and meta.type.lower() != kind.lower():
-            continue
-        out.append((key, meta.name_key, meta.name, meta.type, graph.degree(meta.name_key), len(meta.source_ids),
-                    score))
-        if len(out) == limit:
-            break
-    return out
-
-
 async def entities_by_similarity(knowledge: Knowledge, text: str, kind: str, limit: int) -> list[EntityMatch]:
     """The entities whose name and description embed nearest to ``text``, of type ``kind`` when
     given, nearest first, with their cosine similarity."""
@@ -76,7 +59,7 @@ async def entities_by_similarity(knowledge: Knowledge, text: str, kind: str, lim
     count = min(MAX_SEARCH, limit * SIMILARITY_OVERFETCH if kind else limit)
     store = knowledge.store
     nearest = await anyio.to_thread.run_sync(store.search_sync, "entities", vector, count)
-    found = await store.read_memory(functools.partial(_metas_by_vector_key, nearest, kind, limit))
+    found = await store.entities_near(nearest, kind, limit)
     text_of = await store.tables.graph_rows.descriptions("entities", [(f[0], f[1]) for f in found])
     return [EntityMatch(name, type_, text_of.get(key, ""), degree, sources, round(score, 4))
             for key, _, name, type_, degree, sources, score in found]
@@ -91,32 +74,11 @@ class Neighbourhood:
     capped: bool                         # the cap was reached: neighbours or relations may have been left out
 
 
-def _around(key: str, depth: int, cap: int, rows: MemoryRows,
-            graph: Graph) -> tuple[list[dict[str, Any]], list[tuple[int, str, dict[str, Any]]], bool]:
-    vertices, links = graph.around(key, depth, cap + 1)  # the entity and up to ``cap`` neighbours
-    entities = []
-    for name, degree in vertices:
-        meta = rows.entity(name)
-        entities.append({"name": meta.name if meta else name, "type": meta.type if meta else "unknown",
-                         "degree": degree})
-    relations = []
-    for a, b, _ in links:
-        relation = rows.relation("\x1f".join(sorted((a, b))))
-        if relation is None:
-            continue
-        names = [(m.name if (m := rows.entity(k)) else k) for k in (relation.source, relation.target)]
-        relations.append((relation.key, relation.pair, {"source": names[0], "target": names[1],
-                                                        "keywords": list(relation.keywords),
-                                                        "weight": relation.weight,
-                                                        "direct": key in (relation.source, relation.target)}))
-    return entities, relations, len(vertices) > cap
-
-
 async def neighbourhood(knowledge: Knowledge, name: str, depth: int, cap: int) -> Neighbourhood:
     """The entity's relations out to ``depth`` hops: its own first, then the heaviest, at most
     ``cap`` relations among the entity and at most ``cap`` neighbours (best connected first)."""
     key = await resolve_entity(knowledge, name)
-    entities, found, capped = await knowledge.store.read_memory(functools.partial(_around, key, depth, cap))
+    entities, found, capped = await knowledge.store.entity_surroundings(key, depth, cap)
     found.sort(key=lambda item: (not item[2]["direct"], -item[2]["weight"], item[1]))
     shown = found[:cap]
     text_of = await knowledge.store.tables.graph_rows.descriptions("relations", [(k, p) for k, p, _ in shown])

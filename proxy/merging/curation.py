@@ -9,11 +9,12 @@ a merged-away name keeps resolving to its target, an edited field stays edited.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
+
+import anyio.to_thread
 
 from proxy.core.errors import BadRequest, Conflict, NotFound
 from proxy.extraction.results import name_key, normalise_name
@@ -22,8 +23,6 @@ from proxy.merging.recompute import Integrator, read_extractions
 from proxy.merging.resolution import Link
 from proxy.merging.rules import entity_state, index_result, relation_state
 from proxy.store.changes import Changeset, Curation, pair_key
-from proxy.store.protocols.graph import Graph
-from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
 
 MAX_NAME = 200
@@ -92,16 +91,6 @@ def clean_weight(raw: Any) -> float | None:
     if not 0 < weight <= 1_000_000:
         raise BadRequest("weight must be a positive number no larger than 1000000")
     return weight
-
-
-def display_names(plan_target: str, target_name: str, keys: list[str], rows: MemoryRows,
-                  graph: Graph) -> dict[str, str]:
-    """How the preview names relation endpoints: the target by its new name, others as stored."""
-    names = {}
-    for key in keys:
-        meta = rows.entity(key)
-        names[key] = target_name if key == plan_target else (meta.name if meta else key)
-    return names
 
 
 class Curator:
@@ -190,8 +179,10 @@ class Curator:
             plan.will_summarise = (len(target.fragments) >= settings.summary_fragments
                                    or self.integrator.tokenizer.count(plan.description) > settings.summary_tokens)
         endpoints = sorted({key for r in relations for key in (r.source, r.target)})
-        names = await self.store.read_memory(functools.partial(display_names, plan.target_key, plan.target_name,
-                                                               endpoints))
+        stored = await anyio.to_thread.run_sync(self.store.entities_named_sync, endpoints)
+        # the preview names the target by its new name, the others as stored
+        names = {key: plan.target_name if key == plan.target_key else (m.name if (m := stored.get(key)) else key)
+                 for key in endpoints}
         plan.relations = [{"pair": r.pair_key, "source": names[r.source], "target": names[r.target],
                            "weight": r.weight, "keywords": r.keywords, "sources": len(r.source_ids)}
                           for r in relations]

@@ -3,7 +3,6 @@ from their sources (``merging``), summarise long descriptions, embed what change
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -37,9 +36,7 @@ from proxy.merging.rules import (
     relation_text,
 )
 from proxy.store.changes import Changeset, EntityRow, RelationRow
-from proxy.store.protocols.graph import Graph
 from proxy.store.protocols.graph_rows import GraphRows, StoredRow, Subject
-from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
 from proxy.upstream.model_calls import CacheEntry, ModelClient
 
@@ -271,7 +268,8 @@ class Integrator:
         if not relations:
             return {}
         endpoints = [key for rel in relations for key in (rel.source, rel.target)]
-        return await self.store.read_memory(functools.partial(spellings, endpoints))
+        found = await anyio.to_thread.run_sync(self.store.entities_named_sync, endpoints)
+        return {key: meta.name for key, meta in found.items()}
 
     @staticmethod
     def _sources(new: dict[str, list[str]], old: dict[str, ExistingEntity], removed: set[str],
@@ -393,14 +391,3 @@ class Integrator:
                 vectors = await self.store.tables.graph_rows.embeddings(table, keys)
                 for key, vector in zip(keys, vectors, strict=True):
                     old[(kind, key)].embedding = vector
-
-
-
-def spellings(keys: list[str], rows: MemoryRows, graph: Graph) -> dict[str, str]:
-    """The stored names of those ``keys`` that are entities (read under the store's lock)."""
-    names = {}
-    for key in keys:
-        meta = rows.entity(key)
-        if meta is not None:
-            names[key] = meta.name
-    return names

@@ -12,7 +12,6 @@ commit while a fresh one is computed in the background.
 from __future__ import annotations
 
 import difflib
-import functools
 import threading
 from dataclasses import dataclass
 
@@ -20,8 +19,6 @@ import numpy as np
 
 from proxy.core.names import normalised
 from proxy.store.changes import pair_key
-from proxy.store.protocols.graph import Graph
-from proxy.store.rows_memory import MemoryRows
 from proxy.store.store import KnowledgeStore
 
 EMBEDDING_PROBES = 2000
@@ -44,24 +41,6 @@ class Suggestion:
         return pair_key(self.a, self.b)
 
 
-def entity_count(rows: MemoryRows, graph: Graph) -> int:
-    return len(rows.entities)
-
-
-def entity_names(rows: MemoryRows, graph: Graph) -> tuple[dict[str, str], dict[int, str]]:
-    """Every entity's name by key, and its key by vector key (copies)."""
-    return ({meta.name_key: meta.name for meta in rows.entities.values()},
-            {meta.key: meta.name_key for meta in rows.entities.values()})
-
-
-def probes(count: int, rows: MemoryRows, graph: Graph) -> tuple[list[str], list[int]]:
-    """The best-connected entities (at most ``count``) and their vector keys."""
-    if len(rows.entities) < 2:
-        return [], []
-    wanted = [k for k in graph.best_connected(count) if k in rows.entity_keys]
-    return wanted, [rows.entity_keys[k] for k in wanted]
-
-
 class SuggestionFinder:
     def __init__(self, store: KnowledgeStore) -> None:
         self.store = store
@@ -74,7 +53,7 @@ class SuggestionFinder:
         """All current suggestions, best first (blocking: run it in a worker thread)."""
         stamp = (self.store.generation, threshold)
         cached = self._cached
-        big = self.store.read_memory_sync(entity_count) > SYNC_LIMIT
+        big = self.store.entity_count_sync() > SYNC_LIMIT
         if big and cached is not None and cached[0] != stamp and cached[0][1] == threshold:
             self.refresh_in_background(threshold)  # serve the last result meanwhile
         elif cached is None or cached[0] != stamp:
@@ -111,7 +90,7 @@ class SuggestionFinder:
         return core
 
     def _compute(self, threshold: float) -> list[Suggestion]:
-        names, by_vector = self.store.read_memory_sync(entity_names)
+        names, by_vector = self.store.entity_names_sync()
         found: dict[str, Suggestion] = {}
         groups: dict[str, list[str]] = {}
         for key, name in names.items():
@@ -136,7 +115,7 @@ class SuggestionFinder:
         return sorted(found.values(), key=lambda s: (-s.score, s.a, s.b))
 
     def _embedding_pairs(self, by_vector: dict[int, str]) -> list[tuple[str, str, float]]:
-        wanted, keys = self.store.read_memory_sync(functools.partial(probes, EMBEDDING_PROBES))
+        wanted, keys = self.store.best_connected_sync(EMBEDDING_PROBES)
         vector_keys = np.asarray(keys, dtype=np.uint64)
         pairs = []
         for start in range(0, len(wanted), PROBES_PER_LOCK):  # in slices: a chat's retrieval never waits long

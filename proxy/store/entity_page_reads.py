@@ -132,6 +132,45 @@ def picked(keys: list[str], rows: MemoryRows, graph: Graph) -> tuple[list[dict[s
     return out, vector_keys
 
 
+def surroundings(key: str, depth: int, cap: int, rows: MemoryRows,
+                 graph: Graph) -> tuple[list[dict[str, Any]], list[tuple[int, str, dict[str, Any]]], bool]:
+    """The entity and up to ``cap`` neighbours (the graph's order), the relations among them (vector
+    key, pair key, what is shown), and whether more were left out."""
+    vertices, links = graph.around(key, depth, cap + 1)  # the entity and up to ``cap`` neighbours
+    entities = []
+    for name, vertex_degree in vertices:
+        meta = rows.entity(name)
+        entities.append({"name": meta.name if meta else name, "type": meta.type if meta else "unknown",
+                         "degree": vertex_degree})
+    relations = []
+    for a, b, _ in links:
+        relation = rows.relation("\x1f".join(sorted((a, b))))
+        if relation is None:
+            continue
+        names = [(m.name if (m := rows.entity(k)) else k) for k in (relation.source, relation.target)]
+        relations.append((relation.key, relation.pair, {"source": names[0], "target": names[1],
+                                                        "keywords": list(relation.keywords),
+                                                        "weight": relation.weight,
+                                                        "direct": key in (relation.source, relation.target)}))
+    return entities, relations, len(vertices) > cap
+
+
+def near(keys: list[tuple[int, float]], kind: str, limit: int, rows: MemoryRows,
+         graph: Graph) -> list[tuple[int, str, str, str, int, int, float]]:
+    """(vector key, name key, name, type, degree, sources, score) of the entities of ``keys`` (a
+    search's), of type ``kind`` when given, at most ``limit``."""
+    out = []
+    for key, score in keys:
+        meta = rows.entities.get(key)
+        if meta is None or kind and meta.type.lower() != kind.lower():
+            continue
+        out.append((key, meta.name_key, meta.name, meta.type, graph.degree(meta.name_key), len(meta.source_ids),
+                    score))
+        if len(out) == limit:
+            break
+    return out
+
+
 class EntityPageReads:
     """The entity pages' named reads, over ``read_memory_sync`` (the store's)."""
 
@@ -163,6 +202,14 @@ class EntityPageReads:
 
     async def picked_entities(self, keys: list[str]) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
         return await self._read(functools.partial(picked, keys))
+
+    async def entity_surroundings(self, key: str, depth: int, cap: int) -> tuple[
+            list[dict[str, Any]], list[tuple[int, str, dict[str, Any]]], bool]:
+        return await self._read(functools.partial(surroundings, key, depth, cap))
+
+    async def entities_near(self, keys: list[tuple[int, float]], kind: str,
+                            limit: int) -> list[tuple[int, str, str, str, int, int, float]]:
+        return await self._read(functools.partial(near, keys, kind, limit))
 
     def ranked_entities_sync(self, keys: list[str] | None, descending: bool, limit: int,
                              offset: int) -> tuple[list[tuple[EntityMeta, int]], int]:

@@ -177,6 +177,23 @@ class NamedReads:
         return self.read_memory_sync(lambda rows, graph: incident_relations([incident_of(rows, graph, key)
                                                                                for key in keys]))
 
+    def entity_count_sync(self) -> int:
+        return self.read_memory_sync(lambda rows, graph: len(rows.entities))
+
+    def entity_names_sync(self) -> tuple[dict[str, str], dict[int, str]]:
+        """Every entity's name by key, and its key by vector key (copies)."""
+        return self.read_memory_sync(lambda rows, graph: ({m.name_key: m.name for m in rows.entities.values()},
+                                                          {m.key: m.name_key for m in rows.entities.values()}))
+
+    def best_connected_sync(self, count: int) -> tuple[list[str], list[int]]:
+        """The best-connected entities (at most ``count``) and their vector keys."""
+        def read(rows: MemoryRows, graph: Graph) -> tuple[list[str], list[int]]:
+            if len(rows.entities) < 2:
+                return [], []
+            wanted = [k for k in graph.best_connected(count) if k in rows.entity_keys]
+            return wanted, [rows.entity_keys[k] for k in wanted]
+        return self.read_memory_sync(read)
+
     def scope_material_sync(self) -> ScopeMaterial:
         """The rows a filter's scope is computed from, copied under the lock (a few ms at 100k
         entities; the records are never changed in place) to be scanned outside it."""
