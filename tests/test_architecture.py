@@ -276,6 +276,16 @@ def nothing_outside_the_store_hands_it_a_callback_into_its_memory(house: House) 
             if isinstance(node, ast.Attribute) and node.attr in ("read_memory", "read_memory_sync")]
 
 
+# the folders whose components are handed a section of the settings (proxy/core/settings_sections.py)
+SECTIONED = ("proxy.parsing", "proxy.extraction", "proxy.merging", "proxy.ingest", "proxy.upstream", "proxy.guards")
+
+
+def sectioned_components_never_take_the_whole_settings(house: House) -> list[str]:
+    """Each reads the section it needs (the type checker holds it to it), never all 90 settings."""
+    return [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+            if within(i.module, SECTIONED) and i.target == "proxy.core.settings.Settings"]
+
+
 def the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn(house: House) -> list[str]:
     """``knowledge.ground`` (proxy/knowledge/grounding.py) plans, retrieves and injects for the chat
     turn as for /rag/query: the gateway imports nothing of the retrieval."""
@@ -306,6 +316,8 @@ RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
     no_class_name_is_used_twice: {"proxy__gateway__planted": "class KnowledgeStore:\n    pass\n"},
     nothing_outside_the_store_hands_it_a_callback_into_its_memory: {
         "proxy__merging__planted": "async def f(store):\n    return await store.read_memory(lambda r, g: r)\n"},
+    sectioned_components_never_take_the_whole_settings: {
+        "proxy__upstream__planted": "from proxy.core.settings import Settings\n"},
     the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn: {
         "proxy__gateway__planted": "from proxy.retrieval.context import inject\n"},
     retrieval_reads_the_store_through_its_narrow_face: {

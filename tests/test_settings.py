@@ -126,3 +126,20 @@ def test_graphgate_settings_says_what_the_console_says() -> None:
     assert "embedded" in lines["GRAPHGATE_STORE"] and "(default)" in lines["GRAPHGATE_STORE"]
     assert "(set, hidden)" in lines["GRAPHGATE_API_KEY"] and "(environment)" in lines["GRAPHGATE_API_KEY"]
     assert "s3cret-value" not in result.stdout
+
+
+def test_every_field_of_a_settings_section_is_a_row_of_the_table() -> None:
+    """The sections are views of the one table: a field no row names is refused at import."""
+    from typing import Protocol
+
+    from proxy.core.settings_sections import SECTIONS, unknown_fields
+
+    assert unknown_fields(SECTIONS) == []
+
+    class Planted(Protocol):
+        @property
+        def chunk_tokens(self) -> int: ...
+        @property
+        def chunk_tokenz(self) -> int: ...
+
+    assert unknown_fields((Planted,)) == ["Planted.chunk_tokenz"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from proxy.core.errors import GraphGateError
 from proxy.core.language_setting import language_for
 from proxy.core.limiter import Priority
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import ExtractionSettings
 from proxy.extraction.prompts import extraction_messages, extraction_schema, gleaning_messages
 from proxy.extraction.results import (
     ExtractionFormatError,
@@ -38,7 +38,7 @@ class ChunkExtraction:
     hits: list[CacheEntry] = field(default_factory=list)     # cache entries answered again
 
 
-async def extract_chunk(models: ModelClient, settings: Settings, chunk: Chunk, *,
+async def extract_chunk(models: ModelClient, settings: ExtractionSettings, chunk: Chunk, *,
                         save: Callable[[CacheEntry], object] | None = None, resumed: bool = False) -> ChunkExtraction:
     """``save`` is handed each answered reply that another call will follow (the first pass when
     gleaning is on, every gleaning pass but the last), at once: committed to the LLM cache, it is

@@ -40,7 +40,7 @@ from starlette.types import Scope
 
 from proxy.control.sessions import Revocations
 from proxy.core.hosts import request_host_allowed
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import AccessSettings
 from proxy.guards.login_limit import LoginLimiter
 from proxy.guards.middleware import KeyCheck
 
@@ -90,7 +90,7 @@ def is_loopback(scope: Scope) -> bool:
 
 
 class Auth:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: AccessSettings) -> None:
         self.password = settings.admin_password
         self.api_key = settings.api_key
         self.allowed_hosts = settings.allowed_hosts

@@ -22,7 +22,7 @@ from proxy.control.keys import TOKEN_PREFIX, KeyStore
 from proxy.control.principals import ADMIN, Principal
 from proxy.core.hosts import bind_is_loopback, request_host_allowed
 from proxy.core.responses import error_response
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import AccessSettings
 from proxy.guards.access import PRINCIPAL
 
 PROTECTED_PREFIXES = ("/api/", "/v1/", "/rag/")
@@ -286,7 +286,7 @@ class RagAccessMiddleware:
         await response(scope, receive, send)
 
 
-def build_middleware(settings: Settings) -> list[Middleware]:
+def build_middleware(settings: AccessSettings) -> list[Middleware]:
     stack = [Middleware(CORSMiddleware, origins=settings.cors_origins)]
     if settings.allowed_hosts or bind_is_loopback(settings.host):  # outermost: preflights too
         stack.insert(0, Middleware(HostCheckMiddleware, allowed=settings.allowed_hosts))

@@ -14,7 +14,7 @@ import anyio
 import anyio.to_thread
 
 from proxy.core.errors import GraphGateError
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import IngestSettings
 from proxy.parsing.files import SUPPORTED_TYPES
 from proxy.parsing.workers import parse_isolated
 
@@ -36,7 +36,7 @@ def scan(folder: Path) -> dict[Path, tuple[int, float]]:
     return found
 
 
-async def ingest_file(path: Path, pipeline: Pipeline, settings: Settings) -> None:
+async def ingest_file(path: Path, pipeline: Pipeline, settings: IngestSettings) -> None:
     try:
         data = await anyio.to_thread.run_sync(path.read_bytes)
         parsed = await parse_isolated(path.name, data, settings, owner=INBOX_BASE)
@@ -48,7 +48,7 @@ async def ingest_file(path: Path, pipeline: Pipeline, settings: Settings) -> Non
         log.warning("inbox: could not read %s: %s", path, exc)
 
 
-async def watch_inbox(folder: Path, pipeline: Pipeline, settings: Settings) -> None:
+async def watch_inbox(folder: Path, pipeline: Pipeline, settings: IngestSettings) -> None:
     await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
     taken: dict[Path, tuple[int, float]] = {}
     previous: dict[Path, tuple[int, float]] = {}

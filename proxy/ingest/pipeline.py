@@ -24,7 +24,7 @@ import anyio.to_thread
 from anyio.abc import TaskGroup
 
 from proxy.core.errors import Conflict, GraphGateError, NotFound, StorageError, first_error
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import IngestSettings
 from proxy.core.tokens import Tokenizer
 from proxy.extraction.per_chunk import extract_chunk
 from proxy.ingest.gate import IngestGate
@@ -45,7 +45,8 @@ HANDOVER_BYTES = 64_000_000  # memory for the text of queued uploads, kept for t
 
 
 class Pipeline:
-    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: Settings, tokenizer: Tokenizer) -> None:
+    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: IngestSettings,
+                 tokenizer: Tokenizer) -> None:
         self.store = store
         self.models = models
         self.settings = settings

@@ -25,7 +25,7 @@ from anyio.abc import TaskGroup
 
 from proxy.core.errors import GraphGateError
 from proxy.core.limiter import Priority
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import MergingSettings
 from proxy.extraction.per_chunk import ExtractionFailed
 from proxy.extraction.results import ExtractionResult, capped_note
 from proxy.merging.curation import Curator
@@ -57,7 +57,7 @@ class Merger:
     """Documents handed over with ``submit`` are merged; ``reports`` hears of each one it is done
     with (failed, or gone from the merge stage)."""
 
-    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: Settings, integrator: Integrator,
+    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: MergingSettings, integrator: Integrator,
                  reports: MergeReports) -> None:
         self.store = store
         self.models = models

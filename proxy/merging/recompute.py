@@ -14,7 +14,7 @@ from proxy.core import json_text
 from proxy.core.language_setting import language_for
 from proxy.core.limiter import Priority
 from proxy.core.names import normalised
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import MergingSettings
 from proxy.core.tokens import Tokenizer
 from proxy.extraction.results import ExtractionResult
 from proxy.merging.edits import Edits
@@ -154,7 +154,8 @@ class GraphChanges:
 
 
 class Integrator:
-    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: Settings, tokenizer: Tokenizer) -> None:
+    def __init__(self, store: KnowledgeStore, models: ModelClient, settings: MergingSettings,
+                 tokenizer: Tokenizer) -> None:
         self.store = store
         self.models = models
         self.settings = settings

@@ -38,7 +38,7 @@ import anyio.to_thread
 
 from proxy.core import errors
 from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import ParsingSettings
 from proxy.parsing.files import ParsedDocument, safe_name
 
 WORKERS = 2
@@ -224,7 +224,7 @@ POOL = ParsePool()
 atexit.register(POOL.close)
 
 
-async def parse_isolated(name: str, data: bytes, settings: Settings, *, owner: str) -> ParsedDocument:
+async def parse_isolated(name: str, data: bytes, settings: ParsingSettings, *, owner: str) -> ParsedDocument:
     """:func:`parse_document` in a worker process, within the settings' bounds; ``owner``: the
     knowledge base it is for (the workers are shared fairly between bases)."""
     return await anyio.to_thread.run_sync(

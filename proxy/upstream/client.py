@@ -29,7 +29,7 @@ from proxy.core.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import UpstreamSettings
 from proxy.upstream.json_client import ConnectFailed, JsonClient, ProtocolViolation
 from proxy.upstream.paths import check_path, within
 from proxy.upstream.relay_transport import RelayTransport
@@ -38,7 +38,7 @@ Headers = Iterable[tuple[str, str]]
 
 
 class Upstream:
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None, *,
+    def __init__(self, settings: UpstreamSettings, transport: httpx.AsyncBaseTransport | None = None, *,
                  url: str | None = None, name: str = "upstream Ollama", closes_transport: bool = True) -> None:
         self.url = url or settings.upstream
         self.name = name  # how errors name the server: "upstream Ollama at <url> timed out: ..."

@@ -28,7 +28,7 @@ from proxy.core.errors import (
 )
 from proxy.core.limiter import Priority, PriorityLimiter
 from proxy.core.llm_cache import CacheEntry
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import UpstreamSettings
 from proxy.monitoring.metrics import Metrics, upstream_call
 from proxy.upstream.client import Upstream, json_kind
 
@@ -82,7 +82,7 @@ async def first_chat_model(entries: Any, capabilities: Callable[[str], Awaitable
 
 
 class ModelClient:
-    def __init__(self, upstream: Upstream, limiter: PriorityLimiter, settings: Settings,
+    def __init__(self, upstream: Upstream, limiter: PriorityLimiter, settings: UpstreamSettings,
                  cache_lookup: CacheLookup | None = None, embed_limiter: PriorityLimiter | None = None,
                  metrics: Metrics | None = None, kb: str = "default") -> None:
         self.upstream = upstream

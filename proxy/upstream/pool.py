@@ -41,7 +41,7 @@ import orjson
 from proxy.core import json_text
 from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from proxy.core.setting_parsers import url_list
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import UpstreamSettings
 from proxy.monitoring.metrics import SERVED_BY
 from proxy.upstream.client import Headers, Upstream
 from proxy.upstream.watch import normalize, safe_url
@@ -127,7 +127,7 @@ class _Released(httpx.AsyncByteStream):
 
 
 class Upstreams(Upstream):
-    def __init__(self, settings: Settings, urls: Sequence[str], *,
+    def __init__(self, settings: UpstreamSettings, urls: Sequence[str], *,
                  transports: Mapping[str, httpx.AsyncBaseTransport] | None = None) -> None:
         # (no Upstream.__init__: the pool holds no connections of its own, its members do)
         transports = transports or {}
@@ -343,7 +343,7 @@ class Upstreams(Upstream):
         return httpx.Response(200, headers=headers_out, content=orjson.dumps(merged))
 
 
-def connect(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
+def connect(settings: UpstreamSettings, *, transport: httpx.AsyncBaseTransport | None = None,
             transports: Mapping[str, httpx.AsyncBaseTransport] | None = None) -> Upstream:
     """The upstream GRAPHGATE_UPSTREAM names: a plain ``Upstream`` for one URL (``transport`` or
     ``transports``' entry for it: an in-process server), a pool for several."""

@@ -13,13 +13,13 @@ from typing import Any
 
 import anyio
 
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import UpstreamSettings
 from proxy.upstream.pool import Member, Upstreams
 from proxy.upstream.watch import WATCH_SECONDS, ModelState, UpstreamState, UpstreamWatcher, normalize
 
 
 class UpstreamsWatcher(UpstreamWatcher):
-    def __init__(self, pool: Upstreams, settings: Settings, *, interval: float = WATCH_SECONDS,
+    def __init__(self, pool: Upstreams, settings: UpstreamSettings, *, interval: float = WATCH_SECONDS,
                  chosen_model: Callable[[], str | None] = lambda: None) -> None:
         super().__init__(pool, settings, interval=interval, chosen_model=chosen_model)
         self.pool = pool

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 
 from proxy.core.errors import GraphGateError, UpstreamStatusError, UpstreamTimeout, UpstreamUnavailable
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import UpstreamSettings
 from proxy.upstream.client import Upstream
 from proxy.upstream.model_calls import first_chat_model
 
@@ -102,7 +102,7 @@ class UpstreamState:
 
 
 class UpstreamWatcher:
-    def __init__(self, upstream: Upstream, settings: Settings, *, interval: float = WATCH_SECONDS,
+    def __init__(self, upstream: Upstream, settings: UpstreamSettings, *, interval: float = WATCH_SECONDS,
                  chosen_model: Callable[[], str | None] = lambda: None) -> None:
         """``chosen_model``: the extraction model ingestion has already chosen by the rule, if any:
         reported as is (the rule's answer changes when a newer chat model is pulled; ingestion's not)."""
