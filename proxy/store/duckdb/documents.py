@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +28,7 @@ from proxy.store.protocols.documents import (
     StorageCondition,
     StorageHealth,
 )
+from proxy.store.sql_documents import SqlDocuments
 
 _COLUMNS = ("id", "name", "mime", "size", "status", "error", "chunks_total", "chunks_done", "replaces",
             "created_at", "updated_at", "processed_at", "metadata")
@@ -302,89 +304,18 @@ class DuckDBIngestWrites:
         await self.group.run()
 
 
-class DuckDBDocuments:
+class DuckDBDocuments(SqlDocuments):
     """``DocumentTables`` over DuckDB."""
 
     read_errors: tuple[type[BaseException], ...] = (duckdb.Error, OSError, GraphGateError)
+    sql = sys.modules[__name__]
 
     def __init__(self, db: Database) -> None:
-        self.db = db
-        self.metadata_version = 0   # moves on with every metadata edit (filters' caches key on it)
-
-    async def get(self, document_id: str) -> dict[str, Any] | None:
-        return await self.db.read(get_document, document_id)
-
-    async def get_many(self, document_ids: list[str]) -> dict[str, dict[str, Any]]:
-        return await self.db.read(get_documents, document_ids)
-
-    async def with_text(self, document_id: str) -> tuple[dict[str, Any] | None, str]:
-        return await self.db.read(document_with_text, document_id)
-
-    async def named(self, name: str) -> list[dict[str, Any]]:
-        return await self.db.read(documents_named, name)
-
-    async def and_versions(self, document_id: str, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        return await self.db.read(document_and_versions, document_id, name)
-
-    async def page(self, *, status: str | None, search: str | None, sort: str, descending: bool,
-                   limit: int, offset: int, ids: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
-        return await self.db.read(lambda con: list_documents(con, status=status, search=search, sort=sort,
-                                                             descending=descending, limit=limit, offset=offset,
-                                                             ids=ids))
-
-    async def unfinished_ids(self) -> list[str]:
-        return await self.db.read(unfinished_ids)
-
-    def new_row(self, record: dict[str, Any]) -> dict[str, Any]:
-        return new_document_row(record)
-
-    async def insert(self, record: dict[str, Any], text: str) -> None:
-        await self.db.write(insert_documents, [(record, text)])
-
-    async def delete_unprocessed(self, document_id: str) -> None:
-        await self.db.write(delete_unprocessed, document_id)
-
-    async def set_metadata(self, document_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            return await self.db.write(set_metadata, document_id, metadata)
-        finally:
-            self.metadata_version += 1
-
-    async def searchable_metadata(self) -> list[tuple[str, dict[str, Any]]]:
-        return await self.db.read(searchable_metadata)
-
-    async def metadata_of(self, ids: list[str] | None = None) -> dict[str, tuple[str, dict[str, Any]]]:
-        return await self.db.read(metadata_of, ids)
-
-    async def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
-        await self.db.write(set_status, document_id, status, error)
-
-    async def start(self, items: list[Started]) -> None:
-        await self.db.write(start_documents, items)
+        super().__init__(db)
+        self.db: Database = db
 
     def ingest_writes(self) -> DuckDBIngestWrites:
         return DuckDBIngestWrites(self.db)
-
-    def extracted_ids_sync(self, chunk_ids: list[str]) -> set[str]:
-        return self.db.read_sync(extracted_ids, chunk_ids)
-
-    async def stored_chunk_ids(self, chunk_ids: list[str]) -> set[str]:
-        return await self.db.read(stored_chunk_ids, chunk_ids)
-
-    async def orphaned_chunks(self, document_id: str, keep: list[str]) -> list[str]:
-        return await self.db.read(orphaned_chunks, document_id, keep)
-
-    async def counts(self, document_id: str) -> dict[str, int]:
-        return await self.db.read(document_counts, document_id)
-
-    async def entity_counts(self, document_ids: list[str]) -> dict[str, int]:
-        return await self.db.read(entity_counts, document_ids)
-
-    async def chunks(self, document_id: str, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-        return await self.db.read(document_chunks, document_id, limit, offset)
-
-    async def deletion_effects(self, document_id: str) -> dict[str, int]:
-        return await self.db.read(deletion_effects, document_id)
 
     def health_sync(self) -> StorageHealth:
         counts = self.db.read_sync(status_counts)
