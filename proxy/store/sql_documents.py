@@ -4,22 +4,11 @@ the adapter is one; each backend subclasses it with its statements (``sql``: its
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 from proxy.store.protocols.documents import Started, StorageCondition, StorageHealth
-
-
-class Runner(Protocol):
-    """A backend's connection: ``fn(connection, *args)`` read in a worker thread, or written in one
-    transaction (``duckdb/connection.py``, ``postgres/connection.py``)."""
-
-    async def read(self, fn: Callable[..., Any], *args: Any) -> Any: ...
-
-    async def write(self, fn: Callable[..., Any], *args: Any) -> Any: ...
-
-    def read_sync(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+from proxy.store.sql_runner import Runner
 
 
 class SqlDocuments:

@@ -4,14 +4,15 @@ results, aliases, hand edits, dismissed suggestions and the console's entity que
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import sys
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from proxy.store.changes import Curation, EntityEdit, RelationEdit
 from proxy.store.duckdb.connection import Con, Database, relation_ready
-from proxy.store.duckdb.retrieval_rows import descriptions as _descriptions
+from proxy.store.duckdb.retrieval_rows import descriptions  # noqa: F401 - one of this module's statements
 from proxy.store.protocols.graph_rows import (
     StoredEdits,
     StoredEntity,
@@ -19,6 +20,7 @@ from proxy.store.protocols.graph_rows import (
     StoredRow,
     Subject,
 )
+from proxy.store.sql_graph_rows import SqlGraphRows
 
 ID_COLUMN = {"entities": "name_key", "relations": "pair_key"}
 
@@ -218,66 +220,11 @@ def entity_detail(con: Con, key: str, shown_chunks: int) -> dict[str, Any] | Non
     }
 
 
-class DuckDBGraphRows:
+class DuckDBGraphRows(SqlGraphRows):
     """``GraphRows`` (proxy/store/protocols/graph_rows.py) over one DuckDB database."""
 
+    sql = sys.modules[__name__]
+
     def __init__(self, db: Database) -> None:
-        self.db = db
-
-    async def aliases(self) -> dict[str, str]:
-        return await self.db.read(load_aliases)
-
-    def aliases_sync(self) -> dict[str, str]:
-        return self.db.read_sync(load_aliases)
-
-    async def touched_by(self, chunk_ids: list[str]) -> tuple[set[str], set[str]]:
-        return await self.db.read(touched_by, chunk_ids)
-
-    async def stored_rows(self, subject: Subject, keys: list[str]) -> dict[str, StoredRow]:
-        return await self.db.read(stored_rows, subject, keys)
-
-    async def embeddings(self, subject: Subject, keys: list[str]) -> np.ndarray:
-        return await self.db.read(embeddings_by, subject, keys)
-
-    async def extractions(self, chunk_ids: list[str]) -> dict[str, str]:
-        return await self.db.read(extraction_results, chunk_ids)
-
-    async def edits(self, entity_keys: list[str], pair_keys: list[str]) -> StoredEdits:
-        return await self.db.read(load_edits, entity_keys, pair_keys)
-
-    async def entities(self, keys: list[str]) -> dict[str, StoredEntity]:
-        return await self.db.read(entity_rows, keys)
-
-    async def relations_touching(self, keys: list[str]) -> list[StoredRelation]:
-        return await self.db.read(relations_touching, keys)
-
-    async def relation(self, pair: str) -> StoredRelation | None:
-        return await self.db.read(relation_row, pair)
-
-    def dismissed_sync(self) -> set[str]:
-        return self.db.read_sync(dismissed)
-
-    async def dismiss(self, pair: str) -> None:
-        await self.db.write(dismiss, pair, datetime.now(UTC).replace(tzinfo=None))
-
-    async def alias_target(self, key: str) -> str | None:
-        return await self.db.read(alias_target, key)
-
-    async def resolve_name(self, key: str) -> str | None:
-        return await self.db.read(resolve_name, key)
-
-    async def matching_keys(self, search: str, kind: str) -> list[str]:
-        return await self.db.read(matching_keys, search, kind)
-
-    async def names_page(self, search: str, kind: str, descending: bool, limit: int,
-                         offset: int) -> tuple[list[str], int]:
-        return await self.db.read(names_page, search, kind, descending, limit, offset)
-
-    async def entity_types(self) -> list[tuple[str, int]]:
-        return await self.db.read(entity_types)
-
-    async def entity_detail(self, key: str, shown_chunks: int) -> dict[str, Any] | None:
-        return await self.db.read(entity_detail, key, shown_chunks)
-
-    async def descriptions(self, subject: Subject, wanted: list[tuple[int, str]]) -> dict[int, str]:
-        return await self.db.read(_descriptions, subject, wanted)
+        super().__init__(db)
+        self.db: Database = db

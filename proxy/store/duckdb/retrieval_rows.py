@@ -3,7 +3,10 @@ table reads, by vector key through the key index."""
 
 from __future__ import annotations
 
+import sys
+
 from proxy.store.duckdb.connection import Con, Database
+from proxy.store.sql_retrieval_rows import SqlRetrievalRows
 
 
 def descriptions(con: Con, table: str, wanted: list[tuple[int, str]]) -> dict[int, str]:
@@ -41,15 +44,9 @@ def extractions(con: Con, chunk_ids: list[str]) -> dict[str, str]:
                             [chunk_ids]).fetchall())
 
 
-class DuckDBRetrievalRows:
+class DuckDBRetrievalRows(SqlRetrievalRows):
+    sql = sys.modules[__name__]
+
     def __init__(self, db: Database) -> None:
-        self.db = db
-
-    def descriptions_sync(self, table: str, wanted: list[tuple[int, str]]) -> dict[int, str]:
-        return self.db.read_sync(descriptions, table, wanted)
-
-    def chunk_texts_sync(self, keys: list[int]) -> dict[str, tuple[str, int]]:
-        return self.db.read_sync(chunk_texts, keys)
-
-    def extractions_sync(self, chunk_ids: list[str]) -> dict[str, str]:
-        return self.db.read_sync(extractions, chunk_ids)
+        super().__init__(db)
+        self.db: Database = db

@@ -3,9 +3,12 @@ table reads, by vector key through the key index."""
 
 from __future__ import annotations
 
+import sys
+
 from psycopg import sql
 
 from proxy.store.postgres.connection import Con, PgDatabase
+from proxy.store.sql_retrieval_rows import SqlRetrievalRows
 
 ID_COLUMN = {"entities": "name_key", "relations": "pair_key"}
 
@@ -46,15 +49,9 @@ def extractions(con: Con, chunk_ids: list[str]) -> dict[str, str]:
                             [list(chunk_ids)]).fetchall())
 
 
-class PgRetrievalRows:
+class PgRetrievalRows(SqlRetrievalRows):
+    sql = sys.modules[__name__]
+
     def __init__(self, db: PgDatabase) -> None:
-        self.db = db
-
-    def descriptions_sync(self, table: str, wanted: list[tuple[int, str]]) -> dict[int, str]:
-        return self.db.read_sync(descriptions, table, wanted)
-
-    def chunk_texts_sync(self, keys: list[int]) -> dict[str, tuple[str, int]]:
-        return self.db.read_sync(chunk_texts, keys)
-
-    def extractions_sync(self, chunk_ids: list[str]) -> dict[str, str]:
-        return self.db.read_sync(extractions, chunk_ids)
+        super().__init__(db)
+        self.db: PgDatabase = db
