@@ -286,6 +286,27 @@ def sectioned_components_never_take_the_whole_settings(house: House) -> list[str
             if within(i.module, SECTIONED) and i.target == "proxy.core.settings.Settings"]
 
 
+BACKENDS = ("proxy.store.duckdb", "proxy.store.postgres")
+FORWARDS = ("return await self.db.read", "await self.db.write", "return await self.db.write", "return self.db.read_sync")
+
+
+def a_backend_holds_statements_and_the_adapter_is_one(house: House) -> list[str]:
+    """A subject's adapter is written once over the backends' statements (``proxy/store/sql_*.py``):
+    a backend's class does not forward a statement itself (but its tables core, ``tables.py``,
+    which each backend opens in its own way)."""
+    offenders = []
+    for module, tree in house.trees.items():
+        if not within(module, BACKENDS) or module.endswith(".tables"):
+            continue
+        for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+            for method in cls.body:
+                if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef) and len(method.body) == 1:
+                    text = ast.unparse(method.body[0])
+                    if text.startswith(FORWARDS):
+                        offenders.append(f"{module}:{method.lineno} {cls.name}.{method.name}")
+    return offenders
+
+
 def the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn(house: House) -> list[str]:
     """``knowledge.ground`` (proxy/knowledge/grounding.py) plans, retrieves and injects for the chat
     turn as for /rag/query: the gateway imports nothing of the retrieval."""
@@ -318,6 +339,9 @@ RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
         "proxy__merging__planted": "async def f(store):\n    return await store.read_memory(lambda r, g: r)\n"},
     sectioned_components_never_take_the_whole_settings: {
         "proxy__upstream__planted": "from proxy.core.settings import Settings\n"},
+    a_backend_holds_statements_and_the_adapter_is_one: {
+        "proxy__store__duckdb__planted": "class Twice:\n    def get_sync(self, key):\n"
+                                         "        return self.db.read_sync(get, key)\n"},
     the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn: {
         "proxy__gateway__planted": "from proxy.retrieval.context import inject\n"},
     retrieval_reads_the_store_through_its_narrow_face: {

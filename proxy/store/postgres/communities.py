@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 from proxy.store.postgres.connection import Con, PgDatabase
 from proxy.store.protocols.communities import StoredCommunity
+from proxy.store.sql_communities import SqlCommunities
 
 
 def digests(con: Con) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -19,12 +22,9 @@ def by_keys(con: Con, keys: list[int]) -> dict[int, StoredCommunity]:
     return {r[1]: StoredCommunity(r[0], r[1], r[2], r[3], tuple(r[4])) for r in rows}
 
 
-class PgCommunities:
+class PgCommunities(SqlCommunities):
+    sql = sys.modules[__name__]
+
     def __init__(self, db: PgDatabase) -> None:
-        self.db = db
-
-    def digests_sync(self) -> dict[str, tuple[str, tuple[str, ...]]]:
-        return self.db.read_sync(digests)
-
-    def by_keys_sync(self, keys: list[int]) -> dict[int, StoredCommunity]:
-        return self.db.read_sync(by_keys, keys)
+        super().__init__(db)
+        self.db: PgDatabase = db
