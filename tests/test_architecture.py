@@ -287,7 +287,8 @@ def sectioned_components_never_take_the_whole_settings(house: House) -> list[str
 
 
 BACKENDS = ("proxy.store.duckdb", "proxy.store.postgres")
-FORWARDS = ("return await self.db.read", "await self.db.write", "return await self.db.write", "return self.db.read_sync")
+FORWARDS = ("return await self.db.read", "await self.db.write", "return await self.db.write",
+            "return self.db.read_sync")
 
 
 def a_backend_holds_statements_and_the_adapter_is_one(house: House) -> list[str]:
