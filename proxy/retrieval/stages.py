@@ -57,7 +57,7 @@ class Channel(Protocol):
 
 @runtime_checkable
 class Switched(Protocol):
-    """A channel that runs only when the query's parameters turn it on (a knob, off by default)."""
+    """A channel that runs only when the query's parameters turn it on (a knob)."""
     def enabled(self, params: QueryParams) -> bool: ...
 
 

@@ -1,6 +1,7 @@
 """Entity linking's name index, kept beside the store's rows: every entity's name and every merge
-alias by their core (``name_index.py``). Built on first use (seconds at 1M entities, and linking is
-off by default), outside the store's lock, then kept in step with every commit under it."""
+alias by their core (``name_index.py``). Built beside the first turns (seconds at 1M entities; a
+small store's before the first request, ``proxy/knowledge/service.py``), outside the store's lock,
+then kept in step with every commit under it."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from proxy.retrieval.params import QueryParams
 from proxy.retrieval.stages import Channel, Switched
 
 CHANNELS: tuple[tuple[Channel, frozenset[Mode]], ...] = (
-    # the `linking` knob (off by default); in global mode too, where the named entities' relations join
+    # the `linking` knob (on by default); in global mode too, where the named entities' relations join
     # those the themes find: "which products does Y develop?" has no theme naming Y
     (LinkedChannel(), frozenset({Mode.LOCAL, Mode.GLOBAL, Mode.HYBRID, Mode.MIX})),
     (ExpansionChannel(), frozenset({Mode.LOCAL, Mode.HYBRID, Mode.MIX})),   # the `expansion` knob at `ppr`
