@@ -143,3 +143,18 @@ def test_every_field_of_a_settings_section_is_a_row_of_the_table() -> None:
         def chunk_tokenz(self) -> int: ...
 
     assert unknown_fields((Planted,)) == ["Planted.chunk_tokenz"]
+
+
+def test_the_retrieval_section_reads_every_knob() -> None:
+    """A query's defaults are every knob: a retrieval section without one is refused at import."""
+    from typing import Protocol
+
+    from proxy.core.settings_sections import RetrievalSettings, missing_knobs
+
+    assert missing_knobs(RetrievalSettings) == []
+
+    class Planted(Protocol):
+        @property
+        def top_k(self) -> int: ...
+
+    assert "top_k" not in missing_knobs(Planted) and "chunk_top_k" in missing_knobs(Planted)

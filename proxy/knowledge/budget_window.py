@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import RetrievalSettings
 from proxy.retrieval.budget import MARGIN
 from proxy.upstream.model_info import ModelInfo
 
 
-def window_for(options: dict[str, Any] | None, info: ModelInfo, settings: Settings,
+def window_for(options: dict[str, Any] | None, info: ModelInfo, settings: RetrievalSettings,
                conversation: int, *, can_raise: bool = True) -> tuple[int, str, bool]:
     """(window, where it came from, whether GraphGate raises num_ctx to it)."""
     requested = (options or {}).get("num_ctx")

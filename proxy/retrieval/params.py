@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 from proxy.core.errors import BadRequest
 from proxy.core.metadata import Filter, parse_filter
-from proxy.core.settings import SETTINGS, Knob, Setting, Settings
+from proxy.core.settings import SETTINGS, Knob, Setting
+from proxy.core.settings_sections import RetrievalSettings
 
 KNOBS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.knob is not None)
 
@@ -35,7 +36,7 @@ class QueryRequest:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_settings(cls, settings: Settings, **changes: Any) -> QueryParams:
+    def from_settings(cls, settings: RetrievalSettings, **changes: Any) -> QueryParams:
         return QueryParams(**{**{s.name: getattr(settings, s.name) for s in KNOBS}, **changes})
 
     def with_overrides(self, body: dict[str, Any]) -> Self:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from proxy.core.errors import UpstreamError, UpstreamStatusError
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import RetrievalSettings
 from proxy.retrieval.found import FoundChunk
 from proxy.retrieval.stages import Question
 from proxy.upstream.client import Upstream, json_kind
@@ -48,7 +48,7 @@ class HttpReranker:
         self.top_n = top_n  # chunks kept, best first; 0: all
 
     @classmethod
-    def from_settings(cls, settings: Settings, upstream: Upstream) -> HttpReranker | None:
+    def from_settings(cls, settings: RetrievalSettings, upstream: Upstream) -> HttpReranker | None:
         """The reranker GRAPHGATE_RERANK_URL names, or None when it is unset (no re-ranking)."""
         if settings.rerank_url is None:
             return None

@@ -33,7 +33,7 @@ import numpy as np
 from proxy.core.errors import UpstreamError
 from proxy.core.language_setting import language_for
 from proxy.core.modes import Mode
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import RetrievalSettings
 from proxy.core.tokens import Tokenizer
 from proxy.retrieval.budget import Budget
 from proxy.retrieval.channels import channels_for
@@ -111,7 +111,7 @@ class GraphFinds:
 
 
 class Retriever:
-    def __init__(self, store: RetrievalSource, models: ModelClient, settings: Settings, tokenizer: Tokenizer,
+    def __init__(self, store: RetrievalSource, models: ModelClient, settings: RetrievalSettings, tokenizer: Tokenizer,
                  reranker: Reranker | None = None) -> None:
         self.store = store
         self.models = models
