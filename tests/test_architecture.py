@@ -278,7 +278,7 @@ def nothing_outside_the_store_hands_it_a_callback_into_its_memory(house: House) 
 
 # the folders whose components are handed a section of the settings (proxy/core/settings_sections.py)
 SECTIONED = ("proxy.parsing", "proxy.extraction", "proxy.merging", "proxy.ingest", "proxy.upstream", "proxy.guards",
-             "proxy.retrieval")
+             "proxy.retrieval", "proxy.gateway")
 
 
 def sectioned_components_never_take_the_whole_settings(house: House) -> list[str]:

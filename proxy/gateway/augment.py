@@ -30,7 +30,7 @@ from proxy.knowledge.traces import Trace
 from proxy.upstream.model_calls import cache_key
 
 if TYPE_CHECKING:
-    from proxy.core.settings import Settings
+    from proxy.core.settings_sections import ChatSettings
     from proxy.knowledge.service import Knowledge
     from proxy.monitoring.metrics import Metrics
 
@@ -39,9 +39,12 @@ class AugmenterGateway(Protocol):
     """What the augmenter reads of the gateway (``proxy.state.Gateway``): the knowledge service
     appears once the store has opened, and stays None when it cannot."""
 
-    settings: Settings
     knowledge: Knowledge | None
     metrics: Metrics
+
+    @property
+    def settings(self) -> ChatSettings: ...
+
 
 log = logging.getLogger("graphgate.augment")
 
