@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from proxy.store.duckdb.connection import Con, relation_ready
-from proxy.store.rows_memory import ChunkDocumentRow, MemoryRows
+from proxy.store.rows_memory import MemoryRows
+from proxy.store.sql_memory_load import load_rows as shared_load_rows
 
 BATCH = 20_000  # rows converted at a time: one big fetchall leaves its freed memory to the process
 
@@ -22,18 +23,8 @@ def fetch_rows(con: Con, query: str, args: list[Any] | None = None) -> Iterator[
 
 
 def load_rows(con: Con, rows: MemoryRows) -> None:
-    """Fill empty ``rows`` from the tables. The generators run one after the other (one cursor)."""
-    rows.load(fetch_rows(con, "SELECT id, key FROM chunks"),
-              fetch_rows(con, "SELECT key, name_key, name, type, source_ids FROM entities ORDER BY key"),
-              fetch_rows(con, "SELECT key, pair_key, keywords, weight, source_ids FROM relations"),
-              _all_chunk_documents(con))
-
-
-def _all_chunk_documents(con: Con) -> Iterator[ChunkDocumentRow]:
-    # plain pairs, grouped in Python: a GROUP BY over a million chunk ids costs DuckDB seconds
-    names = dict(con.execute("SELECT id, name FROM documents").fetchall())
-    for chunk_id, document_id in fetch_rows(con, "SELECT chunk_id, document_id FROM document_chunks"):
-        yield chunk_id, names.get(document_id)
+    """Fill empty ``rows`` from the tables (``sql_memory_load.load_rows``, this backend's streaming)."""
+    shared_load_rows(con, rows, fetch_rows)
 
 
 def load_chunk_documents(con: Con, rows: MemoryRows, chunk_ids: list[str]) -> None:

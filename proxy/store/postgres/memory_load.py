@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from proxy.store.postgres.connection import Con, get_meta
-from proxy.store.rows_memory import ChunkDocumentRow, MemoryRows
+from proxy.store.rows_memory import MemoryRows
+from proxy.store.sql_memory_load import load_rows as shared_load_rows
 
 BATCH = 20_000  # rows fetched at a time: the start-up never holds a whole table twice
 
@@ -39,17 +40,8 @@ def load_snapshot(con: Con, rows: MemoryRows) -> tuple[tuple[np.ndarray, list[fl
 
 
 def load_rows(con: Con, rows: MemoryRows) -> None:
-    """Fill empty ``rows`` from the tables. The generators run one after the other (one connection)."""
-    rows.load(fetch_rows(con, "SELECT id, key FROM chunks"),
-              fetch_rows(con, "SELECT key, name_key, name, type, source_ids FROM entities ORDER BY key"),
-              fetch_rows(con, "SELECT key, pair_key, keywords, weight, source_ids FROM relations"),
-              _all_chunk_documents(con))
-
-
-def _all_chunk_documents(con: Con) -> Iterator[ChunkDocumentRow]:
-    names: dict[str, str] = dict(con.execute("SELECT id, name FROM documents").fetchall())
-    for chunk_id, document_id in fetch_rows(con, "SELECT chunk_id, document_id FROM document_chunks"):
-        yield chunk_id, names.get(document_id)
+    """Fill empty ``rows`` from the tables (``sql_memory_load.load_rows``, this backend's streaming)."""
+    shared_load_rows(con, rows, fetch_rows)
 
 
 def load_chunk_documents(con: Con, rows: MemoryRows, chunk_ids: list[str]) -> None:
