@@ -23,6 +23,7 @@ from urllib.parse import quote, urlencode
 
 import anyio
 import anyio.from_thread
+import anyio.to_thread
 import anyio.lowlevel
 import httpx
 from hypothesis import HealthCheck, settings
@@ -297,7 +298,8 @@ async def snapshot(h: Harness) -> dict[str, Any]:
         group.start_soon(tables)
         group.start_soon(stats)
         group.start_soon(extra)
-    state["graph"] = await kb.store.read_memory(lambda rows, graph: (graph.vertex_count, graph.edge_count))
+    state["graph"] = await anyio.to_thread.run_sync(
+        kb.store.read_memory_sync, lambda rows, graph: (graph.vertex_count, graph.edge_count))
     state["indexes"] = {name: kb.store.vector_count(name) for name in INDEXED_TABLES}
     state["generation"] = kb.store.generation
     return state

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from proxy.retrieval import search
 from proxy.retrieval.found import (
     ChunkHit,
     Found,
@@ -74,8 +73,8 @@ def fuse_chunks(lists: list[list[ChunkHit]], count: int, method: str = "roundrob
 
 def read_chunks(store: RetrievalReads, hits: list[ChunkHit]) -> list[FoundChunk]:
     """The hits' texts and documents; a chunk deleted since it was found is left out."""
-    keys = search.chunk_keys(store, [hit.id for hit in hits])
-    texts = search.chunk_texts(store, list(keys.values()))
-    documents = search.documents_of(store, [hit.id for hit in hits])
+    keys = store.chunk_keys_sync([hit.id for hit in hits])
+    texts = store.chunk_texts_sync(list(keys.values()))
+    documents = store.chunk_documents_sync([hit.id for hit in hits])
     return [FoundChunk(hit.id, texts[hit.id][0], texts[hit.id][1], hit.score, hit.origin, documents.get(hit.id, []))
             for hit in hits if hit.id in texts]

@@ -53,7 +53,7 @@ def scored_entities(store: RetrievalReads, scores: dict[str, float]) -> list[Fou
     """The entities of ``scores``' keys, in its order, each with its score and degree (a key no
     longer in the store is left out)."""
     found = entities_by_name(store, list(scores))
-    degree = degrees(store, list(found))
+    degree = store.degrees_sync(list(found))
     entities = []
     for key, score in scores.items():
         if key in found:
@@ -79,32 +79,6 @@ def relations_by_pairs(store: RetrievalReads, pairs: list[str]) -> dict[str, Fou
     return {p: _relation(named) for p, named in store.relations_paired_sync(pairs).items()}
 
 
-def chunk_keys(store: RetrievalReads, ids: list[str]) -> dict[str, int]:
-    return store.chunk_keys_sync(ids)
-
-
-def chunk_ids(store: RetrievalReads, keys: list[int]) -> dict[int, str]:
-    return store.chunk_ids_sync(keys)
-
-
-def chunk_texts(store: RetrievalReads, keys: list[int]) -> dict[str, tuple[str, int]]:
-    """id -> (content, tokens) of the chunks with these vector keys: the one table read of a chunk list."""
-    return store.chunk_texts_sync(keys)
-
-
-def documents_of(store: RetrievalReads, ids: list[str]) -> dict[str, list[str]]:
-    return store.chunk_documents_sync(ids)
-
-
-def degrees(store: RetrievalReads, keys: list[str]) -> dict[str, int]:
-    return store.degrees_sync(keys)
-
-
-def edge_facts(store: RetrievalReads, pairs: list[str]) -> dict[str, tuple[tuple[str, ...], str, str, int]]:
-    """pair -> (keywords, source name, target name, vector key) of the known ones."""
-    return store.edge_facts_sync(pairs)
-
-
 def central_incident_relations(store: RetrievalReads, keys: list[str], count: int,
                                relevance: Callable[[Sequence[str], str, str], float] | None = None
                                ) -> list[FoundRelation]:
@@ -122,18 +96,8 @@ def central_incident_relations(store: RetrievalReads, keys: list[str], count: in
             for n in best]
 
 
-def pairs_among(store: RetrievalReads, keys: list[str]) -> list[str]:
-    """Pair keys of the edges joining two of ``keys``, in the order of ``incident_pairs``."""
-    return store.pairs_among_sync(keys)
-
-
-def incident_pairs(store: RetrievalReads, keys: list[str]) -> list[str]:
-    """Pair keys of every edge touching ``keys``, in the order of ``keys``."""
-    return store.incident_pairs_sync(keys)
-
-
 def set_relation_degrees(store: RetrievalReads, relations: list[FoundRelation]) -> None:
     """Each relation's centrality: the degrees of its two endpoints, summed."""
-    degree = degrees(store, list({k for r in relations for k in (r.source, r.target)}))
+    degree = store.degrees_sync(list({k for r in relations for k in (r.source, r.target)}))
     for relation in relations:
         relation.degree = degree.get(relation.source, 0) + degree.get(relation.target, 0)

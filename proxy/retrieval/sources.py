@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from proxy.retrieval import search
 from proxy.retrieval.found import ChunkHit, FoundEntity, FoundRelation
 from proxy.retrieval.select import by_similarity, weighted_quota
 from proxy.retrieval.stages import Question
@@ -31,7 +30,7 @@ def pick(store: RetrievalReads, question: Question, given: list[Sequence[str]], 
     if params.chunk_selection == "weight":
         return weighted_quota(sources, params.related_chunks)
     candidates = list(dict.fromkeys(c for ids in sources for c in ids))
-    keys = search.chunk_keys(store, candidates)
+    keys = store.chunk_keys_sync(candidates)
     present = [c for c in candidates if c in keys]
     cosines = store.similarities_sync("chunks", [keys[c] for c in present], question.vectors["query"])
     if len(cosines) != len(present):  # index out of step: fall back to weighted polling

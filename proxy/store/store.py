@@ -384,12 +384,9 @@ class KnowledgeStore(NamedReads, EntityPageReads):
 
     def read_memory_sync(self, read: Callable[[MemoryRows, Graph], T]) -> T:
         """``read(rows, graph)`` over a consistent state of the rows and the graph. Blocking: call it
-        from a worker thread (``read_memory`` does); ``read`` must not keep or change what it sees."""
+        from a worker thread; ``read`` must not keep or change what it sees."""
         with self._memory_lock:
             return read(self._rows, self._graph)
-
-    async def read_memory(self, read: Callable[[MemoryRows, Graph], T]) -> T:
-        return await anyio.to_thread.run_sync(self.read_memory_sync, read)
 
     def incident_sync(self, keys: list[str]) -> list[Incident]:
         """The relations touching ``keys`` (each once, in the order of ``keys``), as listed once per

@@ -20,5 +20,5 @@ class ChunkChannel:
         params = question.params
         matches = search.vector_search(store, "chunks", question.vectors[self.vector], params.chunk_top_k,
                                        params.cosine_threshold)
-        ids = search.chunk_ids(store, [k for k, _ in matches])
+        ids = store.chunk_ids_sync([k for k, _ in matches])
         return Found(chunks=[ChunkHit(ids[k], score, "vector") for k, score in matches if k in ids])

@@ -37,7 +37,7 @@ class DescribedChannel:
             return Found()
         matches = store.keyword_search_sync("entities", question.asked, question.params.top_k)
         entities: list[FoundEntity] = scored(matches, search.entities_by_keys(store, [k for k, _ in matches]))
-        degree = search.degrees(store, [e.key for e in entities])
+        degree = store.degrees_sync([e.key for e in entities])
         for entity in entities:
             entity.degree = degree[entity.key]
         return Found(entities)

@@ -23,7 +23,7 @@ class EntityChannel:
         matches = search.vector_search(store, "entities", question.vectors[self.vector], params.top_k,
                                        params.cosine_threshold)
         entities = scored(matches, search.entities_by_keys(store, [k for k, _ in matches]))
-        degree = search.degrees(store, [e.key for e in entities])
+        degree = store.degrees_sync([e.key for e in entities])
         for entity in entities:
             entity.degree = degree[entity.key]
         return Found(entities, search.central_incident_relations(store, [e.key for e in entities], params.top_k))

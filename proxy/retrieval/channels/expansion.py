@@ -144,7 +144,7 @@ def walk_edges(store: RetrievalReads, question: Question, seeds: dict[str, float
     ``MAX_HOPS``, the edges of the strongest chains' ends (``Chains.continuing``); all judged."""
     edges = store.neighbourhood_sync(seeds, hops=HOPS, cap=CAP, edge_cap=EDGE_CAP)
     keys = list(dict.fromkeys(pair_key(source, target) for source, target in edges))
-    facts = search.edge_facts(store, keys)
+    facts = store.edge_facts_sync(keys)
     chains.judge(facts, judge_edges(store, question, facts))
     seen = set(keys)
     for _ in range(MAX_HOPS - HOPS):
@@ -152,11 +152,11 @@ def walk_edges(store: RetrievalReads, question: Question, seeds: dict[str, float
         if not ends:
             break
         chains.followed.update(ends)
-        incident = search.incident_pairs(store, ends)
+        incident = store.incident_pairs_sync(ends)
         more = [pair for pair in incident if pair not in seen][:BEAM_EDGES]
         if more:
             seen.update(more)
-            facts = search.edge_facts(store, more)
+            facts = store.edge_facts_sync(more)
             chains.frontier = ends
             chains.judge(facts, judge_edges(store, question, facts))
             edges += [split_pair(pair) for pair in more]
@@ -208,7 +208,7 @@ class ExpansionChannel:
         hub's many others. Only the best ``top_k`` are read, and the chains' facts beyond the rings
         (``answers``), which carry little of the walk.
         (Discounting each kind's later relations was measured: it cost 2-hop and list recall.)"""
-        pairs = search.pairs_among(store, list(ranked))
+        pairs = store.pairs_among_sync(list(ranked))
         strength: dict[str, float] = {}   # each entity's weighed edges, summed: how its walk splits
         scope = question.scope   # under a metadata filter the walk gave the edges outside it no weight
         for pair, weight in relevance.items():

@@ -36,7 +36,7 @@ class KeywordChannel:
         found = Found()
         if mode in CHUNK_MODES:
             matches = store.keyword_search_sync("chunks", question.text, params.chunk_top_k)
-            ids = search.chunk_ids(store, [k for k, _ in matches])
+            ids = store.chunk_ids_sync([k for k, _ in matches])
             found.chunks = [ChunkHit(ids[k], score, "keyword") for k, score in matches if k in ids]
         if mode in ENTITY_MODES:
             found.entities = self._entities(store, question.text, params.top_k)
@@ -48,7 +48,7 @@ class KeywordChannel:
     def _entities(store: RetrievalReads, text: str, count: int) -> list[FoundEntity]:
         matches = store.keyword_search_sync("entities", text, count)
         entities: list[FoundEntity] = scored(matches, search.entities_by_keys(store, [k for k, _ in matches]))
-        degree = search.degrees(store, [e.key for e in entities])
+        degree = store.degrees_sync([e.key for e in entities])
         for entity in entities:
             entity.degree = degree[entity.key]
         return entities

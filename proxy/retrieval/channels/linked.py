@@ -60,7 +60,7 @@ class LinkedChannel:
         linked = linked_keys(store, question)
         keys = sorted(linked, key=lambda k: -linked[k])[:params.top_k]   # stable: the text's order within ties
         found = search.entities_by_name(store, keys)
-        degree = search.degrees(store, list(found))
+        degree = store.degrees_sync(list(found))
         entities = []
         for key in keys:
             if key in found:

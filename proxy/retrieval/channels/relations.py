@@ -27,7 +27,7 @@ class RelationChannel:
         relations = rank_relations(relations, lambda r: r.degree, lambda r: r.weight)
         endpoint_keys = list(dict.fromkeys(k for r in relations for k in (r.source, r.target)))
         found = search.entities_by_name(store, endpoint_keys)
-        degree = search.degrees(store, list(found))
+        degree = store.degrees_sync(list(found))
         entities = []
         for key in endpoint_keys:
             if key in found:
