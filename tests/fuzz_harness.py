@@ -23,8 +23,8 @@ from urllib.parse import quote, urlencode
 
 import anyio
 import anyio.from_thread
-import anyio.to_thread
 import anyio.lowlevel
+import anyio.to_thread
 import httpx
 from hypothesis import HealthCheck, settings
 from starlette.routing import Mount, Route
