@@ -161,11 +161,13 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
     from proxy.knowledge.traces import Trace
     from proxy.merging.recompute import SUMMARY_SCHEMA, summary_messages
     from proxy.retrieval.keywords import keyword_messages
+    from proxy.store import sql_documents as docsql
     from proxy.store.changes import Changeset, ChunkRow, DocumentUpdate, EntityRow, RelationRow, pair_key
-    from proxy.store.duckdb import documents as docsql
-    from proxy.store.duckdb.cache import write_cache
-    from proxy.store.duckdb.connection import set_meta
-    from proxy.store.duckdb.traces import record_traces
+    from proxy.store.duckdb import documents as duckdb_documents
+    from proxy.store.duckdb.connection import DIALECT, set_meta
+    from proxy.store.sql_cache import write_cache
+    from proxy.store.sql_dialect import Sql
+    from proxy.store.sql_traces import record_traces
     from proxy.store.store import KnowledgeStore, now
     from proxy.upstream.model_calls import CacheEntry
     from tests.invariants import database
@@ -246,10 +248,12 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
     store = await KnowledgeStore.open(data)
     try:
         def insert_documents(con: Any) -> None:
-            docsql.insert_documents(con, [(doc, doc["text"]) for doc in documents + failed])
+            sql = Sql(con, DIALECT)
+            docsql.insert_documents(sql, [(doc, doc["text"]) for doc in documents + failed])
             for doc in failed:
-                docsql.set_status(con, doc["id"], "failed", "the model's extraction for chunk 1 was not valid "
-                                                            "JSON after 3 tries: no JSON object in the reply")
+                duckdb_documents.set_status(sql, doc["id"], "failed",
+                                            "the model's extraction for chunk 1 was not valid "
+                                            "JSON after 3 tries: no JSON object in the reply")
         await database(store).write(insert_documents)
 
         stamp = now()
@@ -352,11 +356,11 @@ async def _build(data: Path, n_entities: int, dim: int, n_chunks: int, n_docs: i
         dismissed = [pair_key(keys[int(by_rank[i])], keys[int(by_rank[i + 1])]) for i in range(0, 200, 2)]
 
         def extras(con: Any) -> None:
-            write_cache(con, entries, [])
+            write_cache(Sql(con, DIALECT), entries, [])
             for e in entries[::7]:
                 con.execute("UPDATE llm_cache SET hits = 3, last_hit_at = ? WHERE kind = ? AND key = ?",
                             [stamp, e.kind, e.key])
-            record_traces(con, traces)
+            record_traces(Sql(con, DIALECT), traces)
             con.executemany("INSERT INTO aliases VALUES (?, ?, ?)", [[a, t, stamp] for a, t in aliases])
             con.executemany("INSERT INTO dismissed_suggestions VALUES (?, ?)", [[p, stamp] for p in dismissed])
             set_meta(con, "embed_model", "nomic-embed-text")

@@ -13,8 +13,7 @@ import pytest
 
 from proxy.core.settings import Settings
 from proxy.knowledge.traces import Trace
-from proxy.store.duckdb import traces as duckdb_traces
-from proxy.store.postgres import traces as postgres_traces
+from proxy.store.sql_traces import record_traces
 from tests.conftest import gateway_client
 from tests.console_helpers import post, ref, settled, upload_texts
 from tests.corpus import CITY, TEAM
@@ -175,8 +174,8 @@ async def test_clear_confirms_and_removes_only_that_kind(client: httpx.AsyncClie
 
 
 async def record(client: httpx.AsyncClient, traces: list[Trace]) -> None:
-    backend = postgres_traces if on_postgresql(client) else duckdb_traces
-    await db(client).write(backend.record_traces, traces)
+    database = db(client)
+    await database.write(database.dialect.bind(record_traces), traces)
 
 
 AUGMENTED = Trace("ollama", "llama3", "mix", "Who leads Orion?", True, None, {

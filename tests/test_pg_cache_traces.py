@@ -12,14 +12,12 @@ import anyio
 import pytest
 
 from proxy.store.clock import now
-from proxy.store.duckdb import cache as duckdb_cache
 from proxy.store.duckdb.cache import DuckDBCache
-from proxy.store.duckdb.traces import KEEP, DuckDBTraces
-from proxy.store.postgres import cache as postgres_cache
 from proxy.store.postgres.cache import PgCache
-from proxy.store.postgres.traces import PgTraces
 from proxy.store.protocols.cache import CacheEntry, CacheTables, KindTotals
 from proxy.store.protocols.traces import Trace, TraceTables
+from proxy.store.sql_cache import write_cache
+from proxy.store.sql_traces import KEEP, SqlTraces
 
 pytestmark = pytest.mark.anyio
 
@@ -32,8 +30,8 @@ def cache_of(backend: tuple[str, Any]) -> CacheTables:
 
 
 def traces_of(backend: tuple[str, Any]) -> TraceTables:
-    name, db = backend
-    return DuckDBTraces(db) if name == "embedded" else PgTraces(db)
+    _, db = backend
+    return SqlTraces(db)   # written once for both
 
 
 def placeholders(name: str, sql: str) -> str:
@@ -108,11 +106,11 @@ async def test_kept_entries_are_found_together_and_a_stored_one_stays(backend_db
 
 async def test_hits_are_added_for_each_one_counted(backend_db: tuple[str, Any]) -> None:
     name, db = backend_db
-    write_cache = (duckdb_cache if name == "embedded" else postgres_cache).write_cache  # the commit path's
+    keep = db.dialect.bind(write_cache)   # the commit path's
     hit = CacheEntry("answer", "a", "m", "q", "r")
-    await db.write(write_cache, [hit, CacheEntry("answer", "b", "m", "q", "r")], [])
-    await db.write(write_cache, [], [hit, hit, CacheEntry("answer", "gone", "m", "q", "r")])
-    await db.write(write_cache, [hit], [hit])   # kept again (stays) and hit once more
+    await db.write(keep, [hit, CacheEntry("answer", "b", "m", "q", "r")], [])
+    await db.write(keep, [], [hit, hit, CacheEntry("answer", "gone", "m", "q", "r")])
+    await db.write(keep, [hit], [hit])   # kept again (stays) and hit once more
     cache = cache_of(backend_db)
     a, b = await cache.entry("answer", "a"), await cache.entry("answer", "b")
     assert a is not None and b is not None
@@ -280,7 +278,7 @@ async def test_replicas_keep_an_entry_once_and_add_up_their_hits(pg_server: str,
 
         async def replica(db: PgDatabase, reply: str) -> None:
             for _ in range(5):
-                await db.write(postgres_cache.write_cache,
+                await db.write(db.dialect.bind(write_cache),
                                [CacheEntry(e.kind, e.key, e.model, e.request, reply) for e in same], same)
 
         async with anyio.create_task_group() as group:

@@ -29,20 +29,18 @@ from proxy.store.changes import (
 from proxy.store.clock import now
 from proxy.store.duckdb import commit as duckdb_commit
 from proxy.store.duckdb import graph_rows as duckdb_graph_rows
-from proxy.store.duckdb.communities import DuckDBCommunities
 from proxy.store.duckdb.graph_rows import DuckDBGraphRows
 from proxy.store.duckdb.reembed import DuckDBReembed
-from proxy.store.duckdb.retrieval_rows import DuckDBRetrievalRows
 from proxy.store.postgres import commit as postgres_commit
 from proxy.store.postgres import graph_rows as postgres_graph_rows
-from proxy.store.postgres.communities import PgCommunities
 from proxy.store.postgres.graph_rows import PgGraphRows
 from proxy.store.postgres.reembed import PgReembed, typed_dimensions, vector_indexes
-from proxy.store.postgres.retrieval_rows import PgRetrievalRows
 from proxy.store.protocols.communities import CommunityTables, StoredCommunity
 from proxy.store.protocols.graph_rows import GraphRows, StoredEdits, StoredEntity, StoredRelation, StoredRow
 from proxy.store.protocols.reembed import ReembedTables
 from proxy.store.protocols.retrieval_rows import RetrievalRows
+from proxy.store.sql_communities import SqlCommunities
+from proxy.store.sql_retrieval_rows import SqlRetrievalRows
 from proxy.store.vector_models import REEMBEDDED, VECTOR_TABLES, TableModel
 
 pytestmark = pytest.mark.anyio
@@ -84,13 +82,13 @@ def graph_rows_of(backend: Backend) -> GraphRows:
 
 
 def retrieval_rows_of(backend: Backend) -> RetrievalRows:
-    name, db = backend
-    return DuckDBRetrievalRows(db) if name == "embedded" else PgRetrievalRows(db)
+    _, db = backend
+    return SqlRetrievalRows(db)   # written once for both
 
 
 def communities_of(backend: Backend) -> CommunityTables:
-    name, db = backend
-    return DuckDBCommunities(db) if name == "embedded" else PgCommunities(db)
+    _, db = backend
+    return SqlCommunities(db)   # written once for both
 
 
 def reembed_of(backend: Backend, dtype: str = "f32") -> ReembedTables:

@@ -97,7 +97,8 @@ async def test_embedded_a_version_3_store_gains_the_llm_cache_key_index(tmp_path
     indexes = database(store).read_sync(lambda c: [r[0] for r in c.execute(
         "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'llm_cache'").fetchall()])
     assert "llm_cache_key" in indexes
-    assert database(store).read_sync(cached_responses, [("summary", "k1")]) == {("summary", "k1"): "kept"}
+    lookup = database(store).dialect.bind(cached_responses)
+    assert database(store).read_sync(lookup, [("summary", "k1")]) == {("summary", "k1"): "kept"}
     await store.close()
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from proxy.store.clock import now
 from proxy.store.protocols.graph_rows import StoredEdits, StoredEntity, StoredRelation, StoredRow, Subject
+from proxy.store.sql_retrieval_rows import descriptions
 from proxy.store.sql_runner import Runner
 
 
@@ -20,6 +21,7 @@ class SqlGraphRows:
 
     def __init__(self, db: Runner) -> None:
         self.db = db
+        self.dialect = db.dialect
 
     async def aliases(self) -> dict[str, str]:
         return await self.db.read(self.sql.load_aliases)
@@ -77,4 +79,4 @@ class SqlGraphRows:
         return await self.db.read(self.sql.entity_detail, key, shown_chunks)
 
     async def descriptions(self, subject: Subject, wanted: list[tuple[int, str]]) -> dict[int, str]:
-        return await self.db.read(self.sql.descriptions, subject, wanted)
+        return await self.db.read(self.dialect.bind(descriptions), subject, wanted)

@@ -23,12 +23,17 @@ from proxy.core.errors import StorageError, StoreUnavailable
 from proxy.store.duckdb.creation import ensure_database
 from proxy.store.duckdb.schema import migrate
 from proxy.store.messages import is_disk_full, without_paths
+from proxy.store.sql_dialect import Dialect
 
 T = TypeVar("T")
 Con = duckdb.DuckDBPyConnection
 log = logging.getLogger("graphgate.store")
 
 READERS = 4
+# the shared SQL (proxy/store/sql_dialect.py) as DuckDB runs it: a list parameter unnested in a
+# subquery is joined against the column's index, ``= ANY`` would compare every row
+DIALECT = Dialect("duckdb", placeholder="?", member_test="{column} IN (SELECT unnest(?::{type}[]))",
+                  byte_length_of="strlen", refuses_nul=False, many_on_a_cursor=False)
 # DuckDB moves its write-ahead log into the database file (a checkpoint) once the log passes this
 # size, and readers wait while it does. At DuckDB's 16 MB that happened every second or two of
 # ingestion (bench/ingest.py (a): 100-108 chunks/s; at 32 MB 113-118). A checkpoint holds readers,
@@ -80,6 +85,8 @@ class Database:
     again from its file and write-ahead log (nothing committed is lost) by the request that meets
     it; while that fails (the disk still full) every read and write raises StorageError (507 or
     503), never DuckDB's error, and ``failure`` says why, for /rag/health."""
+
+    dialect = DIALECT
 
     def __init__(self, path: Path, memory_limit: str = "1GB") -> None:
         self.path = path

@@ -12,7 +12,6 @@ import numpy as np
 
 from proxy.store.changes import Curation, EntityEdit, RelationEdit
 from proxy.store.duckdb.connection import Con, Database, relation_ready
-from proxy.store.duckdb.retrieval_rows import descriptions  # noqa: F401 - one of this module's statements
 from proxy.store.protocols.graph_rows import (
     StoredEdits,
     StoredEntity,

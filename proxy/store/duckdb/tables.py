@@ -13,14 +13,11 @@ import numpy as np
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.duckdb.cache import DuckDBCache
 from proxy.store.duckdb.commit import embeddings_for, table_counts, table_keys, write_changes
-from proxy.store.duckdb.communities import DuckDBCommunities
 from proxy.store.duckdb.connection import Database, get_meta
 from proxy.store.duckdb.documents import DuckDBDocuments
 from proxy.store.duckdb.graph_rows import DuckDBGraphRows
 from proxy.store.duckdb.memory_load import graph_edges, load_chunk_documents, load_rows
 from proxy.store.duckdb.reembed import DuckDBReembed
-from proxy.store.duckdb.retrieval_rows import DuckDBRetrievalRows
-from proxy.store.duckdb.traces import DuckDBTraces
 from proxy.store.protocols.cache import CacheTables
 from proxy.store.protocols.communities import CommunityTables
 from proxy.store.protocols.documents import DocumentTables
@@ -29,6 +26,9 @@ from proxy.store.protocols.reembed import ReembedTables
 from proxy.store.protocols.retrieval_rows import RetrievalRows
 from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
+from proxy.store.sql_communities import SqlCommunities
+from proxy.store.sql_retrieval_rows import SqlRetrievalRows
+from proxy.store.sql_traces import SqlTraces
 
 FILE_NAME = "graphgate.duckdb"
 # what opening the tables raises when they cannot be used (the store reports it as StoreUnavailable)
@@ -42,11 +42,11 @@ class DuckDBTables:
         # the subjects, one object each (their protocols are in proxy/store/protocols/):
         self.documents: DocumentTables = DuckDBDocuments(self.db)
         self.cache: CacheTables = DuckDBCache(self.db)
-        self.traces: TraceTables = DuckDBTraces(self.db)
+        self.traces: TraceTables = SqlTraces(self.db)
         self.graph_rows: GraphRows = DuckDBGraphRows(self.db)
         self.reembed: ReembedTables = DuckDBReembed(self.db)
-        self.retrieval_rows: RetrievalRows = DuckDBRetrievalRows(self.db)
-        self.communities: CommunityTables = DuckDBCommunities(self.db)
+        self.retrieval_rows: RetrievalRows = SqlRetrievalRows(self.db)
+        self.communities: CommunityTables = SqlCommunities(self.db)
 
     # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---
 

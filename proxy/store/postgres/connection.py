@@ -31,12 +31,16 @@ from psycopg import sql
 
 from proxy.core.errors import StorageError, StoreUnavailable
 from proxy.store.postgres.schema import migrate
+from proxy.store.sql_dialect import Dialect
 
 T = TypeVar("T")
 Con = psycopg.Connection
 log = logging.getLogger("graphgate.store")
 
 READERS = 4
+# the shared SQL (proxy/store/sql_dialect.py) as psycopg and the server run it
+DIALECT = Dialect("postgresql", placeholder="%s", member_test="{column} = ANY(?::{type}[])",
+                  byte_length_of="octet_length", refuses_nul=True, many_on_a_cursor=True)
 CONNECT_SECONDS = 10.0   # how long opening waits for the server before the store reports it unavailable
 # how long a statement is tried again while the server is away: a restart takes a second or two, a
 # managed fail-over tens of seconds; past it the request gets a 503 and a document waits for a retry
@@ -83,6 +87,8 @@ class PgDatabase:
     """One knowledge base's schema on a PostgreSQL server. Opening it (blocking: run it in a worker
     thread) creates the schema and migrates it, under an advisory lock so that replicas starting
     together migrate once."""
+
+    dialect = DIALECT
 
     def __init__(self, dsn: str, schema: str, readers: int = READERS) -> None:
         self.dsn = dsn

@@ -16,7 +16,6 @@ from psycopg import sql
 
 from proxy.store.changes import Curation, EntityEdit, RelationEdit
 from proxy.store.postgres.connection import Con, PgDatabase, holds_nul, vector_array
-from proxy.store.postgres.retrieval_rows import descriptions  # noqa: F401 - one of this module's statements
 from proxy.store.protocols.graph_rows import (
     StoredEdits,
     StoredEntity,

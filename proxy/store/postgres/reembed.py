@@ -13,78 +13,40 @@ reload their rows and graph (the change log's ``reload``).
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
-from psycopg import sql
+from psycopg.sql import SQL, Identifier
 
 from proxy.store.clock import now
 from proxy.store.postgres.commit import VECTOR_TABLES, log_change, type_embeddings
 from proxy.store.postgres.connection import Con, PgDatabase, bump_generation, get_meta, set_meta
 from proxy.store.protocols.reembed import ToEmbed
-from proxy.store.sql_subjects import ReembedQueries, SqlReembed
+from proxy.store.sql_dialect import Sql
+from proxy.store.sql_reembed import ID, SqlReembed, all_staged
 from proxy.store.vector_models import REEMBEDDED, TableModel, dim_key, model_key, read_models
 
-_ID = {"chunks": "id", "entities": "name_key", "relations": "pair_key"}
 VECTOR_INDEX_METHODS = ["hnsw", "ivfflat"]
-_ROWS = {
-    "chunks": "SELECT t.id AS id, t.id AS source, t.content FROM chunks t",
-    "entities": "SELECT t.name_key AS id, t.embed_hash AS source, t.name, t.description FROM entities t",
-    "relations": """SELECT t.pair_key AS id, t.embed_hash AS source, t.keywords, coalesce(s.name, t.source),
-                           coalesce(e.name, t.target), t.description
-                    FROM relations t LEFT JOIN entities s ON s.name_key = t.source
-                    LEFT JOIN entities e ON e.name_key = t.target""",
-}
-_SOURCE = {"chunks": "id", "entities": "embed_hash", "relations": "embed_hash"}
 
 
-def _current(table: str) -> str:
-    """The join to a row's staged vector when it is current: for the model, and made from what the
-    row holds now."""
-    return (f"reembedding r ON r.tbl = %s AND r.id = t.{_ID[table]} AND r.model = %s "
-            f"AND r.source = t.{_SOURCE[table]}")
+def models(sql: Sql) -> dict[str, TableModel]:
+    return read_models(lambda key: get_meta(sql.con, key))
 
 
-def models(con: Con) -> dict[str, TableModel]:
-    return read_models(lambda key: get_meta(con, key))
-
-
-def to_embed(con: Con, table: str, model: str, after: str | None, limit: int) -> list[ToEmbed]:
-    past = "" if after is None else 'WHERE id > %s COLLATE "C"'
-    rows = con.execute(f"""SELECT * FROM ({_ROWS[table]} LEFT JOIN {_current(table)} WHERE r.id IS NULL) AS pending
-                           {past} ORDER BY id COLLATE "C" LIMIT %s""",
-                       [table, model, *([] if after is None else [after]), limit]).fetchall()
-    return [ToEmbed(r[0], r[1], tuple(r[2:])) for r in rows]
-
-
-def progress(con: Con, table: str, model: str) -> tuple[int, int]:
-    row = con.execute(f"SELECT count(r.id), count(*) FROM {table} t LEFT JOIN {_current(table)}",
-                      [table, model]).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
-
-
-def staged_models(con: Con) -> dict[str, int]:
-    return {model: int(count) for model, count in
-            con.execute("SELECT model, count(*) FROM reembedding GROUP BY model").fetchall()}
-
-
-def discard_staged(con: Con, keep: str | None, dim: int | None) -> int:
+def discard_staged(sql: Sql, keep: str | None, dim: int | None) -> int:
     where, params = "", list[str | int]()
     if keep is not None:
-        where, params = "WHERE model <> %s", [keep]
+        where, params = "WHERE model <> ?", [keep]
         if dim is not None:
-            where, params = "WHERE model <> %s OR vector_dims(embedding) <> %s", [keep, dim]
-    return len(con.execute(f"DELETE FROM reembedding {where} RETURNING 1", params).fetchall())
+            where, params = "WHERE model <> ? OR vector_dims(embedding) <> ?", [keep, dim]
+    return len(sql.execute(f"DELETE FROM reembedding {where} RETURNING 1", params).fetchall())
 
 
-def stage(con: Con, table: str, model: str, rows: list[ToEmbed], vectors: np.ndarray,
+def stage(sql: Sql, table: str, model: str, rows: list[ToEmbed], vectors: np.ndarray,
           hashes: list[str] | None) -> None:
-    if len(rows) != len(vectors) or (hashes is not None and len(hashes) != len(rows)):
-        raise ValueError(f"{len(rows)} rows for {len(vectors)} vectors")
-    if not rows:
-        return
-    con.execute("""INSERT INTO reembedding (tbl, id, model, source, embed_hash, embedding)
-                   SELECT %s, v.id, %s, v.source, v.hash, v.embedding
-                   FROM unnest(%s::text[], %s::text[], %s::text[], %s::vector[]) AS v(id, source, hash, embedding)
+    sql.execute("""INSERT INTO reembedding (tbl, id, model, source, embed_hash, embedding)
+                   SELECT ?, v.id, ?, v.source, v.hash, v.embedding
+                   FROM unnest(?::text[], ?::text[], ?::text[], ?::vector[]) AS v(id, source, hash, embedding)
                    ON CONFLICT (tbl, id) DO UPDATE SET model = excluded.model, source = excluded.source,
                        embed_hash = excluded.embed_hash, embedding = excluded.embedding""",
                 [table, model, [r.id for r in rows], [r.source for r in rows],
@@ -114,25 +76,23 @@ def untype_embeddings(con: Con) -> None:
     """Drop the vector indexes and leave every embedding column untyped, so that vectors of any
     dimension can be written (re-embedding with another model)."""
     for index in vector_indexes(con):
-        con.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(index)))
+        con.execute(SQL("DROP INDEX {}").format(Identifier(index)))
     for table, dim in typed_dimensions(con).items():
         if dim is not None:
-            con.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE vector").format(sql.Identifier(table)))
+            con.execute(SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE vector").format(Identifier(table)))
 
 
-def swap(con: Con, model: str, dim: int, dtype: str) -> bool:
-    for table in REEMBEDDED:
-        row = con.execute(f"SELECT count(*) FROM {table} t LEFT JOIN {_current(table)} WHERE r.id IS NULL",
-                          [table, model]).fetchone()
-        if row and row[0]:
-            return False
+def swap(sql: Sql, model: str, dim: int, dtype: str) -> bool:
+    if not all_staged(sql, model):
+        return False
+    con = sql.con
     con.execute("DELETE FROM communities")
     untype_embeddings(con)
     for table in REEMBEDDED:
         hashed = ", embed_hash = r.embed_hash" if table != "chunks" else ""
         # each vector under a new key (the replicas reload their rows; the keys name the vectors)
-        con.execute(f"""UPDATE {table} t SET key = nextval('vector_keys'), embedding = r.embedding{hashed}
-                        FROM reembedding r WHERE r.tbl = %s AND r.id = t.{_ID[table]} AND r.model = %s""",
+        sql.execute(f"""UPDATE {table} t SET key = nextval('vector_keys'), embedding = r.embedding{hashed}
+                        FROM reembedding r WHERE r.tbl = ? AND r.id = t.{ID[table]} AND r.model = ?""",
                     [table, model])
     con.execute("DELETE FROM reembedding")
     type_embeddings(con, dim, dtype)   # the new dimension, and the vector indexes built again
@@ -149,7 +109,9 @@ class PgReembed(SqlReembed):
     """``dtype`` (the store's vector element type) decides the kind of vector index built again once
     the new model's vectors are swapped in."""
 
+    sql = sys.modules[__name__]
+
     def __init__(self, db: PgDatabase, dtype: str) -> None:
-        super().__init__(db, ReembedQueries(
-            models=models, to_embed=to_embed, progress=progress, staged_models=staged_models,
-            discard_staged=discard_staged, stage=stage, swap=functools.partial(swap, dtype=dtype)))
+        super().__init__(db)
+        self.db: PgDatabase = db
+        self.swapping = functools.partial(swap, dtype=dtype)

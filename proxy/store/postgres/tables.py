@@ -14,7 +14,6 @@ import numpy as np
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.postgres.cache import PgCache
 from proxy.store.postgres.commit import table_counts, table_keys, write_changes
-from proxy.store.postgres.communities import PgCommunities
 from proxy.store.postgres.connection import Con, PgDatabase, get_meta
 from proxy.store.postgres.documents import PgDocuments
 from proxy.store.postgres.follow import listen
@@ -23,8 +22,6 @@ from proxy.store.postgres.memory_load import graph_edges, load_chunk_documents, 
 from proxy.store.postgres.merge_lock import MergeLock
 from proxy.store.postgres.queue import PgDocumentQueue
 from proxy.store.postgres.reembed import PgReembed
-from proxy.store.postgres.retrieval_rows import PgRetrievalRows
-from proxy.store.postgres.traces import PgTraces
 from proxy.store.protocols.cache import CacheTables
 from proxy.store.protocols.communities import CommunityTables
 from proxy.store.protocols.documents import DocumentTables
@@ -33,6 +30,9 @@ from proxy.store.protocols.reembed import ReembedTables
 from proxy.store.protocols.retrieval_rows import RetrievalRows
 from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
+from proxy.store.sql_communities import SqlCommunities
+from proxy.store.sql_retrieval_rows import SqlRetrievalRows
+from proxy.store.sql_traces import SqlTraces
 
 CHANGES_PAGE = 200   # change-log entries read at a time (each holds a commit's texts)
 
@@ -44,11 +44,11 @@ class PgTables:
         self.dtype = dtype
         self.documents: DocumentTables = PgDocuments(self.db)
         self.cache: CacheTables = PgCache(self.db)
-        self.traces: TraceTables = PgTraces(self.db)
+        self.traces: TraceTables = SqlTraces(self.db)
         self.graph_rows: GraphRows = PgGraphRows(self.db)
         self.reembed: ReembedTables = PgReembed(self.db, dtype)
-        self.retrieval_rows: RetrievalRows = PgRetrievalRows(self.db)
-        self.communities: CommunityTables = PgCommunities(self.db)
+        self.retrieval_rows: RetrievalRows = SqlRetrievalRows(self.db)
+        self.communities: CommunityTables = SqlCommunities(self.db)
         # the edges read with the rows at start-up, in one snapshot (``load_rows_sync``), and its generation
         self._edges: tuple[np.ndarray, list[float]] | None = None
         self.loaded_generation = 0
