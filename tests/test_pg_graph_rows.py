@@ -28,11 +28,9 @@ from proxy.store.changes import (
 )
 from proxy.store.clock import now
 from proxy.store.duckdb import commit as duckdb_commit
-from proxy.store.duckdb import graph_rows as duckdb_graph_rows
 from proxy.store.duckdb.graph_rows import DuckDBGraphRows
 from proxy.store.duckdb.reembed import DuckDBReembed
 from proxy.store.postgres import commit as postgres_commit
-from proxy.store.postgres import graph_rows as postgres_graph_rows
 from proxy.store.postgres.graph_rows import PgGraphRows
 from proxy.store.postgres.reembed import PgReembed, typed_dimensions, vector_indexes
 from proxy.store.protocols.communities import CommunityTables, StoredCommunity
@@ -40,6 +38,7 @@ from proxy.store.protocols.graph_rows import GraphRows, StoredEdits, StoredEntit
 from proxy.store.protocols.reembed import ReembedTables
 from proxy.store.protocols.retrieval_rows import RetrievalRows
 from proxy.store.sql_communities import SqlCommunities
+from proxy.store.sql_graph_rows import write_curation
 from proxy.store.sql_retrieval_rows import SqlRetrievalRows
 from proxy.store.vector_models import REEMBEDDED, VECTOR_TABLES, TableModel
 
@@ -106,9 +105,8 @@ async def commit(backend: Backend, changes: Changeset, dtype: str = "f32") -> No
 
 
 async def curate(backend: Backend, curation: Curation) -> None:
-    name, db = backend
-    module = duckdb_graph_rows if name == "embedded" else postgres_graph_rows
-    await db.write(module.write_curation, curation, now())
+    _, db = backend
+    await db.write(db.dialect.bind(write_curation), curation, now())   # written once for both
 
 
 async def execute(backend: Backend, sql: str, params: list[Any]) -> None:

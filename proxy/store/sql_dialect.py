@@ -17,6 +17,7 @@ class Dialect:
     name: str
     placeholder: str        # the driver's parameter mark: "?" (DuckDB) or "%s" (psycopg)
     member_test: str        # "{column}" in a "{type}[]" parameter, the form the engine's planner serves
+    overlap_test: str       # list "{column}" shares a value with a "{type}[]" parameter
     byte_length_of: str     # the function answering a text's size in bytes
     refuses_nul: bool       # PostgreSQL's text cannot hold a NUL character (DuckDB's can)
     many_on_a_cursor: bool  # executemany is a cursor's (psycopg); DuckDB's cursor() is another connection
@@ -28,6 +29,10 @@ class Dialect:
     def among(self, column: str, type_: str) -> str:
         """``column`` is one of the values of the array parameter written here (its ``?``)."""
         return self.member_test.format(column=column, type=type_)
+
+    def overlaps(self, column: str, type_: str) -> str:
+        """List ``column`` holds one of the values of the array parameter written here."""
+        return self.overlap_test.format(column=column, type=type_)
 
     def byte_length(self, expression: str) -> str:
         return f"{self.byte_length_of}({expression})"
@@ -90,6 +95,9 @@ class Sql:
 
     def among(self, column: str, type_: str) -> str:
         return self.dialect.among(column, type_)
+
+    def overlaps(self, column: str, type_: str) -> str:
+        return self.dialect.overlaps(column, type_)
 
     def byte_length(self, expression: str) -> str:
         return self.dialect.byte_length(expression)

@@ -13,9 +13,9 @@ import pyarrow as pa
 
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.duckdb.connection import DIALECT, Con, bump_generation, get_meta, next_keys, set_meta
-from proxy.store.duckdb.graph_rows import write_curation
 from proxy.store.sql_cache import write_cache
 from proxy.store.sql_dialect import Sql
+from proxy.store.sql_graph_rows import write_curation
 from proxy.store.vector_models import guard_vectors
 
 INDEXED_TABLES = ("chunks", "entities", "relations")   # the knowledge: vector and keyword indexes
@@ -87,7 +87,7 @@ def write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], 
     _delete_rows(con, "communities", "id", changes.communities_removed, deltas["communities"])
     _upsert_rows(con, "communities", "id", changes.communities_upserted, deltas["communities"], stamp)
     _update_documents(con, changes.documents, stamp)
-    write_curation(con, changes.curation, stamp)  # aliases and hand edits (proxy/store/duckdb/graph_rows.py)
+    write_curation(Sql(con, DIALECT), changes.curation, stamp)  # aliases and hand edits (sql_graph_rows.py)
     write_cache(Sql(con, DIALECT), changes.cache_entries, [])
     guard_vectors(changes, deltas, lambda key: get_meta(con, key), lambda key, value: set_meta(con, key, value),
                   lambda table, keys: _other_rows(con, table, keys))

@@ -15,9 +15,9 @@ from proxy.store.change_log import encode
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.clock import now
 from proxy.store.postgres.connection import DIALECT, Con, bump_generation, get_meta, next_keys, set_meta
-from proxy.store.postgres.graph_rows import write_curation
 from proxy.store.sql_cache import write_cache
 from proxy.store.sql_dialect import Sql
+from proxy.store.sql_graph_rows import write_curation
 from proxy.store.vector_models import guard_vectors
 
 INDEXED_TABLES = ("chunks", "entities", "relations")
@@ -126,7 +126,7 @@ def _write_changes(con: Con, changes: Changeset, dtype: str) -> tuple[dict[str, 
     _delete_rows(con, "communities", "id", changes.communities_removed, deltas["communities"])
     _upsert_rows(con, "communities", "id", changes.communities_upserted, deltas["communities"], stamp)
     _update_documents(con, changes.documents, stamp)
-    write_curation(con, changes.curation, stamp)
+    write_curation(Sql(con, DIALECT), changes.curation, stamp)
     write_cache(Sql(con, DIALECT), changes.cache_entries, [])
     guard_vectors(changes, deltas, lambda key: get_meta(con, key), lambda key, value: set_meta(con, key, value),
                   lambda table, keys: _other_rows(con, table, keys))
