@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from proxy.store.changes import Changeset, IndexDelta, split_pair
-from proxy.store.duckdb.commit import INDEXED_TABLES
 from proxy.store.keywords_bm25 import ENTITY_B, B
+from proxy.store.sql_commit import INDEXED_TABLES
 
 if TYPE_CHECKING:
     from proxy.store.backends import Backend

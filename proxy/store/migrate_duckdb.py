@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from proxy.core.data_dir import DATABASE_FILE
-from proxy.store.duckdb.commit import VECTOR_TABLES
 from proxy.store.duckdb.connection import relation_ready
 from proxy.store.duckdb.schema import migrate
 from proxy.store.migrate_rows import EMBEDDING, MigrationError, Row, TableSpec
+from proxy.store.vector_models import VECTOR_TABLES
 
 ARROW_TYPES = {"text": pa.string(), "bigint": pa.int64(), "integer": pa.int32(), "double precision": pa.float64(),
                "boolean": pa.bool_(), "timestamp": pa.timestamp("us"), "text[]": pa.list_(pa.string())}

@@ -25,8 +25,8 @@ import numpy as np
 
 from proxy.store.backends import EMBEDDED, Backend
 from proxy.store.changes import Changeset, IndexDelta, split_pair
+from proxy.store.clock import now
 from proxy.store.communities_igraph import Community, leiden_communities
-from proxy.store.duckdb.commit import INDEXED_TABLES, VECTOR_TABLES, now
 from proxy.store.entity_page_reads import EntityPageReads
 from proxy.store.incident import Incident, IncidentCache, incident_relations
 from proxy.store.keyword_indexes import KeywordIndexes
@@ -40,6 +40,8 @@ from proxy.store.protocols.vectors import Vectors
 from proxy.store.read_cache import TextCache
 from proxy.store.replica_following import ReplicaFollowing
 from proxy.store.rows_memory import EntityMeta, MemoryRows, RelationMeta
+from proxy.store.sql_commit import INDEXED_TABLES
+from proxy.store.vector_models import VECTOR_TABLES
 
 __all__ = ["INDEXED_TABLES", "VECTOR_TABLES", "Community", "KnowledgeStore", "now"]
 

@@ -1,30 +1,21 @@
-"""Committing a changeset to the tables in one transaction, and the reads that heal the vector
-indexes from the tables (keys, embeddings, counts)."""
+"""Committing a changeset to DuckDB in one transaction (``sql_commit.write_changes``: new rows go in
+as Arrow tables), and the reads that heal the vector indexes from the tables (keys, embeddings,
+counts)."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from proxy.store.changes import Changeset, IndexDelta
+from proxy.store.changes import Changeset, ChunkRow, IndexDelta
 from proxy.store.duckdb.connection import DIALECT, Con, bump_generation, get_meta, next_keys, set_meta
-from proxy.store.sql_cache import write_cache
-from proxy.store.sql_dialect import Sql
-from proxy.store.sql_graph_rows import write_curation
-from proxy.store.vector_models import guard_vectors
-
-INDEXED_TABLES = ("chunks", "entities", "relations")   # the knowledge: vector and keyword indexes
-# every table with a vector index: the knowledge, and the community summaries derived from it
-VECTOR_TABLES = (*INDEXED_TABLES, "communities")
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
+from proxy.store.sql_commit import ROW_COLUMNS, CommitStorage
+from proxy.store.sql_commit import write_changes as write_changes_with
 
 
 def table_keys(con: Con, table: str) -> np.ndarray:
@@ -75,37 +66,6 @@ def table_counts(con: Con) -> dict[str, Any]:
     return counts
 
 
-def write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], int]:
-    deltas = {name: IndexDelta() for name in VECTOR_TABLES}
-    stamp = now()
-    _remove_documents(con, changes, deltas["chunks"])
-    _add_chunks(con, changes, deltas["chunks"])
-    _delete_rows(con, "entities", "name_key", changes.entities_removed, deltas["entities"])
-    _upsert_rows(con, "entities", "name_key", changes.entities_upserted, deltas["entities"], stamp)
-    _delete_rows(con, "relations", "pair_key", changes.relations_removed, deltas["relations"])
-    _upsert_rows(con, "relations", "pair_key", changes.relations_upserted, deltas["relations"], stamp)
-    _delete_rows(con, "communities", "id", changes.communities_removed, deltas["communities"])
-    _upsert_rows(con, "communities", "id", changes.communities_upserted, deltas["communities"], stamp)
-    _update_documents(con, changes.documents, stamp)
-    write_curation(Sql(con, DIALECT), changes.curation, stamp)  # aliases and hand edits (sql_graph_rows.py)
-    write_cache(Sql(con, DIALECT), changes.cache_entries, [])
-    guard_vectors(changes, deltas, lambda key: get_meta(con, key), lambda key, value: set_meta(con, key, value),
-                  lambda table, keys: _other_rows(con, table, keys))
-    for statement in changes.also:
-        statement(con)
-    dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
-    if dim and get_meta(con, "embed_dim") is None:
-        set_meta(con, "embed_dim", dim)
-    return deltas, bump_generation(con)
-
-
-def _other_rows(con: Con, table: str, keys: list[int]) -> int:
-    """Rows of ``table`` whose vector key is not one of ``keys`` (a commit's own)."""
-    row = con.execute(f"SELECT count(*) FROM {table} WHERE key NOT IN (SELECT unnest(?::BIGINT[]))",
-                      [keys]).fetchone()
-    return int(row[0]) if row else 0
-
-
 def vectors_column(vectors: list[np.ndarray]) -> pa.Array:
     """Embeddings as an Arrow list column: DuckDB takes it in bulk (row-wise inserts of 768 floats
     cost milliseconds each)."""
@@ -116,96 +76,79 @@ def vectors_column(vectors: list[np.ndarray]) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
-def _remove_documents(con: Con, changes: Changeset, delta: IndexDelta) -> None:
-    if changes.documents_removed:
-        ids = list(changes.documents_removed)
-        linked = con.execute(
-            "SELECT document_id, chunk_id FROM document_chunks WHERE document_id = ANY(?::VARCHAR[])", [ids]).fetchall()
-        for document_id, chunk_id in linked:
-            delta.linked_chunks.setdefault(document_id, []).append(chunk_id)
-        con.execute("DELETE FROM document_chunks WHERE document_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
-        con.execute("DELETE FROM documents WHERE id IN (SELECT unnest(?::VARCHAR[]))", [ids])
-    _delete_rows(con, "chunks", "id", changes.chunks_removed, delta)
-
-
-def _delete_rows(con: Con, table: str, id_column: str, ids: list[str], delta: IndexDelta) -> None:
-    if ids:
-        rows = con.execute(f"DELETE FROM {table} WHERE {id_column} IN (SELECT unnest(?::VARCHAR[])) RETURNING key",
-                           [list(ids)]).fetchall()
-        delta.removed_keys.extend(r[0] for r in rows)
-
-
-def _add_chunks(con: Con, changes: Changeset, delta: IndexDelta) -> None:
-    unique = list({c.id: c for c in changes.chunks_added}.values())
-    existing = {r[0] for r in con.execute("SELECT id FROM chunks WHERE id IN (SELECT unnest(?::VARCHAR[]))",
-                                          [[c.id for c in unique]]).fetchall()} if unique else set()
-    new = [c for c in unique if c.id not in existing]
-    for chunk, key in zip(new, next_keys(con, len(new)), strict=True):
-        chunk.key = key
-        delta.added_keys.append(key)
-        delta.added_vectors.append(chunk.embedding)
-    if new:
-        rows = pa.table({"id": [c.id for c in new], "key": [c.key for c in new], "content": [c.content for c in new],
-                         "tokens": [c.tokens for c in new], "embedding": vectors_column([c.embedding for c in new])})
-        con.register("new_chunks", rows)
-        con.execute("INSERT INTO chunks SELECT * FROM new_chunks")
-        con.unregister("new_chunks")
-    if changes.links_added:
-        links = pa.table({"document_id": [link[0] for link in changes.links_added],
-                          "chunk_id": [link[1] for link in changes.links_added],
-                          "ord": [link[2] for link in changes.links_added]})
-        con.register("new_links", links)
-        con.execute("INSERT OR REPLACE INTO document_chunks SELECT * FROM new_links")
-        con.unregister("new_links")
-
-
-def _upsert_rows(con: Con, table: str, id_column: str, rows: list[Any], delta: IndexDelta, stamp: datetime) -> None:
-    """Replace rows in bulk; a row whose key is 0 or differs from the stored one gets a new key."""
-    if not rows:
-        return
-    ids = [getattr(r, id_column) for r in rows]
-    old = {r[0]: (r[1], r[2]) for r in con.execute(
-        f"SELECT {id_column}, key, created_at FROM {table} WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))",
-        [ids]).fetchall()}
-    fresh = [r for r in rows if r.key == 0 or (getattr(r, id_column) in old and old[getattr(r, id_column)][0] != r.key)]
-    for row, key in zip(fresh, next_keys(con, len(fresh)), strict=True):
-        previous = old.get(getattr(row, id_column))
-        if previous:
-            delta.removed_keys.append(previous[0])
-        row.key = key
-        delta.added_keys.append(key)
-        delta.added_vectors.append(row.embedding)
-    created = [old[i][1] if i in old else stamp for i in ids]
-    columns = _ROW_COLUMNS[table]
-    data = {name: [getattr(r, name) for r in rows] for name in columns if name != "embedding"}
-    data["embedding"] = vectors_column([r.embedding for r in rows])
-    frame = pa.table({**{n: data[n] for n in columns}, "created_at": created, "updated_at": [stamp] * len(rows)})
-    con.execute(f"DELETE FROM {table} WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
+def _insert(con: Con, table: str, frame: pa.Table, verb: str = "INSERT") -> None:
+    """``frame``'s rows into ``table`` (registering an Arrow table: one statement for them all)."""
     con.register("new_rows", frame)
-    con.execute(f"INSERT INTO {table} SELECT * FROM new_rows")
-    con.unregister("new_rows")
+    try:
+        con.execute(f"{verb} INTO {table} SELECT * FROM new_rows")
+    finally:
+        con.unregister("new_rows")
 
 
-_ROW_COLUMNS = {
-    "entities": ("name_key", "name", "key", "type", "description", "source_ids", "embed_hash", "embedding"),
-    "relations": ("pair_key", "source", "target", "key", "keywords", "description", "weight", "source_ids",
-                  "embed_hash", "embedding"),
-    "communities": ("id", "key", "title", "summary", "members", "digest", "embedding"),
-}
+class DuckDBCommits:
+    """``CommitStorage``: DuckDB stores new rows through Arrow tables."""
+
+    dialect = DIALECT
+
+    def get_meta(self, con: Con, key: str) -> str | None:
+        return get_meta(con, key)
+
+    def set_meta(self, con: Con, key: str, value: str | int) -> None:
+        set_meta(con, key, value)
+
+    def next_keys(self, con: Con, count: int) -> list[int]:
+        return next_keys(con, count)
+
+    def insert_chunks(self, con: Con, chunks: list[ChunkRow]) -> None:
+        _insert(con, "chunks", pa.table({
+            "id": [c.id for c in chunks], "key": [c.key for c in chunks], "content": [c.content for c in chunks],
+            "tokens": [c.tokens for c in chunks], "embedding": vectors_column([c.embedding for c in chunks])}))
+
+    def link_chunks(self, con: Con, links: list[tuple[str, str, int]]) -> None:
+        _insert(con, "document_chunks", pa.table({"document_id": [link[0] for link in links],
+                                                  "chunk_id": [link[1] for link in links],
+                                                  "ord": [link[2] for link in links]}), "INSERT OR REPLACE")
+
+    def store_rows(self, con: Con, table: str, id_column: str, rows: list[Any],
+                   old: dict[str, tuple[int, datetime]], rekeyed: list[Any], stamp: datetime) -> None:
+        """Every row deleted and inserted again, in bulk (its creation time kept)."""
+        ids = [getattr(r, id_column) for r in rows]
+        created = [old[i][1] if i in old else stamp for i in ids]
+        columns = ROW_COLUMNS[table]
+        data = {name: [getattr(r, name) for r in rows] for name in columns if name != "embedding"}
+        data["embedding"] = vectors_column([r.embedding for r in rows])
+        con.execute(f"DELETE FROM {table} WHERE {id_column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
+        _insert(con, table, pa.table({**{n: data[n] for n in columns}, "created_at": created,
+                                      "updated_at": [stamp] * len(rows)}))
+
+    def update_documents(self, con: Con, updates: list[Any], stamp: datetime) -> None:
+        """Every document's new status in one statement (a merge commits up to a batch of them)."""
+        if not updates:
+            return
+        con.register("document_updates", pa.table({
+            "id": [u.id for u in updates], "status": [u.status for u in updates],
+            "error": pa.array([u.error for u in updates], pa.string()),
+            "chunks_total": pa.array([u.chunks_total for u in updates], pa.int32()),
+            "chunks_done": pa.array([u.chunks_done for u in updates], pa.int32())}))
+        try:
+            con.execute("""UPDATE documents SET status = u.status, error = u.error, updated_at = $stamp,
+                           chunks_total = coalesce(u.chunks_total, documents.chunks_total),
+                           chunks_done = coalesce(u.chunks_done, documents.chunks_done),
+                           processed_at = CASE WHEN u.status = 'processed' THEN $stamp ELSE documents.processed_at END
+                           FROM document_updates u WHERE documents.id = u.id""", {"stamp": stamp})
+        finally:
+            con.unregister("document_updates")
+
+    def first_dimension(self, con: Con, dim: int) -> None:
+        set_meta(con, "embed_dim", dim)
+
+    def committed(self, con: Con, changes: Changeset, deltas: dict[str, IndexDelta], stamp: datetime) -> int:
+        return bump_generation(con)
 
 
-def _update_documents(con: Con, updates: list[Any], stamp: datetime) -> None:
-    """Every document's new status in one statement (a merge commits up to a batch of them)."""
-    if not updates:
-        return
-    con.register("document_updates", pa.table({
-        "id": [u.id for u in updates], "status": [u.status for u in updates],
-        "error": pa.array([u.error for u in updates], pa.string()),
-        "chunks_total": pa.array([u.chunks_total for u in updates], pa.int32()),
-        "chunks_done": pa.array([u.chunks_done for u in updates], pa.int32())}))
-    con.execute("""UPDATE documents SET status = u.status, error = u.error, updated_at = $stamp,
-                   chunks_total = coalesce(u.chunks_total, documents.chunks_total),
-                   chunks_done = coalesce(u.chunks_done, documents.chunks_done),
-                   processed_at = CASE WHEN u.status = 'processed' THEN $stamp ELSE documents.processed_at END
-                   FROM document_updates u WHERE documents.id = u.id""", {"stamp": stamp})
-    con.unregister("document_updates")
+COMMITS: CommitStorage = DuckDBCommits()
+
+
+def write_changes(con: Con, changes: Changeset) -> tuple[dict[str, IndexDelta], int]:
+    """One transaction through the single writer (``sql_commit.write_changes``)."""
+    return write_changes_with(con, changes, COMMITS)

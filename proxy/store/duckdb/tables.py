@@ -16,7 +16,7 @@ from proxy.store.duckdb.commit import embeddings_for, table_counts, table_keys, 
 from proxy.store.duckdb.connection import Database, get_meta
 from proxy.store.duckdb.documents import DuckDBDocuments
 from proxy.store.duckdb.graph_rows import DuckDBGraphRows
-from proxy.store.duckdb.memory_load import graph_edges, load_chunk_documents, load_rows
+from proxy.store.duckdb.memory_load import graph_edges, load_rows
 from proxy.store.duckdb.reembed import DuckDBReembed
 from proxy.store.protocols.cache import CacheTables
 from proxy.store.protocols.communities import CommunityTables
@@ -27,6 +27,7 @@ from proxy.store.protocols.retrieval_rows import RetrievalRows
 from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
 from proxy.store.sql_communities import SqlCommunities
+from proxy.store.sql_memory_load import load_chunk_documents
 from proxy.store.sql_retrieval_rows import SqlRetrievalRows
 from proxy.store.sql_traces import SqlTraces
 
@@ -72,7 +73,7 @@ class DuckDBTables:
         self.db.read_sync(load_rows, rows)
 
     def load_chunk_documents_sync(self, rows: MemoryRows, chunk_ids: list[str]) -> None:
-        self.db.read_sync(load_chunk_documents, rows, chunk_ids)
+        self.db.read_sync(self.db.dialect.bind(load_chunk_documents), rows, chunk_ids)
 
     def graph_edges_sync(self) -> tuple[np.ndarray, list[float]]:
         return self.db.read_sync(graph_edges)

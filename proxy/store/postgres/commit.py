@@ -1,6 +1,7 @@
 """Committing a changeset to PostgreSQL in one transaction (under the knowledge base's advisory
-lock: ``connection.PgDatabase.write``), with its entry in the change log and a notification for
-the other replicas; and the reads the store's bookkeeping needs (keys, counts)."""
+lock: ``connection.PgDatabase.write``; ``sql_commit.write_changes``), with its entry in the change
+log and a notification for the other replicas; and the reads the store's bookkeeping needs (keys,
+counts)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,12 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from proxy.store.change_log import encode
-from proxy.store.changes import Changeset, IndexDelta
-from proxy.store.clock import now
+from proxy.store.changes import Changeset, ChunkRow, IndexDelta
 from proxy.store.postgres.connection import DIALECT, Con, bump_generation, get_meta, next_keys, set_meta
-from proxy.store.sql_cache import write_cache
-from proxy.store.sql_dialect import Sql
-from proxy.store.sql_graph_rows import write_curation
-from proxy.store.vector_models import guard_vectors
+from proxy.store.sql_commit import ROW_COLUMNS
+from proxy.store.sql_commit import write_changes as write_changes_with
+from proxy.store.vector_models import VECTOR_TABLES
 
-INDEXED_TABLES = ("chunks", "entities", "relations")
-VECTOR_TABLES = (*INDEXED_TABLES, "communities")
 CHANNEL = "graphgate_changes"   # NOTIFY payload: "<schema>:<generation>"
 # the change log keeps the last KEEP_GENERATIONS commits, and any younger than KEEP_SECONDS (a replica
 # restarting reads the tables, not the log); it is trimmed every TRIM_EVERY commits
@@ -101,50 +98,18 @@ def type_embeddings(con: Con, dim: int, dtype: str) -> None:
 
 
 def write_changes(con: Con, changes: Changeset, dtype: str) -> tuple[dict[str, IndexDelta], int]:
-    """The changeset in the caller's transaction. It assigns the rows' vector keys; when it fails
-    they are put back, so that the transaction can be tried again from the start."""
+    """The changeset in the caller's transaction (``sql_commit.write_changes``). It assigns the rows'
+    vector keys; when it fails they are put back, so that the transaction can be tried again from
+    the start."""
     rows: list[Any] = [*changes.chunks_added, *changes.entities_upserted, *changes.relations_upserted,
                        *changes.communities_upserted]
     keys = [row.key for row in rows]
     try:
-        return _write_changes(con, changes, dtype)
+        return write_changes_with(con, changes, PgCommits(dtype))
     except BaseException:
         for row, key in zip(rows, keys, strict=True):
             row.key = key
         raise
-
-
-def _write_changes(con: Con, changes: Changeset, dtype: str) -> tuple[dict[str, IndexDelta], int]:
-    deltas = {name: IndexDelta() for name in VECTOR_TABLES}
-    stamp = now()
-    _remove_documents(con, changes, deltas["chunks"])
-    _add_chunks(con, changes, deltas["chunks"])
-    _delete_rows(con, "entities", "name_key", changes.entities_removed, deltas["entities"])
-    _upsert_rows(con, "entities", "name_key", changes.entities_upserted, deltas["entities"], stamp)
-    _delete_rows(con, "relations", "pair_key", changes.relations_removed, deltas["relations"])
-    _upsert_rows(con, "relations", "pair_key", changes.relations_upserted, deltas["relations"], stamp)
-    _delete_rows(con, "communities", "id", changes.communities_removed, deltas["communities"])
-    _upsert_rows(con, "communities", "id", changes.communities_upserted, deltas["communities"], stamp)
-    _update_documents(con, changes.documents, stamp)
-    write_curation(Sql(con, DIALECT), changes.curation, stamp)
-    write_cache(Sql(con, DIALECT), changes.cache_entries, [])
-    guard_vectors(changes, deltas, lambda key: get_meta(con, key), lambda key, value: set_meta(con, key, value),
-                  lambda table, keys: _other_rows(con, table, keys))
-    for statement in changes.also:
-        statement(con)
-    dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
-    if dim and get_meta(con, "embed_dim") is None:
-        type_embeddings(con, dim, dtype)
-    generation = bump_generation(con)
-    log_change(con, generation, encode(changes, deltas), stamp)
-    return deltas, generation
-
-
-def _other_rows(con: Con, table: str, keys: list[int]) -> int:
-    """Rows of ``table`` whose vector key is not one of ``keys`` (a commit's own)."""
-    row = con.execute(sql.SQL("SELECT count(*) FROM {} WHERE NOT key = ANY(%s)").format(sql.Identifier(table)),
-                      [keys]).fetchone()
-    return int(row[0]) if row else 0
 
 
 def log_change(con: Con, generation: int, changes: dict[str, Any], stamp: datetime) -> None:
@@ -157,112 +122,92 @@ def log_change(con: Con, generation: int, changes: dict[str, Any], stamp: dateti
     con.execute("SELECT pg_notify(%s, current_schema() || ':' || %s)", [CHANNEL, str(generation)])
 
 
-def _remove_documents(con: Con, changes: Changeset, delta: IndexDelta) -> None:
-    if changes.documents_removed:
-        ids = list(changes.documents_removed)
-        linked = con.execute("SELECT document_id, chunk_id FROM document_chunks WHERE document_id = ANY(%s)",
-                             [ids]).fetchall()
-        for document_id, chunk_id in linked:
-            delta.linked_chunks.setdefault(document_id, []).append(chunk_id)
-        con.execute("DELETE FROM document_chunks WHERE document_id = ANY(%s)", [ids])
-        con.execute("DELETE FROM documents WHERE id = ANY(%s)", [ids])
-    _delete_rows(con, "chunks", "id", changes.chunks_removed, delta)
-
-
-def _delete_rows(con: Con, table: str, id_column: str, ids: list[str], delta: IndexDelta) -> None:
-    if ids:
-        rows = con.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s) RETURNING key").format(
-            sql.Identifier(table), sql.Identifier(id_column)), [list(ids)]).fetchall()
-        delta.removed_keys.extend(r[0] for r in rows)
-
-
 def _vector(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.float32)
 
 
-def _add_chunks(con: Con, changes: Changeset, delta: IndexDelta) -> None:
-    unique = list({c.id: c for c in changes.chunks_added}.values())
-    existing = {r[0] for r in con.execute("SELECT id FROM chunks WHERE id = ANY(%s)",
-                                          [[c.id for c in unique]]).fetchall()} if unique else set()
-    new = [c for c in unique if c.id not in existing]
-    for chunk, key in zip(new, next_keys(con, len(new)), strict=True):
-        chunk.key = key
-        delta.added_keys.append(key)
-        delta.added_vectors.append(chunk.embedding)
-    with con.cursor() as cursor:
-        if new:
+class PgCommits:
+    """``CommitStorage`` (proxy/store/sql_commit.py): PostgreSQL stores new rows a statement each in
+    one round of ``executemany``, keeps a row whose vector stays in place, types the embedding
+    columns once the first dimension is known (``dtype``: the kind of vector index), and logs the
+    commit for the other replicas."""
+
+    dialect = DIALECT
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+    def get_meta(self, con: Con, key: str) -> str | None:
+        return get_meta(con, key)
+
+    def set_meta(self, con: Con, key: str, value: str | int) -> None:
+        set_meta(con, key, value)
+
+    def next_keys(self, con: Con, count: int) -> list[int]:
+        return next_keys(con, count)
+
+    def insert_chunks(self, con: Con, chunks: list[ChunkRow]) -> None:
+        with con.cursor() as cursor:
             cursor.executemany("INSERT INTO chunks (id, key, content, tokens, embedding) VALUES (%s, %s, %s, %s, %s)",
-                               [(c.id, c.key, c.content, c.tokens, _vector(c.embedding)) for c in new])
-        if changes.links_added:
+                               [(c.id, c.key, c.content, c.tokens, _vector(c.embedding)) for c in chunks])
+
+    def link_chunks(self, con: Con, links: list[tuple[str, str, int]]) -> None:
+        with con.cursor() as cursor:
             cursor.executemany("INSERT INTO document_chunks VALUES (%s, %s, %s) ON CONFLICT (document_id, ord) "
-                               "DO UPDATE SET chunk_id = excluded.chunk_id", changes.links_added)
+                               "DO UPDATE SET chunk_id = excluded.chunk_id", links)
 
+    def store_rows(self, con: Con, table: str, id_column: str, rows: list[Any],
+                   old: dict[str, tuple[int, datetime]], rekeyed: list[Any], stamp: datetime) -> None:
+        """A row whose embedding stays (same key) is updated in place without touching its embedding:
+        PostgreSQL then adds no HNSW entry for it (a heap-only update, which the tables' fillfactor
+        leaves room for), and an HNSW insert is what a commit spends most on (600-800 vectors/s at 768
+        dimensions here, bench/backends.py). Only new and re-embedded rows are inserted."""
+        added = {id(r) for r in rekeyed}
+        kept = [r for r in rows if id(r) not in added and getattr(r, id_column) in old]
+        inserted = [r for r in rows if id(r) in added or getattr(r, id_column) not in old]
+        columns = ROW_COLUMNS[table]
+        with con.cursor() as cursor:
+            if kept:
+                others = [c for c in columns if c not in (id_column, "key", "embedding")]
+                update = sql.SQL("UPDATE {} SET {}, updated_at = %s WHERE {} = %s").format(
+                    sql.Identifier(table),
+                    sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in others),
+                    sql.Identifier(id_column))
+                cursor.executemany(update, [(*(getattr(r, c) for c in others), stamp, getattr(r, id_column))
+                                            for r in kept])
+            if inserted:
+                cursor.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
+                    sql.Identifier(table), sql.Identifier(id_column)), [[getattr(r, id_column) for r in inserted]])
+                insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                    sql.Identifier(table),
+                    sql.SQL(", ").join(map(sql.Identifier, (*columns, "created_at", "updated_at"))),
+                    sql.SQL(", ").join(sql.Placeholder() * (len(columns) + 2)))
+                created = [old[i][1] if (i := getattr(r, id_column)) in old else stamp for r in inserted]
+                cursor.executemany(insert, [(*(_vector(r.embedding) if name == "embedding" else getattr(r, name)
+                                               for name in columns), made, stamp)
+                                            for r, made in zip(inserted, created, strict=True)])
 
-_ROW_COLUMNS = {
-    "entities": ("name_key", "name", "key", "type", "description", "source_ids", "embed_hash", "embedding"),
-    "relations": ("pair_key", "source", "target", "key", "keywords", "description", "weight", "source_ids",
-                  "embed_hash", "embedding"),
-    "communities": ("id", "key", "title", "summary", "members", "digest", "embedding"),
-}
+    def update_documents(self, con: Con, updates: list[Any], stamp: datetime) -> None:
+        """Every document's new status in one statement (a merge commits up to a batch of them); a
+        document done or failed is no replica's work any more."""
+        if not updates:
+            return
+        con.execute("""UPDATE documents d SET status = u.status, error = u.error, updated_at = %s,
+                       chunks_total = coalesce(u.chunks_total, d.chunks_total),
+                       chunks_done = coalesce(u.chunks_done, d.chunks_done),
+                       processed_at = CASE WHEN u.status = 'processed' THEN %s ELSE d.processed_at END,
+                       lease_owner = CASE WHEN u.status = 'processing' THEN d.lease_owner END,
+                       lease_until = CASE WHEN u.status = 'processing' THEN d.lease_until END
+                       FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[])
+                            AS u(id, status, error, chunks_total, chunks_done)
+                       WHERE d.id = u.id""",
+                    [stamp, stamp, [u.id for u in updates], [u.status for u in updates], [u.error for u in updates],
+                     [u.chunks_total for u in updates], [u.chunks_done for u in updates]])
 
+    def first_dimension(self, con: Con, dim: int) -> None:
+        type_embeddings(con, dim, self.dtype)
 
-def _upsert_rows(con: Con, table: str, id_column: str, rows: list[Any], delta: IndexDelta, stamp: datetime) -> None:
-    """Replace rows in bulk; a row whose key is 0 or differs from the stored one gets a new key.
-
-    A row whose embedding stays (same key) is updated in place without touching its embedding:
-    PostgreSQL then adds no HNSW entry for it (a heap-only update, which the tables' fillfactor
-    leaves room for), and an HNSW insert is what a commit spends most on (600-800 vectors/s at 768
-    dimensions here, bench/backends.py). Only new and re-embedded rows are inserted."""
-    if not rows:
-        return
-    ids = [getattr(r, id_column) for r in rows]
-    old = {r[0]: (r[1], r[2]) for r in con.execute(
-        sql.SQL("SELECT {}, key, created_at FROM {} WHERE {} = ANY(%s)").format(
-            sql.Identifier(id_column), sql.Identifier(table), sql.Identifier(id_column)), [ids]).fetchall()}
-    fresh = [r for r in rows if r.key == 0 or (getattr(r, id_column) in old and old[getattr(r, id_column)][0] != r.key)]
-    for row, key in zip(fresh, next_keys(con, len(fresh)), strict=True):
-        previous = old.get(getattr(row, id_column))
-        if previous:
-            delta.removed_keys.append(previous[0])
-        row.key = key
-        delta.added_keys.append(key)
-        delta.added_vectors.append(row.embedding)
-    added = {id(r) for r in fresh}
-    kept = [r for r in rows if id(r) not in added and getattr(r, id_column) in old]
-    inserted = [r for r in rows if id(r) in added or getattr(r, id_column) not in old]
-    columns = _ROW_COLUMNS[table]
-    with con.cursor() as cursor:
-        if kept:
-            others = [c for c in columns if c not in (id_column, "key", "embedding")]
-            update = sql.SQL("UPDATE {} SET {}, updated_at = %s WHERE {} = %s").format(
-                sql.Identifier(table), sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in others),
-                sql.Identifier(id_column))
-            cursor.executemany(update, [(*(getattr(r, c) for c in others), stamp, getattr(r, id_column)) for r in kept])
-        if inserted:
-            cursor.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
-                sql.Identifier(table), sql.Identifier(id_column)), [[getattr(r, id_column) for r in inserted]])
-            insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-                sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, (*columns, "created_at", "updated_at"))),
-                sql.SQL(", ").join(sql.Placeholder() * (len(columns) + 2)))
-            created = [old[i][1] if (i := getattr(r, id_column)) in old else stamp for r in inserted]
-            cursor.executemany(insert, [(*(_vector(r.embedding) if name == "embedding" else getattr(r, name)
-                                           for name in columns), made, stamp)
-                                        for r, made in zip(inserted, created, strict=True)])
-
-
-def _update_documents(con: Con, updates: list[Any], stamp: datetime) -> None:
-    """Every document's new status in one statement (a merge commits up to a batch of them); a
-    document done or failed is no replica's work any more."""
-    if not updates:
-        return
-    con.execute("""UPDATE documents d SET status = u.status, error = u.error, updated_at = %s,
-                   chunks_total = coalesce(u.chunks_total, d.chunks_total),
-                   chunks_done = coalesce(u.chunks_done, d.chunks_done),
-                   processed_at = CASE WHEN u.status = 'processed' THEN %s ELSE d.processed_at END,
-                   lease_owner = CASE WHEN u.status = 'processing' THEN d.lease_owner END,
-                   lease_until = CASE WHEN u.status = 'processing' THEN d.lease_until END
-                   FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[])
-                        AS u(id, status, error, chunks_total, chunks_done)
-                   WHERE d.id = u.id""",
-                [stamp, stamp, [u.id for u in updates], [u.status for u in updates], [u.error for u in updates],
-                 [u.chunks_total for u in updates], [u.chunks_done for u in updates]])
+    def committed(self, con: Con, changes: Changeset, deltas: dict[str, IndexDelta], stamp: datetime) -> int:
+        generation = bump_generation(con)
+        log_change(con, generation, encode(changes, deltas), stamp)
+        return generation

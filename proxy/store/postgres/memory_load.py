@@ -1,6 +1,6 @@
-"""Reading the in-memory rows and the graph's edges from PostgreSQL: all of them when a replica
-starts (2.2-2.8 s at 100k chunks, docs/postgresql.md, measurements), the document names of some chunks after
-a commit. Plain server-side cursors: psycopg's binary COPY was no faster here."""
+"""Reading the in-memory rows and the graph's edges from PostgreSQL when a replica starts (2.2-2.8 s
+at 100k chunks, docs/postgresql.md, measurements), through server-side cursors: psycopg's binary
+COPY was no faster here (the statements are written once, proxy/store/sql_memory_load.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from proxy.store.postgres.connection import Con, get_meta
 from proxy.store.rows_memory import MemoryRows
+from proxy.store.sql_memory_load import EDGES, weights
 from proxy.store.sql_memory_load import load_rows as shared_load_rows
 
 BATCH = 20_000  # rows fetched at a time: the start-up never holds a whole table twice
@@ -44,24 +45,9 @@ def load_rows(con: Con, rows: MemoryRows) -> None:
     shared_load_rows(con, rows, fetch_rows)
 
 
-def load_chunk_documents(con: Con, rows: MemoryRows, chunk_ids: list[str]) -> None:
-    """The document names of ``chunk_ids`` after a commit (only their links, never the whole table)."""
-    if not chunk_ids:
-        return
-    pairs = con.execute("SELECT dc.chunk_id, d.name FROM document_chunks dc JOIN documents d "
-                        "ON d.id = dc.document_id WHERE dc.chunk_id = ANY(%s)", [chunk_ids]).fetchall()
-    rows.load_documents(pairs, chunk_ids)
-
-
 def graph_edges(con: Con) -> tuple[np.ndarray, list[float]]:
-    """Every relation as a pair of vertex numbers (entities numbered in key order, as ``load_rows``
-    reads them) and its weight: the join runs in PostgreSQL, not over a million Python strings."""
-    rows = con.execute("""
-        WITH vertex AS (SELECT name_key, row_number() OVER (ORDER BY key) - 1 AS i FROM entities)
-        SELECT s.i, t.i, r.weight FROM relations r
-        JOIN vertex s ON s.name_key = r.source JOIN vertex t ON t.name_key = r.target""").fetchall()
+    """The graph's edges (``sql_memory_load.EDGES``)."""
+    rows = con.execute(EDGES).fetchall()
     if not rows:
         return np.empty((0, 2), dtype=np.int64), []
-    ends = np.asarray([(s, t) for s, t, _ in rows], dtype=np.int64)
-    shared: dict[float, float] = {}  # few distinct weights: one float object each, not one per edge
-    return ends, [shared.setdefault(w, w) for _, _, w in rows]
+    return np.asarray([(s, t) for s, t, _ in rows], dtype=np.int64), weights([w for _, _, w in rows])

@@ -18,7 +18,7 @@ from proxy.store.postgres.connection import Con, PgDatabase, get_meta
 from proxy.store.postgres.documents import PgDocuments
 from proxy.store.postgres.follow import listen
 from proxy.store.postgres.graph_rows import PgGraphRows
-from proxy.store.postgres.memory_load import graph_edges, load_chunk_documents, load_snapshot
+from proxy.store.postgres.memory_load import graph_edges, load_snapshot
 from proxy.store.postgres.merge_lock import MergeLock
 from proxy.store.postgres.queue import PgDocumentQueue
 from proxy.store.postgres.reembed import PgReembed
@@ -31,6 +31,7 @@ from proxy.store.protocols.retrieval_rows import RetrievalRows
 from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
 from proxy.store.sql_communities import SqlCommunities
+from proxy.store.sql_memory_load import load_chunk_documents
 from proxy.store.sql_retrieval_rows import SqlRetrievalRows
 from proxy.store.sql_traces import SqlTraces
 
@@ -77,7 +78,7 @@ class PgTables:
         self._edges, self.loaded_generation, self.loaded_counts = self.db.read_sync(load_snapshot, rows)
 
     def load_chunk_documents_sync(self, rows: MemoryRows, chunk_ids: list[str]) -> None:
-        self.db.read_sync(load_chunk_documents, rows, chunk_ids)
+        self.db.read_sync(self.db.dialect.bind(load_chunk_documents), rows, chunk_ids)
 
     def graph_edges_sync(self) -> tuple[np.ndarray, list[float]]:
         if self._edges is not None:
