@@ -1,5 +1,6 @@
 """The DuckDB backend's tables (``store.tables``): what the store needs to keep its vector
-indexes and graph in step with the tables, and one object per subject for everything else."""
+indexes and graph in step with the tables, and one object per subject for everything else (what
+both backends share is ``proxy/store/sql_tables.py``)."""
 
 from __future__ import annotations
 
@@ -13,49 +14,28 @@ import numpy as np
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.duckdb.cache import DuckDBCache
 from proxy.store.duckdb.commit import embeddings_for, table_counts, table_keys, write_changes
-from proxy.store.duckdb.connection import Database, get_meta
+from proxy.store.duckdb.connection import Database
 from proxy.store.duckdb.documents import DuckDBDocuments
 from proxy.store.duckdb.graph_rows import DuckDBGraphRows
 from proxy.store.duckdb.memory_load import graph_edges, load_rows
 from proxy.store.duckdb.reembed import DuckDBReembed
-from proxy.store.protocols.cache import CacheTables
-from proxy.store.protocols.communities import CommunityTables
-from proxy.store.protocols.documents import DocumentTables
-from proxy.store.protocols.graph_rows import GraphRows
-from proxy.store.protocols.reembed import ReembedTables
-from proxy.store.protocols.retrieval_rows import RetrievalRows
-from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
-from proxy.store.sql_communities import SqlCommunities
-from proxy.store.sql_memory_load import load_chunk_documents
-from proxy.store.sql_retrieval_rows import SqlRetrievalRows
-from proxy.store.sql_traces import SqlTraces
+from proxy.store.sql_tables import SqlTables
 
 FILE_NAME = "graphgate.duckdb"
 # what opening the tables raises when they cannot be used (the store reports it as StoreUnavailable)
 OPEN_ERRORS: tuple[type[BaseException], ...] = (duckdb.Error, OSError)
 
 
-class DuckDBTables:
+class DuckDBTables(SqlTables):
     def __init__(self, data_dir: Path, memory_limit: str) -> None:
         """Opens (and migrates) the database: blocking, run it in a worker thread."""
-        self.db = Database(data_dir / FILE_NAME, memory_limit)
-        # the subjects, one object each (their protocols are in proxy/store/protocols/):
-        self.documents: DocumentTables = DuckDBDocuments(self.db)
-        self.cache: CacheTables = DuckDBCache(self.db)
-        self.traces: TraceTables = SqlTraces(self.db)
-        self.graph_rows: GraphRows = DuckDBGraphRows(self.db)
-        self.reembed: ReembedTables = DuckDBReembed(self.db)
-        self.retrieval_rows: RetrievalRows = SqlRetrievalRows(self.db)
-        self.communities: CommunityTables = SqlCommunities(self.db)
+        self.db: Database = Database(data_dir / FILE_NAME, memory_limit)
+        super().__init__(self.db)
+        self.subjects(documents=DuckDBDocuments(self.db), cache=DuckDBCache(self.db),
+                      graph_rows=DuckDBGraphRows(self.db), reembed=DuckDBReembed(self.db))
 
     # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---
-
-    def meta_sync(self, key: str, default: str | None = None) -> str | None:
-        return self.db.read_sync(get_meta, key, default)
-
-    async def meta(self, key: str, default: str | None = None) -> str | None:
-        return await self.db.read(get_meta, key, default)
 
     def keys_sync(self, table: str) -> np.ndarray:
         return self.db.read_sync(table_keys, table)
@@ -71,9 +51,6 @@ class DuckDBTables:
 
     def load_rows_sync(self, rows: MemoryRows) -> None:
         self.db.read_sync(load_rows, rows)
-
-    def load_chunk_documents_sync(self, rows: MemoryRows, chunk_ids: list[str]) -> None:
-        self.db.read_sync(self.db.dialect.bind(load_chunk_documents), rows, chunk_ids)
 
     def graph_edges_sync(self) -> tuple[np.ndarray, list[float]]:
         return self.db.read_sync(graph_edges)

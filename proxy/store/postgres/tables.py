@@ -14,7 +14,7 @@ import numpy as np
 from proxy.store.changes import Changeset, IndexDelta
 from proxy.store.postgres.cache import PgCache
 from proxy.store.postgres.commit import table_counts, table_keys, write_changes
-from proxy.store.postgres.connection import Con, PgDatabase, get_meta
+from proxy.store.postgres.connection import Con, PgDatabase
 from proxy.store.postgres.documents import PgDocuments
 from proxy.store.postgres.follow import listen
 from proxy.store.postgres.graph_rows import PgGraphRows
@@ -22,34 +22,21 @@ from proxy.store.postgres.memory_load import graph_edges, load_snapshot
 from proxy.store.postgres.merge_lock import MergeLock
 from proxy.store.postgres.queue import PgDocumentQueue
 from proxy.store.postgres.reembed import PgReembed
-from proxy.store.protocols.cache import CacheTables
-from proxy.store.protocols.communities import CommunityTables
-from proxy.store.protocols.documents import DocumentTables
-from proxy.store.protocols.graph_rows import GraphRows
-from proxy.store.protocols.reembed import ReembedTables
-from proxy.store.protocols.retrieval_rows import RetrievalRows
-from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
-from proxy.store.sql_communities import SqlCommunities
-from proxy.store.sql_memory_load import load_chunk_documents
-from proxy.store.sql_retrieval_rows import SqlRetrievalRows
-from proxy.store.sql_traces import SqlTraces
+from proxy.store.sql_tables import SqlTables
 
 CHANGES_PAGE = 200   # change-log entries read at a time (each holds a commit's texts)
 
 
-class PgTables:
+class PgTables(SqlTables):
     def __init__(self, dsn: str, schema: str, dtype: str) -> None:
-        """Connects, creates and migrates the schema: blocking, run it in a worker thread."""
-        self.db = PgDatabase(dsn, schema)
+        """Connects, creates and migrates the schema: blocking, run it in a worker thread (what both
+        backends share is ``proxy/store/sql_tables.py``)."""
+        self.db: PgDatabase = PgDatabase(dsn, schema)
+        super().__init__(self.db)
         self.dtype = dtype
-        self.documents: DocumentTables = PgDocuments(self.db)
-        self.cache: CacheTables = PgCache(self.db)
-        self.traces: TraceTables = SqlTraces(self.db)
-        self.graph_rows: GraphRows = PgGraphRows(self.db)
-        self.reembed: ReembedTables = PgReembed(self.db, dtype)
-        self.retrieval_rows: RetrievalRows = SqlRetrievalRows(self.db)
-        self.communities: CommunityTables = SqlCommunities(self.db)
+        self.subjects(documents=PgDocuments(self.db), cache=PgCache(self.db), graph_rows=PgGraphRows(self.db),
+                      reembed=PgReembed(self.db, dtype))
         # the edges read with the rows at start-up, in one snapshot (``load_rows_sync``), and its generation
         self._edges: tuple[np.ndarray, list[float]] | None = None
         self.loaded_generation = 0
@@ -58,12 +45,6 @@ class PgTables:
         self.queue = PgDocumentQueue(self.db)
 
     # --- what the store keeps in step (blocking ``*_sync`` methods run in worker threads) ---
-
-    def meta_sync(self, key: str, default: str | None = None) -> str | None:
-        return self.db.read_sync(get_meta, key, default)
-
-    async def meta(self, key: str, default: str | None = None) -> str | None:
-        return await self.db.read(get_meta, key, default)
 
     def keys_sync(self, table: str) -> np.ndarray:
         return self.db.read_sync(table_keys, table)
@@ -76,9 +57,6 @@ class PgTables:
         """The rows, and with them (same snapshot) the edges ``graph_edges_sync`` returns next and the
         generation they are of (``loaded_generation``)."""
         self._edges, self.loaded_generation, self.loaded_counts = self.db.read_sync(load_snapshot, rows)
-
-    def load_chunk_documents_sync(self, rows: MemoryRows, chunk_ids: list[str]) -> None:
-        self.db.read_sync(self.db.dialect.bind(load_chunk_documents), rows, chunk_ids)
 
     def graph_edges_sync(self) -> tuple[np.ndarray, list[float]]:
         if self._edges is not None:
