@@ -309,6 +309,42 @@ def a_backend_holds_statements_and_the_adapter_is_one(house: House) -> list[str]
     return offenders
 
 
+DML = ("SELECT ", "INSERT ", "UPDATE ", "DELETE ", "WITH ")
+
+
+def _statement(text: str) -> str:
+    """A statement as both drivers would run it: marks, array types, spacing and case aside."""
+    text = " ".join(text.replace("%s", "?").replace("::VARCHAR[]", "::text[]").split()).lower()
+    return text
+
+
+def _statements(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """The module's SQL statements (an f-string with its holes as written) and their lines."""
+    parts = {id(value) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for value in node.values}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{" + ast.unparse(v) + "}"
+                           for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts:
+            text = node.value
+        else:
+            continue
+        if text.lstrip().upper().startswith(DML):
+            yield text, node.lineno
+
+
+def a_statement_is_written_once_for_both_backends(house: House) -> list[str]:
+    """What the engines both speak is written once, over the dialect layer (``proxy/store/sql_*.py``):
+    no statement stands in DuckDB's modules and again in PostgreSQL's."""
+    found: dict[str, dict[str, str]] = defaultdict(dict)   # statement -> backend -> where
+    for module, tree in house.trees.items():
+        backend = next((b for b in BACKENDS if within(module, b)), None)
+        if backend is not None:
+            for text, line in _statements(tree):
+                found[_statement(text)].setdefault(backend, f"{module}:{line}")
+    return [" and ".join(sorted(where.values())) for where in found.values() if len(where) > 1]
+
+
 def the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn(house: House) -> list[str]:
     """``knowledge.ground`` (proxy/knowledge/grounding.py) plans, retrieves and injects for the chat
     turn as for /rag/query: the gateway imports nothing of the retrieval."""
@@ -346,6 +382,10 @@ RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
                                          "        return self.db.read_sync(get, key)\n"},
     the_chat_gateway_asks_the_knowledge_service_to_ground_a_turn: {
         "proxy__gateway__planted": "from proxy.retrieval.context import inject\n"},
+    a_statement_is_written_once_for_both_backends: {
+        "proxy__store__duckdb__planted": "def f(con):\n    con.execute('SELECT id FROM documents WHERE id = ?', [1])\n",
+        "proxy__store__postgres__planted": "def f(con):\n"
+                                           "    con.execute('SELECT id FROM documents\\n WHERE id = %s', [1])\n"},
     retrieval_reads_the_store_through_its_narrow_face: {
         "proxy__retrieval__planted": "def f(store):\n    return store.read_memory_sync(lambda rows, graph: rows)\n"},
 }

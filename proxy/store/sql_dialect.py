@@ -1,8 +1,8 @@
 """The small dialect layer under the SQL adapters: a statement is written once, in the SQL DuckDB and
 PostgreSQL both speak, with ``?`` for its parameters; a ``Dialect`` says the few things that part
 them (how the driver marks a parameter, which membership test the planner serves from an index, how
-a text's size in bytes is asked, whether text may hold a NUL), and ``Sql``, a connection speaking
-the shared SQL, applies them."""
+a list's overlap, a text's size in bytes and a vector's dimensions are asked, whether text may hold
+a NUL, where executemany lives), and ``Sql``, a connection speaking the shared SQL, applies them."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ class Dialect:
     member_test: str        # "{column}" in a "{type}[]" parameter, the form the engine's planner serves
     overlap_test: str       # list "{column}" shares a value with a "{type}[]" parameter
     byte_length_of: str     # the function answering a text's size in bytes
+    dimensions_of: str      # the function answering a stored vector's number of dimensions
     refuses_nul: bool       # PostgreSQL's text cannot hold a NUL character (DuckDB's can)
     many_on_a_cursor: bool  # executemany is a cursor's (psycopg); DuckDB's cursor() is another connection
 
@@ -36,6 +37,9 @@ class Dialect:
 
     def byte_length(self, expression: str) -> str:
         return f"{self.byte_length_of}({expression})"
+
+    def dimensions(self, expression: str) -> str:
+        return f"{self.dimensions_of}({expression})"
 
     def unstorable(self, *texts: str | None) -> bool:
         """Whether a searched value holds what this engine's text cannot: it then matches no row
@@ -101,6 +105,9 @@ class Sql:
 
     def byte_length(self, expression: str) -> str:
         return self.dialect.byte_length(expression)
+
+    def dimensions(self, expression: str) -> str:
+        return self.dialect.dimensions(expression)
 
     def unstorable(self, *texts: str | None) -> bool:
         return self.dialect.unstorable(*texts)

@@ -14,16 +14,11 @@ from proxy.store.protocols.retrieval_rows import RetrievalRows
 from proxy.store.protocols.traces import TraceTables
 from proxy.store.rows_memory import MemoryRows
 from proxy.store.sql_communities import SqlCommunities
-from proxy.store.sql_dialect import Sql
 from proxy.store.sql_memory_load import load_chunk_documents
+from proxy.store.sql_meta import get_meta
 from proxy.store.sql_retrieval_rows import SqlRetrievalRows
 from proxy.store.sql_runner import SqlAdapter
 from proxy.store.sql_traces import SqlTraces
-
-
-def meta_value(sql: Sql, key: str, default: str | None = None) -> str | None:
-    row = sql.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
-    return row[0] if row else default
 
 
 class SqlTables(SqlAdapter):
@@ -42,10 +37,10 @@ class SqlTables(SqlAdapter):
         self.communities: CommunityTables = SqlCommunities(self.db)
 
     def meta_sync(self, key: str, default: str | None = None) -> str | None:
-        return self.read_sync(meta_value, key, default)
+        return self.read_sync(get_meta, key, default)
 
     async def meta(self, key: str, default: str | None = None) -> str | None:
-        return await self.read(meta_value, key, default)
+        return await self.read(get_meta, key, default)
 
     def load_chunk_documents_sync(self, rows: MemoryRows, chunk_ids: list[str]) -> None:
         self.read_sync(load_chunk_documents, rows, chunk_ids)

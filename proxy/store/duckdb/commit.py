@@ -16,6 +16,8 @@ from proxy.store.changes import Changeset, ChunkRow, IndexDelta
 from proxy.store.duckdb.connection import DIALECT, Con, bump_generation, get_meta, next_keys, set_meta
 from proxy.store.sql_commit import ROW_COLUMNS, CommitStorage
 from proxy.store.sql_commit import write_changes as write_changes_with
+from proxy.store.sql_dialect import Sql
+from proxy.store.sql_documents import status_counts
 
 
 def table_keys(con: Con, table: str) -> np.ndarray:
@@ -43,7 +45,7 @@ def embeddings_for(con: Con, table: str, keys: np.ndarray,
 
 def table_counts(con: Con) -> dict[str, Any]:
     generation = int(get_meta(con, "generation", "0") or 0)
-    by_status = dict(con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall())
+    by_status = status_counts(Sql(con, DIALECT))
 
     def one(sql: str) -> Any:
         row = con.execute(sql).fetchone()

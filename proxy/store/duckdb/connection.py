@@ -20,10 +20,11 @@ import anyio.to_thread
 import duckdb
 
 from proxy.core.errors import StorageError, StoreUnavailable
+from proxy.store import sql_meta
 from proxy.store.duckdb.creation import ensure_database
 from proxy.store.duckdb.schema import migrate
 from proxy.store.messages import is_disk_full, without_paths
-from proxy.store.sql_dialect import Dialect
+from proxy.store.sql_dialect import Dialect, Sql
 
 T = TypeVar("T")
 Con = duckdb.DuckDBPyConnection
@@ -34,7 +35,7 @@ READERS = 4
 # subquery is joined against the column's index, ``= ANY`` would compare every row
 DIALECT = Dialect("duckdb", placeholder="?", member_test="{column} IN (SELECT unnest(?::{type}[]))",
                   overlap_test="list_has_any({column}, ?::{type}[])", byte_length_of="strlen",
-                  refuses_nul=False, many_on_a_cursor=False)
+                  dimensions_of="len", refuses_nul=False, many_on_a_cursor=False)
 # DuckDB moves its write-ahead log into the database file (a checkpoint) once the log passes this
 # size, and readers wait while it does. At DuckDB's 16 MB that happened every second or two of
 # ingestion (bench/ingest.py (a): 100-108 chunks/s; at 32 MB 113-118). A checkpoint holds readers,
@@ -283,12 +284,11 @@ class Database:
 
 
 def get_meta(con: Con, key: str, default: str | None = None) -> str | None:
-    row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
-    return row[0] if row else default
+    return sql_meta.get_meta(Sql(con, DIALECT), key, default)
 
 
 def set_meta(con: Con, key: str, value: str | int) -> None:
-    con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, str(value)])
+    sql_meta.set_meta(Sql(con, DIALECT), key, value)
 
 
 def bump_generation(con: Con) -> int:

@@ -17,6 +17,8 @@ from proxy.store.changes import Changeset, ChunkRow, IndexDelta
 from proxy.store.postgres.connection import DIALECT, Con, bump_generation, get_meta, next_keys, set_meta
 from proxy.store.sql_commit import ROW_COLUMNS
 from proxy.store.sql_commit import write_changes as write_changes_with
+from proxy.store.sql_dialect import Sql
+from proxy.store.sql_documents import status_counts
 from proxy.store.vector_models import VECTOR_TABLES
 
 CHANNEL = "graphgate_changes"   # NOTIFY payload: "<schema>:<generation>"
@@ -43,8 +45,7 @@ def table_counts(con: Con) -> dict[str, Any]:
     with con.transaction():
         con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         generation = int(get_meta(con, "generation", "0") or 0)
-        by_status: dict[str, int] = dict(
-            con.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall())
+        by_status = status_counts(Sql(con, DIALECT))
         row = con.execute("""SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM entities),
                                     (SELECT count(*) FROM relations), (SELECT count(*) FROM extractions),
                                     (SELECT count(*) FROM llm_cache), (SELECT count(*) FROM communities)""").fetchone()

@@ -30,8 +30,9 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from proxy.core.errors import StorageError, StoreUnavailable
+from proxy.store import sql_meta
 from proxy.store.postgres.schema import migrate
-from proxy.store.sql_dialect import Dialect
+from proxy.store.sql_dialect import Dialect, Sql
 
 T = TypeVar("T")
 Con = psycopg.Connection
@@ -41,7 +42,7 @@ READERS = 4
 # the shared SQL (proxy/store/sql_dialect.py) as psycopg and the server run it
 DIALECT = Dialect("postgresql", placeholder="%s", member_test="{column} = ANY(?::{type}[])",
                   overlap_test="{column} && ?::{type}[]", byte_length_of="octet_length",
-                  refuses_nul=True, many_on_a_cursor=True)
+                  dimensions_of="vector_dims", refuses_nul=True, many_on_a_cursor=True)
 CONNECT_SECONDS = 10.0   # how long opening waits for the server before the store reports it unavailable
 # how long a statement is tried again while the server is away: a restart takes a second or two, a
 # managed fail-over tens of seconds; past it the request gets a 503 and a document waits for a retry
@@ -200,26 +201,12 @@ def vector_array(value: Vector | np.ndarray) -> np.ndarray:
     return value.to_numpy() if isinstance(value, Vector) else np.asarray(value, dtype=np.float32)
 
 
-def holds_nul(*texts: str | None) -> bool:
-    """Whether a value searched for has a NUL character: PostgreSQL's text cannot hold one, so it
-    matches no stored row (as in DuckDB) and must not reach the server, which refuses it."""
-    return any(text and "\x00" in text for text in texts)
-
-
-def storable(text: str | None) -> str | None:
-    """``text`` as PostgreSQL's text can hold it: a NUL character (which it cannot) as U+FFFD, the
-    replacement character, for free text a client sent (a chat's question), never for keys."""
-    return text.replace("\x00", "\ufffd") if text else text
-
-
 def get_meta(con: Con, key: str, default: str | None = None) -> str | None:
-    row = con.execute("SELECT value FROM meta WHERE key = %s", [key]).fetchone()
-    return row[0] if row else default
+    return sql_meta.get_meta(Sql(con, DIALECT), key, default)
 
 
 def set_meta(con: Con, key: str, value: str | int) -> None:
-    con.execute("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [key, str(value)])
+    sql_meta.set_meta(Sql(con, DIALECT), key, value)
 
 
 def bump_generation(con: Con) -> int:

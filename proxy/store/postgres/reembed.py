@@ -12,34 +12,20 @@ reload their rows and graph (the change log's ``reload``).
 
 from __future__ import annotations
 
-import functools
 import sys
+from typing import Any
 
 import numpy as np
 from psycopg.sql import SQL, Identifier
 
 from proxy.store.clock import now
 from proxy.store.postgres.commit import VECTOR_TABLES, log_change, type_embeddings
-from proxy.store.postgres.connection import Con, PgDatabase, bump_generation, get_meta, set_meta
+from proxy.store.postgres.connection import Con, PgDatabase, bump_generation
 from proxy.store.protocols.reembed import ToEmbed
 from proxy.store.sql_dialect import Sql
-from proxy.store.sql_reembed import ID, SqlReembed, all_staged
-from proxy.store.vector_models import REEMBEDDED, TableModel, dim_key, model_key, read_models
+from proxy.store.sql_reembed import SqlReembed
 
 VECTOR_INDEX_METHODS = ["hnsw", "ivfflat"]
-
-
-def models(sql: Sql) -> dict[str, TableModel]:
-    return read_models(lambda key: get_meta(sql.con, key))
-
-
-def discard_staged(sql: Sql, keep: str | None, dim: int | None) -> int:
-    where, params = "", list[str | int]()
-    if keep is not None:
-        where, params = "WHERE model <> ?", [keep]
-        if dim is not None:
-            where, params = "WHERE model <> ? OR vector_dims(embedding) <> ?", [keep, dim]
-    return len(sql.execute(f"DELETE FROM reembedding {where} RETURNING 1", params).fetchall())
 
 
 def stage(sql: Sql, table: str, model: str, rows: list[ToEmbed], vectors: np.ndarray,
@@ -82,29 +68,6 @@ def untype_embeddings(con: Con) -> None:
             con.execute(SQL("ALTER TABLE {} ALTER COLUMN embedding TYPE vector").format(Identifier(table)))
 
 
-def swap(sql: Sql, model: str, dim: int, dtype: str) -> bool:
-    if not all_staged(sql, model):
-        return False
-    con = sql.con
-    con.execute("DELETE FROM communities")
-    untype_embeddings(con)
-    for table in REEMBEDDED:
-        hashed = ", embed_hash = r.embed_hash" if table != "chunks" else ""
-        # each vector under a new key (the replicas reload their rows; the keys name the vectors)
-        sql.execute(f"""UPDATE {table} t SET key = nextval('vector_keys'), embedding = r.embedding{hashed}
-                        FROM reembedding r WHERE r.tbl = ? AND r.id = t.{ID[table]} AND r.model = ?""",
-                    [table, model])
-    con.execute("DELETE FROM reembedding")
-    type_embeddings(con, dim, dtype)   # the new dimension, and the vector indexes built again
-    for table in VECTOR_TABLES:
-        set_meta(con, model_key(table), model)
-        set_meta(con, dim_key(table), dim)
-    set_meta(con, "embed_model", model)
-    # every vector changed key: the other replicas reload rather than replay (proxy/store/store.py)
-    log_change(con, bump_generation(con), {"reload": True}, now())
-    return True
-
-
 class PgReembed(SqlReembed):
     """``dtype`` (the store's vector element type) decides the kind of vector index built again once
     the new model's vectors are swapped in."""
@@ -114,4 +77,14 @@ class PgReembed(SqlReembed):
     def __init__(self, db: PgDatabase, dtype: str) -> None:
         super().__init__(db)
         self.db: PgDatabase = db
-        self.swapping = functools.partial(swap, dtype=dtype)
+        self.dtype = dtype
+
+    def before_swap(self, con: Any) -> None:
+        untype_embeddings(con)   # vectors of any dimension can be written
+
+    def after_swap(self, con: Any, dim: int) -> None:
+        type_embeddings(con, dim, self.dtype)   # the new dimension, and the vector indexes built again
+
+    def swapped(self, con: Any) -> None:
+        # every vector changed key: the other replicas reload rather than replay (proxy/store/store.py)
+        log_change(con, bump_generation(con), {"reload": True}, now())
