@@ -14,6 +14,7 @@ from proxy.store.clock import now
 from proxy.store.sql_cache import write_cache
 from proxy.store.sql_dialect import Dialect, Sql
 from proxy.store.sql_graph_rows import write_curation
+from proxy.store.sql_meta import get_meta, set_meta
 from proxy.store.vector_models import VECTOR_TABLES, guard_vectors
 
 INDEXED_TABLES = ("chunks", "entities", "relations")   # the knowledge: vector and keyword indexes
@@ -30,12 +31,6 @@ class CommitStorage(Protocol):
     """What a backend does its own way within a commit (``duckdb/commit.py``, ``postgres/commit.py``)."""
 
     dialect: Dialect
-
-    def get_meta(self, con: Any, key: str) -> str | None: ...
-
-    def set_meta(self, con: Any, key: str, value: str | int) -> None: ...
-
-    def next_keys(self, con: Any, count: int) -> list[int]: ...
 
     def insert_chunks(self, con: Any, chunks: list[ChunkRow]) -> None: ...
 
@@ -74,15 +69,22 @@ def write_changes(con: Any, changes: Changeset, storage: CommitStorage) -> tuple
     storage.update_documents(con, changes.documents, stamp)
     write_curation(sql, changes.curation, stamp)   # aliases and hand edits
     write_cache(sql, changes.cache_entries, [])
-    guard_vectors(changes, deltas, lambda key: storage.get_meta(con, key),
-                  lambda key, value: storage.set_meta(con, key, value),
+    guard_vectors(changes, deltas, lambda key: get_meta(sql, key), lambda key, value: set_meta(sql, key, value),
                   lambda table, keys: _other_rows(sql, table, keys))
     for statement in changes.also:
         statement(con)
     dim = next((len(v) for d in deltas.values() for v in d.added_vectors), None)
-    if dim and storage.get_meta(con, "embed_dim") is None:
+    if dim and get_meta(sql, "embed_dim") is None:
         storage.first_dimension(con, dim)
     return deltas, storage.committed(con, changes, deltas, stamp)
+
+
+def next_keys(sql: Sql, count: int) -> list[int]:
+    """Vector keys from the store's sequence (unique across PostgreSQL's replicas too)."""
+    if count <= 0:
+        return []
+    return [row[0] for row in sql.execute("SELECT nextval('vector_keys') FROM generate_series(1, ?)",
+                                          [count]).fetchall()]
 
 
 def _other_rows(sql: Sql, table: str, keys: list[int]) -> int:
@@ -114,7 +116,7 @@ def _add_chunks(sql: Sql, changes: Changeset, delta: IndexDelta, storage: Commit
     existing = {r[0] for r in sql.execute(f"SELECT id FROM chunks WHERE {sql.among('id', 'text')}",
                                           [[c.id for c in unique]]).fetchall()} if unique else set()
     new = [c for c in unique if c.id not in existing]
-    for chunk, key in zip(new, storage.next_keys(sql.con, len(new)), strict=True):
+    for chunk, key in zip(new, next_keys(sql, len(new)), strict=True):
         chunk.key = key
         delta.added_keys.append(key)
         delta.added_vectors.append(chunk.embedding)
@@ -134,7 +136,7 @@ def _upsert_rows(sql: Sql, table: str, id_column: str, rows: list[Any], delta: I
         f"SELECT {id_column}, key, created_at FROM {table} WHERE {sql.among(id_column, 'text')}", [ids]).fetchall()}
     rekeyed = [r for r in rows
                if r.key == 0 or (getattr(r, id_column) in old and old[getattr(r, id_column)][0] != r.key)]
-    for row, key in zip(rekeyed, storage.next_keys(sql.con, len(rekeyed)), strict=True):
+    for row, key in zip(rekeyed, next_keys(sql, len(rekeyed)), strict=True):
         previous = old.get(getattr(row, id_column))
         if previous:
             delta.removed_keys.append(previous[0])

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from proxy.store.changes import Changeset, ChunkRow, IndexDelta
-from proxy.store.duckdb.connection import DIALECT, Con, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.duckdb.connection import DIALECT, Con, bump_generation, get_meta, set_meta
 from proxy.store.sql_commit import ROW_COLUMNS, CommitStorage
 from proxy.store.sql_commit import write_changes as write_changes_with
 from proxy.store.sql_dialect import Sql
@@ -91,15 +91,6 @@ class DuckDBCommits:
     """``CommitStorage``: DuckDB stores new rows through Arrow tables."""
 
     dialect = DIALECT
-
-    def get_meta(self, con: Con, key: str) -> str | None:
-        return get_meta(con, key)
-
-    def set_meta(self, con: Con, key: str, value: str | int) -> None:
-        set_meta(con, key, value)
-
-    def next_keys(self, con: Con, count: int) -> list[int]:
-        return next_keys(con, count)
 
     def insert_chunks(self, con: Con, chunks: list[ChunkRow]) -> None:
         _insert(con, "chunks", pa.table({

@@ -296,9 +296,3 @@ def bump_generation(con: Con) -> int:
     generation = int(get_meta(con, "generation", "0") or 0) + 1
     set_meta(con, "generation", generation)
     return generation
-
-
-def next_keys(con: Con, count: int) -> list[int]:
-    if count <= 0:
-        return []
-    return [row[0] for row in con.execute("SELECT nextval('vector_keys') FROM range(?)", [count]).fetchall()]

@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 
 from proxy.store.change_log import encode
 from proxy.store.changes import Changeset, ChunkRow, IndexDelta
-from proxy.store.postgres.connection import DIALECT, Con, bump_generation, get_meta, next_keys, set_meta
+from proxy.store.postgres.connection import DIALECT, Con, bump_generation, get_meta, set_meta
 from proxy.store.sql_commit import ROW_COLUMNS
 from proxy.store.sql_commit import write_changes as write_changes_with
 from proxy.store.sql_dialect import Sql
@@ -137,15 +137,6 @@ class PgCommits:
 
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
-
-    def get_meta(self, con: Con, key: str) -> str | None:
-        return get_meta(con, key)
-
-    def set_meta(self, con: Con, key: str, value: str | int) -> None:
-        set_meta(con, key, value)
-
-    def next_keys(self, con: Con, count: int) -> list[int]:
-        return next_keys(con, count)
 
     def insert_chunks(self, con: Con, chunks: list[ChunkRow]) -> None:
         with con.cursor() as cursor:

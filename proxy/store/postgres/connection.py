@@ -219,11 +219,3 @@ def bump_generation(con: Con) -> int:
         set_meta(con, "generation", 1)
         return 1
     return int(row[0])
-
-
-def next_keys(con: Con, count: int) -> list[int]:
-    """Vector keys from the schema's sequence: unique across replicas."""
-    if count <= 0:
-        return []
-    return [row[0] for row in con.execute("SELECT nextval('vector_keys') FROM generate_series(1, %s)",
-                                          [count]).fetchall()]
