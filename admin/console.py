@@ -34,7 +34,7 @@ from admin.guard import ConsoleGuard
 from admin.kb_links import CarryKnowledgeBase
 from admin.rendering import build_environment, installed_dir, static_dir
 from proxy.control.pending import PendingAnswers
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import AccessSettings
 from proxy.guards.auth import Auth
 
 log = logging.getLogger("graphgate.admin")
@@ -54,7 +54,7 @@ class Console:
         return error_pages.refusal(scope, status, message, back=back, standalone=standalone)
 
 
-def build_console(settings: Settings, pending: PendingAnswers) -> Console:
+def build_console(settings: AccessSettings, pending: PendingAnswers) -> Console:
     """The console's resources; ``pending`` is where the playground's answers wait (the app opens it
     on the store ``GRAPHGATE_STORE`` names)."""
     return Console(Auth(settings), build_environment(), pending)

@@ -12,7 +12,7 @@ from starlette.routing import Route
 from admin.rendering import render
 from proxy.core.errors import ServiceUnavailable
 from proxy.knowledge.service import Knowledge
-from proxy.state import kb_name, knowledge
+from proxy.state import gateway_of, kb_name, knowledge
 
 
 async def _current(request: Request) -> tuple[Knowledge | None, str | None]:
@@ -36,7 +36,7 @@ async def _overview(request: Request) -> dict[str, Any]:
 
 
 async def dashboard(request: Request) -> Response:
-    settings = request.app.state.gateway.settings
+    settings = gateway_of(request).settings
     return render(request, "dashboard.html", {**await _overview(request), "settings": settings})
 
 

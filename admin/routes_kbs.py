@@ -19,7 +19,7 @@ from admin.rendering import render
 from proxy.core.errors import BadRequest, GraphGateError
 from proxy.guards.access import principal, require, require_unrestricted, unknown_base
 from proxy.knowledge.base_settings import OVERRIDABLE, effective_values
-from proxy.state import bases, delete_base
+from proxy.state import bases, delete_base, gateway_of
 
 OVERRIDE_ROWS = 3   # blank key/value rows the create form offers
 
@@ -106,7 +106,7 @@ def _base_page(request: Request, name: str, *, error: str | None = None, setting
     return render(request, "kb.html", {
         "base": detail, "error": error, "models": _models_of(request, name), "overridable": OVERRIDABLE,
         "effective": {key: shown(v) for key, v in (detail.get("effective") or {}).items()},
-        "gateway": {key: shown(v) for key, v in effective_values(request.app.state.gateway.settings).items()},
+        "gateway": {key: shown(v) for key, v in effective_values(gateway_of(request).settings).items()},
         "typed": typed if typed is not None else overrides, "settings_error": settings_error}, status=status)
 
 

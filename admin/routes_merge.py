@@ -15,7 +15,7 @@ from admin.paging import page_of
 from admin.rendering import counted, is_htmx, ref, render, unref
 from proxy.core.errors import BadRequest
 from proxy.knowledge.graph import MAX_MERGE, GraphService
-from proxy.state import knowledge
+from proxy.state import knowledge, merging_settings
 
 SUGGESTIONS_PER_PAGE = 20
 
@@ -98,7 +98,7 @@ async def merge(request: Request) -> Response:
 
 
 async def suggestions_page(request: Request) -> Response:
-    threshold = request.app.state.gateway.settings.suggest_threshold
+    threshold = merging_settings(request).suggest_threshold
     page = page_of(request, size=SUGGESTIONS_PER_PAGE)
     found = await (await graph(request)).suggestions(threshold)
     shown = found[page.offset:page.offset + page.size]

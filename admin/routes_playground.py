@@ -30,11 +30,11 @@ from admin.guard import action
 from admin.rendering import is_htmx, render
 from proxy.control.pending import PendingAnswer
 from proxy.core.errors import BadRequest, GraphGateError, NotFound
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import PlaygroundSettings
 from proxy.knowledge.query import ROLES, question_of
 from proxy.retrieval.context import inject
 from proxy.retrieval.params import CHOICE_KNOBS, NUMBER_KNOBS, QueryParams, knob_of
-from proxy.state import knowledge
+from proxy.state import gateway_of, knowledge, playground_settings
 
 RECONNECT_MS = 86_400_000   # an EventSource whose stream ended must not come back for the used token
 
@@ -49,7 +49,7 @@ def knobs() -> list[dict[str, Any]]:
              "step": "1" if knob.kind is int else "any"} for setting in NUMBER_KNOBS for knob in [knob_of(setting)]]
 
 
-def defaults(settings: Settings) -> dict[str, str]:
+def defaults(settings: PlaygroundSettings) -> dict[str, str]:
     """The form's values: the effective settings for every knob, the rest empty."""
     params = QueryParams.from_settings(settings)
     values = {name: str(getattr(params, name)) for name in (*NUMBERS, *CHOICES)}
@@ -126,22 +126,22 @@ def escaped(piece: str) -> str:
 
 # --- routes ---
 
-def form(settings: Settings) -> dict[str, Any]:
+def form(settings: PlaygroundSettings) -> dict[str, Any]:
     """What the full page's form needs besides its values."""
     return {"knobs": knobs(), "choices": CHOICES, "choice_help": CHOICE_HELP, "chat_model": settings.llm_model}
 
 
 async def page(request: Request) -> Response:
-    gateway = request.app.state.gateway
+    settings = playground_settings(request)
     return render(request, "playground.html", {
-        "values": defaults(gateway.settings), "result": None, "answer": None, **form(gateway.settings),
-        "unavailable": gateway.knowledge_error})
+        "values": defaults(settings), "result": None, "answer": None, **form(settings),
+        "unavailable": gateway_of(request).knowledge_error})
 
 
 @action
 async def run(request: Request) -> Response:
     kb = await knowledge(request)
-    settings = request.app.state.gateway.settings
+    settings = playground_settings(request)
     values = submitted(await request.form())
     question_of(values)  # a missing question is the first thing said, before the history's format
     body = {**overrides(values), "query": values["query"], "history": parse_history(values["history"]),

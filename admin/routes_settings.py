@@ -10,10 +10,11 @@ from starlette.routing import Route
 
 from admin.rendering import render
 from proxy.core.settings_rows import settings_rows
+from proxy.state import gateway_of
 
 
 async def settings_page(request: Request) -> Response:
-    settings = request.app.state.gateway.settings
+    settings = gateway_of(request).settings
     rows = await anyio.to_thread.run_sync(settings_rows, settings)
     return render(request, "settings.html", {"rows": rows})
 

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from proxy.control.keys import KeyStore
     from proxy.control.models import KnowledgeModels
     from proxy.core.settings import Settings
+    from proxy.core.settings_sections import (
+        AccessSettings,
+        ChatSettings,
+        MergingSettings,
+        ParsingSettings,
+        PlaygroundSettings,
+    )
     from proxy.gateway.augment import Augmenter
     from proxy.gateway.chat import ChatPipeline
     from proxy.guards.auth import Auth
@@ -113,6 +120,37 @@ def key_store(request: Request) -> KeyStore:
     if store is None:
         raise ServiceUnavailable("the API keys are unavailable")
     return store
+
+
+def gateway_of(request: Request) -> Gateway:
+    """The app's resources, typed."""
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+# the section of the settings a request handler reads (proxy/core/settings_sections.py): the type
+# checker holds the handler to it; the pages that show every setting read ``gateway_of(...).settings``
+
+def access_settings(request: Request) -> AccessSettings:
+    """Keys, body bounds, console sessions: what the /rag API's routes read."""
+    return gateway_of(request).settings
+
+
+def parsing_settings(request: Request) -> ParsingSettings:
+    """The bounds of an upload and of its parsing."""
+    return gateway_of(request).settings
+
+
+def chat_settings(request: Request) -> ChatSettings:
+    return gateway_of(request).settings
+
+
+def merging_settings(request: Request) -> MergingSettings:
+    return gateway_of(request).settings
+
+
+def playground_settings(request: Request) -> PlaygroundSettings:
+    return gateway_of(request).settings
 
 
 class ReleaseLeases:

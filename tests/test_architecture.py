@@ -278,13 +278,27 @@ def nothing_outside_the_store_hands_it_a_callback_into_its_memory(house: House) 
 
 # the folders whose components are handed a section of the settings (proxy/core/settings_sections.py)
 SECTIONED = ("proxy.parsing", "proxy.extraction", "proxy.merging", "proxy.ingest", "proxy.upstream", "proxy.guards",
-             "proxy.retrieval", "proxy.gateway")
+             "proxy.retrieval", "proxy.gateway", "proxy.store", "proxy.control", "proxy.rag_api", "proxy.actions",
+             "proxy.mcp_server.http", "admin", "proxy.knowledge.intake", "proxy.knowledge.communities",
+             "proxy.knowledge.embedding_guard")
+# the request handlers above ``proxy/state.py``, which hands each its section
+HANDLERS = ("proxy.rag_api", "proxy.actions", "proxy.mcp_server", "admin")
+# the console's pages that show every setting (the settings page, the dashboard, a base's overrides)
+SHOW_EVERY_SETTING = ("admin.routes_settings", "admin.routes_dashboard", "admin.routes_kbs")
 
 
 def sectioned_components_never_take_the_whole_settings(house: House) -> list[str]:
-    """Each reads the section it needs (the type checker holds it to it), never all 90 settings."""
-    return [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
-            if within(i.module, SECTIONED) and i.target == "proxy.core.settings.Settings"]
+    """Each reads the section it needs (the type checker holds it to it), never all 90 settings:
+    it does not import ``Settings``, and a request handler reads its section through
+    ``proxy/state.py`` (``access_settings(request)``...), not ``request.app.state.gateway.settings``."""
+    found = [f"{i.module}:{i.line} imports {i.target}" for i in house.imports
+             if within(i.module, SECTIONED) and i.target == "proxy.core.settings.Settings"]
+    for module, tree in house.trees.items():
+        if within(module, HANDLERS) and module not in SHOW_EVERY_SETTING:
+            found += [f"{module}:{node.lineno} reads {ast.unparse(node)}" for node in ast.walk(tree)
+                      if isinstance(node, ast.Attribute) and node.attr == "settings"
+                      and ast.unparse(node.value).endswith(("state.gateway", "gateway_of(request)"))]
+    return found
 
 
 BACKENDS = ("proxy.store.duckdb", "proxy.store.postgres")
@@ -376,7 +390,8 @@ RULES: dict[Callable[[House], list[str]], dict[str, str]] = {
     nothing_outside_the_store_hands_it_a_callback_into_its_memory: {
         "proxy__merging__planted": "async def f(store):\n    return await store.read_memory(lambda r, g: r)\n"},
     sectioned_components_never_take_the_whole_settings: {
-        "proxy__upstream__planted": "from proxy.core.settings import Settings\n"},
+        "proxy__upstream__planted": "from proxy.core.settings import Settings\n",
+        "proxy__rag_api__planted": "def f(request):\n    return request.app.state.gateway.settings.mode\n"},
     a_backend_holds_statements_and_the_adapter_is_one: {
         "proxy__store__duckdb__planted": "class Twice:\n    def get_sync(self, key):\n"
                                          "        return self.db.read_sync(get, key)\n"},

@@ -11,7 +11,7 @@ from proxy.control.models import KnowledgeModel, KnowledgeModels, canonical, mod
 from proxy.core.errors import Conflict, Forbidden, GraphGateError, NotFound, ServiceUnavailable
 from proxy.gateway.model_lists import remember_upstream_names
 from proxy.guards.access import principal, require
-from proxy.state import bases
+from proxy.state import bases, chat_settings
 
 
 def registry(request: Request) -> KnowledgeModels:
@@ -24,8 +24,9 @@ def registry(request: Request) -> KnowledgeModels:
 async def refresh_upstream_names(request: Request) -> None:
     """Read the upstream's model list now (``base_model_present``); the last one kept if it cannot."""
     gateway = request.app.state.gateway
+    deadline = chat_settings(request).discovery_timeout
     try:
-        response, body = await gateway.upstream.fetch("GET", "/api/tags", deadline=gateway.settings.discovery_timeout)
+        response, body = await gateway.upstream.fetch("GET", "/api/tags", deadline=deadline)
     except GraphGateError:
         return
     if response.status_code == 200:

@@ -13,7 +13,7 @@ from proxy.core.errors import BadRequest, GraphGateError, PayloadTooLarge
 from proxy.core.metadata import check_metadata
 from proxy.core.payloads import parse_object, read_body
 from proxy.knowledge.intake import add_document
-from proxy.state import knowledge
+from proxy.state import knowledge, parsing_settings
 
 MAX_FILES = 100
 
@@ -48,7 +48,7 @@ async def submit_uploads(request: Request) -> list[dict[str, Any]]:
     """Parse and queue every uploaded file; one result per file (accepted, replaced, duplicate or
     rejected with the reason and its status code)."""
     kb = await knowledge(request)
-    settings = request.app.state.gateway.settings
+    settings = parsing_settings(request)
     results: list[dict[str, Any]] = []
     uploaded, metadata = await _uploaded(request, settings.max_upload_bytes)
     for name, data in uploaded:

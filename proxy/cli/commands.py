@@ -28,12 +28,13 @@ from proxy.core.errors import BadRequest, GraphGateError, StoreUnavailable
 from proxy.core.hosts import local_url
 from proxy.core.metadata import check_metadata, parse_filter
 from proxy.core.settings import Settings
+from proxy.core.settings_sections import ClientSettings, StoreSettings
 from proxy.parsing.files import SUPPORTED_TYPES
 
 console = Console(stderr=True)
 
 
-def gateway_url(settings: Settings) -> str:
+def gateway_url(settings: ClientSettings) -> str:
     return local_url(settings.host, settings.port)
 
 
@@ -41,7 +42,7 @@ class CommandError(GraphGateError):
     """A sentence for the user that ends the command (exit status 1) without a traceback."""
 
 
-def no_store_message(settings: Settings, url: str, *, can_create: bool) -> str:
+def no_store_message(settings: StoreSettings, url: str, *, can_create: bool) -> str:
     what = (f"no gateway answers at {url} and there is no knowledge store at {settings.data_dir} "
             f"(no {DATABASE_FILE} there)")
     hint = ("start `graphgate serve` first, or give --port / --data-dir (GRAPHGATE_PORT, GRAPHGATE_DATA_DIR) "

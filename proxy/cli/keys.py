@@ -22,13 +22,13 @@ from proxy.control.keys import KeyStore
 from proxy.control.lists import KBS
 from proxy.core.data_dir import has_store
 from proxy.core.errors import GraphGateError
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import ClientSettings
 from proxy.knowledge.bases import DEFAULT
 from proxy.store.lists_open import open_lists
 
 
 @contextlib.asynccontextmanager
-async def gateway(settings: Settings) -> AsyncIterator[httpx.AsyncClient | None]:
+async def gateway(settings: ClientSettings) -> AsyncIterator[httpx.AsyncClient | None]:
     """The running gateway's API (its /rag/keys answered), or None when no gateway answers."""
     headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     url = gateway_url(settings)
@@ -60,7 +60,7 @@ def _answer(response: httpx.Response, status: int) -> Any:
     return response.json()
 
 
-async def _store(settings: Settings) -> KeyStore:
+async def _store(settings: ClientSettings) -> KeyStore:
     """The stored keys (no gateway answers): the data directory's file, or on PostgreSQL the list
     every replica shares (each running replica takes a change at once)."""
     lists = open_lists(settings)
@@ -74,7 +74,7 @@ async def _store(settings: Settings) -> KeyStore:
     return store
 
 
-def _known_bases(settings: Settings) -> list[str]:
+def _known_bases(settings: ClientSettings) -> list[str]:
     """The knowledge bases' names, from their list (what the gateway's registry loads)."""
     lists = open_lists(settings)
     try:
@@ -90,7 +90,7 @@ def _show(key: dict[str, Any]) -> str:
     return f"{key['id']}  {key['name']}  {key['role']}  {bases}  {key['prefix']}…  {key['created_at']}"
 
 
-async def create(settings: Settings, name: str, role: str, kbs: list[str] | None) -> int:
+async def create(settings: ClientSettings, name: str, role: str, kbs: list[str] | None) -> int:
     body = {"name": name, "role": role, "kbs": kbs or None}
     async with gateway(settings) as client:
         if client is not None:
@@ -108,7 +108,7 @@ async def create(settings: Settings, name: str, role: str, kbs: list[str] | None
     return 0
 
 
-async def list_keys(settings: Settings) -> int:
+async def list_keys(settings: ClientSettings) -> int:
     async with gateway(settings) as client:
         if client is not None:
             keys = _answer(await client.get("/rag/keys"), 200)["keys"]
@@ -122,7 +122,7 @@ async def list_keys(settings: Settings) -> int:
     return 0
 
 
-async def revoke(settings: Settings, key_id: str) -> int:
+async def revoke(settings: ClientSettings, key_id: str) -> int:
     async with gateway(settings) as client:
         if client is not None:
             gone = _answer(await client.delete(f"/rag/keys/{quote(key_id, safe='')}"), 200)

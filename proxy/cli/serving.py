@@ -23,14 +23,14 @@ import httpx
 import uvicorn
 
 from proxy.core.hosts import local_url
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import ClientSettings, StoreSettings
 from proxy.store.preflight import store_lock_holder
 
 SERVING_FILE = "serving.json"
 PROBE_SECONDS = 2.0   # asking whoever holds the port what it is
 
 
-def store_in_use(settings: Settings) -> str | None:
+def store_in_use(settings: StoreSettings) -> str | None:
     """Who holds the embedded store, as a sentence; None when it is free (or not embedded)."""
     if settings.store != "embedded":
         return None   # PostgreSQL: replicas share a store by design
@@ -84,7 +84,7 @@ def read_note(data_dir: Path) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def serving_note(settings: Settings) -> Iterator[Callable[[], None]]:
+def serving_note(settings: ClientSettings) -> Iterator[Callable[[], None]]:
     """The note saying this process serves the embedded store at its address, while it does; what
     it gives removes it (uvicorn ends the process by the signal that stopped it, after its own
     shutdown, so the server calls it then: a ``finally`` here would not run)."""

@@ -52,6 +52,8 @@ class MergingSettings(Protocol):
     def summary_fragments(self) -> int: ...
     @property
     def summary_tokens(self) -> int: ...
+    @property
+    def suggest_threshold(self) -> float: ...
 
 
 class IngestSettings(ParsingSettings, ExtractionSettings, MergingSettings, Protocol):
@@ -218,8 +220,54 @@ class ChatSettings(Protocol):
     def api_key(self) -> str | None: ...
 
 
+class StoreSettings(Protocol):
+    """Where the store is: its data directory and ``GRAPHGATE_STORE`` (proxy/store/lists_open.py,
+    and the CLI's checks that no other process holds it)."""
+
+    @property
+    def data_dir(self) -> Path: ...
+    @property
+    def store(self) -> str: ...
+
+
+class ClientSettings(StoreSettings, Protocol):
+    """How the CLI and the MCP bridge reach a running gateway, and where its store is when none
+    answers."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def api_key(self) -> str | None: ...
+
+
+class CommunitySettings(Protocol):
+    """The community summaries' background job (proxy/knowledge/communities.py)."""
+
+    @property
+    def community_summaries(self) -> bool: ...
+    @property
+    def language(self) -> str: ...
+
+
+class EmbeddingGuardSettings(Protocol):
+    """The check of the embedding model against the store's (proxy/knowledge/embedding_guard.py)."""
+
+    @property
+    def embed_model(self) -> str: ...
+
+
+class PlaygroundSettings(RetrievalSettings, Protocol):
+    """The console's retrieval playground: a query's defaults, and the model that answers."""
+
+    @property
+    def llm_model(self) -> str | None: ...
+
+
 SECTIONS: tuple[type, ...] = (ParsingSettings, ExtractionSettings, MergingSettings, IngestSettings, UpstreamSettings,
-                              AccessSettings, RetrievalSettings, ChatSettings)
+                              AccessSettings, RetrievalSettings, ChatSettings, StoreSettings, ClientSettings,
+                              CommunitySettings, EmbeddingGuardSettings, PlaygroundSettings)
 
 
 def section_fields(section: type) -> list[str]:

@@ -38,7 +38,7 @@ from proxy.core.errors import GraphGateError
 from proxy.core.language_setting import language_for
 from proxy.core.limiter import Priority
 from proxy.core.llm_cache import CacheEntry
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import CommunitySettings
 from proxy.ingest.pipeline import Pipeline
 from proxy.store.changes import Changeset, CommunityRow, pair_key
 from proxy.store.store import Community, KnowledgeStore
@@ -150,7 +150,8 @@ def read_reply(content: str, planned: Planned) -> tuple[str, str]:
 class CommunitySummaries:
     """The background job (``run``), started in the knowledge service's task group."""
 
-    def __init__(self, store: KnowledgeStore, models: ModelClient, pipeline: Pipeline, settings: Settings) -> None:
+    def __init__(self, store: KnowledgeStore, models: ModelClient, pipeline: Pipeline,
+                 settings: CommunitySettings) -> None:
         self.store = store
         self.models = models
         self.pipeline = pipeline

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.errors import GraphGateError
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import EmbeddingGuardSettings
 from proxy.ingest.gate import IngestGate
 from proxy.store.store import KnowledgeStore
 from proxy.store.vector_models import VECTOR_TABLES, TableModel, canonical_model, same_model
@@ -119,7 +119,7 @@ class EmbeddingGuard:
     """The latest ``EmbeddingCheck`` of one knowledge base, and its effects: the pipeline's gate, the
     model questions are embedded by, the dimension the model client expects."""
 
-    def __init__(self, store: KnowledgeStore, models: ModelClient, gate: IngestGate, settings: Settings,
+    def __init__(self, store: KnowledgeStore, models: ModelClient, gate: IngestGate, settings: EmbeddingGuardSettings,
                  kb: str = "default") -> None:
         self.store = store
         self.models = models

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from proxy.core.errors import PayloadTooLarge
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import ParsingSettings
 from proxy.parsing.workers import parse_isolated
 
 if TYPE_CHECKING:
     from proxy.knowledge.service import Knowledge
 
 
-async def add_document(knowledge: Knowledge, settings: Settings, name: str, data: bytes,
+async def add_document(knowledge: Knowledge, settings: ParsingSettings, name: str, data: bytes,
                        metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     """Parse and queue one document: ``{"name", "outcome", "id", "status"}`` (and ``duplicate_of``
     for a duplicate, ``waiting`` with the reason for one the pipeline holds back), the outcome

@@ -29,7 +29,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import ServiceUnavailable
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import AccessSettings
 from proxy.guards.middleware import UNAUTHORIZED, KeyCheck, mark
 from proxy.knowledge.service import Knowledge
 from proxy.mcp_server.tools import build_server
@@ -56,7 +56,7 @@ def gateway_knowledge(gateway: Gateway) -> Knowledge:
 class McpEndpoint:
     """The ASGI app at ``/mcp``: the key check, then the SDK's session manager (run by ``serving``)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: AccessSettings) -> None:
         self.settings = settings
         self.check = KeyCheck(settings.api_key)
         self.server: MCPServer | None = None   # while serving
@@ -67,7 +67,7 @@ class McpEndpoint:
     @asynccontextmanager
     async def serving(self, gateway: Gateway) -> AsyncIterator[None]:
         """Serve /mcp for the lifespan of the gateway (its task group ends the calls in flight)."""
-        server = build_server(lambda: gateway_knowledge(gateway), self.settings, lambda: gateway.bases)
+        server = build_server(lambda: gateway_knowledge(gateway), gateway.settings, lambda: gateway.bases)
         # makes the server's session manager (the Starlette app it returns is not used: /mcp is our route)
         server.streamable_http_app(streamable_http_path=PATH, stateless_http=True,
                                    max_request_body_size=self.settings.max_body_bytes,

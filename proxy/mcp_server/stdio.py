@@ -21,6 +21,7 @@ from proxy.core.data_dir import DATABASE_FILE, has_store
 from proxy.core.errors import GraphGateError
 from proxy.core.hosts import local_url
 from proxy.core.settings import Settings
+from proxy.core.settings_sections import ClientSettings
 from proxy.knowledge.bases import KnowledgeBases
 from proxy.knowledge.service import run_knowledge
 from proxy.mcp_server.bridge import bridge
@@ -36,7 +37,7 @@ class McpCommandError(GraphGateError):
     """A sentence for the user on stderr that ends the command (exit status 1)."""
 
 
-def gateway_url(settings: Settings) -> str:
+def gateway_url(settings: ClientSettings) -> str:
     return local_url(settings.host, settings.port)
 
 

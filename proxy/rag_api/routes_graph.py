@@ -15,7 +15,7 @@ from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.extraction.results import name_key
 from proxy.knowledge.graph import GraphService
-from proxy.state import knowledge
+from proxy.state import access_settings, knowledge
 from proxy.store.changes import pair_key
 
 
@@ -24,7 +24,7 @@ async def graph(request: Request) -> GraphService:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    return parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    return parse_object(await read_body(request, access_settings(request).max_body_bytes))
 
 
 async def get_entity(request: Request) -> Response:

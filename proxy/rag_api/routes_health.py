@@ -24,7 +24,7 @@ from proxy.core.errors import ServiceUnavailable
 from proxy.core.responses import json_response
 from proxy.guards.access import unknown_base
 from proxy.guards.middleware import KeyCheck, mark
-from proxy.state import kb_name, knowledge
+from proxy.state import access_settings, kb_name, knowledge
 from proxy.upstream.watch import FRESH_SECONDS
 
 log = logging.getLogger("graphgate.health")
@@ -92,7 +92,7 @@ def identify(request: Request) -> None:
     """Health is public, but another base than ``default`` is not: once the gateway is guarded (a key
     in use, or a console password), only a key that may read it gets its report, and anyone else the
     404 an unknown base gets, so that names cannot be probed."""
-    settings = request.app.state.gateway.settings
+    settings = access_settings(request)
     check = KeyCheck(settings.api_key)
     if not (check.in_use(request.scope) or settings.admin_password):
         return

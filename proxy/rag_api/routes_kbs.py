@@ -15,7 +15,7 @@ from proxy.core.errors import BadRequest
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.guards.access import principal, require, require_unrestricted
-from proxy.state import bases, delete_base
+from proxy.state import access_settings, bases, delete_base
 
 
 async def list_bases(request: Request) -> Response:
@@ -28,7 +28,7 @@ async def list_bases(request: Request) -> Response:
 
 async def create_base(request: Request) -> Response:
     require_unrestricted(request, "creating a knowledge base")
-    body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    body = parse_object(await read_body(request, access_settings(request).max_body_bytes))
     name = body.get("name")
     if not isinstance(name, str):
         raise BadRequest("name is required: the knowledge base's name")
@@ -48,7 +48,7 @@ async def describe_base(request: Request) -> Response:
 async def change_base(request: Request) -> Response:
     """``{"settings": {"chunk_tokens": 600, "language": null}}``: set or (null) remove overrides."""
     require(request, request.path_params["name"], "admin")
-    body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    body = parse_object(await read_body(request, access_settings(request).max_body_bytes))
     unknown = sorted(set(body) - {"settings"})
     if unknown:
         raise BadRequest(f"unknown field(s) {', '.join(map(repr, unknown))}: only settings can be changed")

@@ -12,7 +12,7 @@ from proxy.core.errors import BadRequest
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.guards.access import require_unrestricted
-from proxy.state import bases, key_store
+from proxy.state import access_settings, bases, key_store
 
 
 async def list_keys(request: Request) -> Response:
@@ -22,7 +22,7 @@ async def list_keys(request: Request) -> Response:
 
 async def create_key(request: Request) -> Response:
     require_unrestricted(request, "creating an API key")
-    body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    body = parse_object(await read_body(request, access_settings(request).max_body_bytes))
     unknown = sorted(set(body) - {"name", "role", "kbs"})
     if unknown:
         raise BadRequest(f"unknown field {unknown[0]!r}: a key has name, role and kbs")

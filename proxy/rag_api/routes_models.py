@@ -12,6 +12,7 @@ from proxy.actions.models import refresh_upstream_names, registry, save_model, v
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
 from proxy.guards.access import principal, require
+from proxy.state import access_settings
 
 
 async def list_models(request: Request) -> Response:
@@ -28,7 +29,7 @@ async def get_model(request: Request) -> Response:
 
 
 async def put_model(request: Request) -> Response:
-    spec = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    spec = parse_object(await read_body(request, access_settings(request).max_body_bytes))
     described, created = await save_model(request, request.path_params["alias"], spec)
     return json_response(described, 201 if created else 200)
 

@@ -10,12 +10,12 @@ from starlette.routing import Route
 
 from proxy.core.payloads import parse_object, read_body
 from proxy.core.responses import json_response
-from proxy.state import knowledge
+from proxy.state import access_settings, knowledge
 
 
 async def query(request: Request) -> Response:
     kb = await knowledge(request)
-    body = parse_object(await read_body(request, request.app.state.gateway.settings.max_body_bytes))
+    body = parse_object(await read_body(request, access_settings(request).max_body_bytes))
     outcome = await kb.query(body)
     return json_response(outcome.result)
 

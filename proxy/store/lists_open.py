@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from proxy.control.lists import FileLists, Lists
 from proxy.control.pending import MemoryPendingAnswers, PendingAnswers
-from proxy.core.settings import Settings
+from proxy.core.settings_sections import StoreSettings
 
 
-def open_lists(settings: Settings) -> Lists:
+def open_lists(settings: StoreSettings) -> Lists:
     """The lists of bases, keys and knowledge models of the store ``GRAPHGATE_STORE`` names (no
     connection is made yet): the data directory's files, or a table on the PostgreSQL server."""
     if settings.store == "embedded":
@@ -20,7 +20,7 @@ def open_lists(settings: Settings) -> Lists:
     return PgLists(settings.store, settings.data_dir)
 
 
-def open_pending(settings: Settings) -> PendingAnswers:
+def open_pending(settings: StoreSettings) -> PendingAnswers:
     """In memory, or on the PostgreSQL server ``GRAPHGATE_STORE`` names (no connection made yet)."""
     if settings.store == "embedded":
         return MemoryPendingAnswers()
