@@ -103,6 +103,16 @@ async def test_inserted_documents_read_back_as_their_new_row(backend_db: tuple[s
     assert existing is None and [v["id"] for v in versions] == ["d1", "d2"]
 
 
+async def test_the_same_content_uploaded_twice_is_one_document(backend_db: tuple[str, Any]) -> None:
+    """A document's id is its content's hash: the second upload of it (through another replica, or
+    in the same batch) keeps the first row and text, on both backends."""
+    documents = documents_of(backend_db)
+    await documents.insert(record("d1", "first.txt", 0), "the first text")
+    await documents.insert(record("d1", "second.txt", 5), "the second text")
+    assert await documents.with_text("d1") == (documents.new_row(record("d1", "first.txt", 0)), "the first text")
+    assert [d["id"] for d in await documents.named("second.txt")] == []
+
+
 async def test_uploads_of_one_batch_share_a_statement(backend_db: tuple[str, Any]) -> None:
     """Uploads through the pipeline's writes: a created_at missing from the record is the clock's."""
     documents = documents_of(backend_db)

@@ -12,6 +12,7 @@ import pytest
 
 from proxy.store.protocols.traces import Trace
 from tests.test_pg_cache_traces import cache_of, record, seed, traces_of
+from tests.test_pg_documents import documents_of
 from tests.test_pg_graph_rows import graph_rows_of
 from tests.test_pg_graph_rows import seed as seed_graph
 
@@ -37,6 +38,22 @@ async def test_an_entity_search_or_type_with_nul_finds_nothing(backend_db: tuple
         assert await rows.names_page("", search, False, 10, 0) == ([], 0), repr(search)
         assert await rows.matching_keys(search, "") == [], repr(search)
         assert await rows.matching_keys("", search) == [], repr(search)
+
+
+async def test_a_lookup_with_nul_finds_nothing(backend_db: tuple[str, Any]) -> None:
+    """A name, key or id with a NUL names nothing stored: "not found" on both backends (PostgreSQL
+    would refuse the statement), and deleting it deletes nothing."""
+    await seed(backend_db, [("extract", "k1", "m", "a request", "a response", 0, 1)])
+    await seed_graph(backend_db)
+    cache, rows, documents = cache_of(backend_db), graph_rows_of(backend_db), documents_of(backend_db)
+    assert await rows.resolve_name("alice") == "alice" and await cache.entry("extract", "k1") is not None
+    for text in NUL_SEARCHES:
+        assert await rows.resolve_name(text) is None and await rows.alias_target(text) is None, repr(text)
+        assert await rows.entity_detail(text, 3) is None, repr(text)
+        assert await cache.entry("extract", text) is None and await cache.entry(text, "k1") is None, repr(text)
+        await cache.delete("extract", text)
+        assert await documents.get(text) is None and await documents.named(text) == [], repr(text)
+    assert await cache.count("extract") == 1
 
 
 async def test_a_question_with_nul_is_traced_with_the_rest_of_its_batch(backend_db: tuple[str, Any]) -> None:

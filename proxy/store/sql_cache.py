@@ -45,7 +45,7 @@ def write_cache(sql: Sql, entries: list[CacheEntry], hits: list[CacheEntry]) -> 
                        ON CONFLICT (kind, key) DO NOTHING""",
                     [[e.kind for e in fresh], [e.key for e in fresh], [e.model for e in fresh],
                      [e.request for e in fresh], [e.response for e in fresh], stamp])
-    if hits:
+    if hits and sql.dialect.updates_join_by_index:
         # one statement; a (kind, key) hit twice in the batch counts twice, as one UPDATE per hit would
         sql.execute("""UPDATE llm_cache AS c SET hits = c.hits + h.n, last_hit_at = ?
                        FROM (SELECT kind, key, count(*) AS n
@@ -53,6 +53,9 @@ def write_cache(sql: Sql, entries: list[CacheEntry], hits: list[CacheEntry]) -> 
                              GROUP BY kind, key) AS h
                        WHERE c.kind = h.kind AND c.key = h.key""",
                     [stamp, [e.kind for e in hits], [e.key for e in hits]])
+    elif hits:   # one UPDATE per hit, each through the key's index
+        sql.executemany("UPDATE llm_cache SET hits = hits + 1, last_hit_at = ? WHERE kind = ? AND key = ?",
+                        [(stamp, e.kind, e.key) for e in hits])
 
 
 def kind_totals(sql: Sql) -> dict[str, KindTotals]:

@@ -2,7 +2,10 @@
 PostgreSQL both speak, with ``?`` for its parameters; a ``Dialect`` says the few things that part
 them (how the driver marks a parameter, which membership test the planner serves from an index, how
 a list's overlap, a text's size in bytes and a vector's dimensions are asked, whether text may hold
-a NUL, where executemany lives), and ``Sql``, a connection speaking the shared SQL, applies them."""
+a NUL, where executemany lives, whether an UPDATE from a list finds its rows by index), and ``Sql``,
+a connection speaking the shared SQL, applies them. The marks are translated by a plain scan: a
+``?`` inside a quoted literal stays text, but no statement may use PostgreSQL's ``?`` operators,
+dollar quoting or ``E'...'`` strings."""
 
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ class Dialect:
     dimensions_of: str      # the function answering a stored vector's number of dimensions
     refuses_nul: bool       # PostgreSQL's text cannot hold a NUL character (DuckDB's can)
     many_on_a_cursor: bool  # executemany is a cursor's (psycopg); DuckDB's cursor() is another connection
+    # an UPDATE ... FROM a list parameter finds its rows through the table's index (PostgreSQL); else
+    # (DuckDB) it scans the whole table, and a statement per row, each served by the index, is cheaper
+    updates_join_by_index: bool
 
     def statement(self, text: str) -> str:
         """``text`` with its ``?`` marks as this driver marks parameters."""

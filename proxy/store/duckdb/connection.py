@@ -35,7 +35,8 @@ READERS = 4
 # subquery is joined against the column's index, ``= ANY`` would compare every row
 DIALECT = Dialect("duckdb", placeholder="?", member_test="{column} IN (SELECT unnest(?::{type}[]))",
                   overlap_test="list_has_any({column}, ?::{type}[])", byte_length_of="strlen",
-                  dimensions_of="len", refuses_nul=False, many_on_a_cursor=False)
+                  dimensions_of="len", refuses_nul=False, many_on_a_cursor=False,
+                  updates_join_by_index=False)
 # DuckDB moves its write-ahead log into the database file (a checkpoint) once the log passes this
 # size, and readers wait while it does. At DuckDB's 16 MB that happened every second or two of
 # ingestion (bench/ingest.py (a): 100-108 chunks/s; at 32 MB 113-118). A checkpoint holds readers,

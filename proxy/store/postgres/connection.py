@@ -42,7 +42,8 @@ READERS = 4
 # the shared SQL (proxy/store/sql_dialect.py) as psycopg and the server run it
 DIALECT = Dialect("postgresql", placeholder="%s", member_test="{column} = ANY(?::{type}[])",
                   overlap_test="{column} && ?::{type}[]", byte_length_of="octet_length",
-                  dimensions_of="vector_dims", refuses_nul=True, many_on_a_cursor=True)
+                  dimensions_of="vector_dims", refuses_nul=True, many_on_a_cursor=True,
+                  updates_join_by_index=True)
 CONNECT_SECONDS = 10.0   # how long opening waits for the server before the store reports it unavailable
 # how long a statement is tried again while the server is away: a restart takes a second or two, a
 # managed fail-over tens of seconds; past it the request gets a 503 and a document waits for a retry
