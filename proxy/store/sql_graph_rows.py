@@ -107,18 +107,13 @@ def write_curation(sql: Sql, curation: Curation, stamp: datetime) -> None:
             "evidence = CASE WHEN excluded.reason = '' THEN aliases.evidence ELSE excluded.evidence END",
             [(alias, target, stamp, *curation.resolved.get(alias, ("", "")))
              for alias, target in curation.aliases.items()])
-    if curation.entity_edits_dropped:
-        sql.execute(f"DELETE FROM entity_edits WHERE {sql.among('name_key', 'text')}",
-                    [list(curation.entity_edits_dropped)])
-    if curation.relation_edits_dropped:
-        sql.execute(f"DELETE FROM relation_edits WHERE {sql.among('pair_key', 'text')}",
-                    [list(curation.relation_edits_dropped)])
-    if curation.aliases_into_dropped:
-        sql.execute(f"DELETE FROM aliases WHERE {sql.among('target_key', 'text')}",
-                    [list(curation.aliases_into_dropped)])
-    if curation.resolved_into_dropped:
-        sql.execute(f"DELETE FROM aliases WHERE reason <> '' AND {sql.among('target_key', 'text')}",
-                    [list(curation.resolved_into_dropped)])
+    for table, column, keys, only in (
+            ("entity_edits", "name_key", curation.entity_edits_dropped, ""),
+            ("relation_edits", "pair_key", curation.relation_edits_dropped, ""),
+            ("aliases", "target_key", curation.aliases_into_dropped, ""),
+            ("aliases", "target_key", curation.resolved_into_dropped, "reason <> '' AND ")):
+        if keys:
+            sql.execute(f"DELETE FROM {table} WHERE {only}{sql.among(column, 'text')}", [list(keys)])
     if curation.entity_edits:
         sql.executemany(
             "INSERT INTO entity_edits VALUES (?, ?, ?, ?, ?) ON CONFLICT (name_key) DO UPDATE "
