@@ -12,7 +12,7 @@ from typing import Any
 from proxy.store.batching import BatchedReader, BatchWriter
 from proxy.store.clock import now
 from proxy.store.protocols.cache import CacheEntry, KindTotals
-from proxy.store.sql_dialect import Sql
+from proxy.store.sql_dialect import Sql, containing
 from proxy.store.sql_runner import SqlAdapter
 
 ENTRY_COLUMNS = ("key", "model", "hits", "kb_version", "created_at", "last_hit_at", "size")
@@ -25,7 +25,7 @@ _MATCHES = """kind = ? AND (?::text IS NULL OR key ILIKE ? ESCAPE '\\' OR model 
 
 
 def _matching(kind: str, search: str | None) -> list[Any]:
-    pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" if search else None
+    pattern = containing(search) if search else None
     return [kind, *[pattern] * 5]
 
 

@@ -62,15 +62,17 @@ class Dialect:
         return functools.partial(_speaking, fn, self)
 
 
+def containing(text: str) -> str:
+    """An ``ILIKE ... ESCAPE '\\'`` pattern matching ``text`` anywhere, its ``%`` ``_`` ``\\`` taken literally."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
 @functools.lru_cache(maxsize=1024)
 def _marked(text: str, mark: str) -> str:
     """Each ``?`` outside a quoted literal as ``mark``; a literal ``%`` doubled (psycopg reads ``%``
     as the start of a mark)."""
-    parts = text.split("'")
-    for i in range(0, len(parts), 2):   # the even parts are outside quotes
-        parts[i] = parts[i].replace("%", "%%").replace("?", mark)
-    for i in range(1, len(parts), 2):
-        parts[i] = parts[i].replace("%", "%%")
+    parts = text.replace("%", "%%").split("'")
+    parts[::2] = [part.replace("?", mark) for part in parts[::2]]   # the even parts are outside quotes
     return "'".join(parts)
 
 

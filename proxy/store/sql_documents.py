@@ -23,7 +23,7 @@ from proxy.store.protocols.documents import (
     StorageHealth,
 )
 from proxy.store.sql_cache import write_cache
-from proxy.store.sql_dialect import Sql
+from proxy.store.sql_dialect import Sql, containing
 from proxy.store.sql_runner import Runner, SqlAdapter
 
 _COLUMNS = ("id", "name", "mime", "size", "status", "error", "chunks_total", "chunks_done", "replaces",
@@ -92,7 +92,7 @@ def list_documents(sql: Sql, *, status: str | None, search: str | None, sort: st
         args.append(status)
     if search:
         where.append("name ILIKE ? ESCAPE '\\'")
-        args.append("%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        args.append(containing(search))
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     order = sort if sort in SORTS else "created_at"
     # texts in byte order in both engines (a server's default collation may not be)

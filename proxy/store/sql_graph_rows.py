@@ -16,7 +16,7 @@ import numpy as np
 from proxy.store.changes import Curation, EntityEdit, RelationEdit
 from proxy.store.clock import now
 from proxy.store.protocols.graph_rows import StoredEdits, StoredEntity, StoredRelation, StoredRow, Subject
-from proxy.store.sql_dialect import Sql
+from proxy.store.sql_dialect import Sql, containing
 from proxy.store.sql_retrieval_rows import ID_COLUMN, descriptions, extractions
 from proxy.store.sql_runner import SqlAdapter
 
@@ -147,17 +147,13 @@ def resolve_name(sql: Sql, name_key: str) -> str | None:
     return alias_target(sql, name_key)
 
 
-def _like(text: str) -> str:
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def _filter(sql: Sql, search: str, kind: str) -> tuple[str, list[Any]]:
     if sql.unstorable(search, kind):   # no name or type holds what the engine cannot store
         return "false", []
     where, args = [], []
     if search:
         where.append("name ILIKE ? ESCAPE '\\'")
-        args.append(_like(search))
+        args.append(containing(search))
     if kind:
         where.append("type = ?")
         args.append(kind)
